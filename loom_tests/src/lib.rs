@@ -1,0 +1,1 @@
+//! Model checks live in tests/; see README.

@@ -1,0 +1,57 @@
+//! # halcyon
+//!
+//! An async-first hardware abstraction layer: one API over CPU, Vulkan, CUDA and HIP devices in
+//! the spirit of IREE's HAL, where every wait is a std [`Future`](std::future::Future).
+//!
+//! This crate is the executor-agnostic core:
+//!
+//! * [`Semaphore`]: a timeline semaphore (monotonic `u64` payload plus a failure state) whose
+//!   waits are cancel-safe futures woken only when their value is reached;
+//! * [`Fence`]: a set of `(semaphore, value)` timepoints with `wait_all` / `wait_any` futures;
+//! * [`reactor`]: the per-device completion reactor that turns device completions into wakes;
+//! * [`queue`]: the pending-action executor that issues queue work once its waits are reached;
+//! * [`backend`]: the hooks device backends build on (native semaphores).
+//!
+//! Futures use std `Waker`s only, so they run under tokio, `futures::executor` or any executor.
+//!
+//! ```
+//! use halcyon::{Fence, Semaphore};
+//!
+//! # fn main() -> halcyon::Result<()> {
+//! futures::executor::block_on(async {
+//!     let upload = Semaphore::new(0);
+//!     let compute = Semaphore::new(0);
+//!
+//!     // A "device" thread finishes the upload, then the compute step.
+//!     let (u, c) = (upload.clone(), compute.clone());
+//!     let device = std::thread::spawn(move || -> halcyon::Result<()> {
+//!         u.signal(1)?;
+//!         c.wait_blocking(0, None)?;
+//!         c.signal(1)
+//!     });
+//!
+//!     let mut done = Fence::new();
+//!     done.insert(&upload, 1);
+//!     done.insert(&compute, 1);
+//!     done.wait_all().await?;
+//!     device.join().unwrap()?;
+//!     println!("upload at {}, compute at {}", upload.query()?, compute.query()?);
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backend;
+mod block;
+mod error;
+mod fence;
+pub mod queue;
+pub mod reactor;
+mod semaphore;
+mod sync;
+
+pub use error::{Error, Result, StatusCode};
+pub use fence::{Fence, WaitAll, WaitAny};
+pub use semaphore::{Semaphore, Wait};

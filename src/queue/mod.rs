@@ -1,0 +1,25 @@
+//! Queues and the pending-action executor.
+//!
+//! Every queue operation waits on a fence and signals a fence. An operation whose wait fence is
+//! already reached is issued to the device at once, on the submitting thread. One whose waits are
+//! not yet reached becomes a **pending action**: a future on the device's
+//! [reactor](crate::reactor) that awaits the wait fence and then issues. The reactor polls it when
+//! a semaphore it waits on moves, so a host `signal` from any thread releases the actions
+//! depending on it within one reactor wake.
+//!
+//! Ordering and failure semantics of [`ActionQueue::submit`]:
+//!
+//! * An action issues only after every entry of its wait fence is reached; actions of one queue
+//!   that become ready together issue in submission order, and while a queue has actions pending
+//!   on the reactor its later actions go through the reactor too, so a ready action never
+//!   overtakes an earlier ready one of the same queue.
+//! * An action issues exactly once, or not at all.
+//! * If a wait fails, the action does not issue; its signal fence is failed with that same
+//!   error, so failure travels down any chain of dependent actions without hangs.
+//! * If issuing fails (or panics), the signal fence is failed with that error.
+//! * If the reactor shuts down (its device was dropped) before the waits are reached, the action
+//!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
+
+mod action;
+
+pub use action::{ActionQueue, Issue};

@@ -1,0 +1,541 @@
+//! Timeline semaphores: a monotonically increasing `u64` payload plus a failure state.
+//!
+//! The semantics are those of Vulkan timeline semaphores and IREE's HAL semaphores:
+//!
+//! * **Ordering.** The payload only moves up. [`Semaphore::signal`] with a value not strictly above
+//!   the current one is rejected with [`StatusCode::InvalidArgument`] and the timeline does not
+//!   move; of two racing signalers exactly one wins each value. A successful signal
+//!   happens-before every wait it completes: memory written before `signal(v)` is visible to a
+//!   task whose `wait(v)` returned `Ok`.
+//! * **Failure.** [`Semaphore::fail`] poisons the semaphore. The first failure wins; every present
+//!   and future waiter, query and signal gets that same [`Error`].
+//! * **Waking.** A signal wakes exactly the waiters whose value it reached, in `O(k + log N)` for `k`
+//!   woken out of `N` registered. Wakers run after the internal lock is released.
+//! * **Cancellation.** A [`Wait`] future registers its waker on first poll and removes it when
+//!   dropped, so abandoned waits (a lost `select!` branch, a timeout) leave nothing behind.
+//!
+//! Device backends can back a semaphore with a native object (a Vulkan timeline semaphore, an
+//! event timeline on a GPU stream) through [`crate::backend::NativeSemaphore`]; the waiters stay
+//! here and the backend moves the payload with [`crate::backend::SemaphoreExt::advance`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::backend::NativeSemaphore;
+use crate::error::{Error, Result, StatusCode};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+
+/// The payload stored once a semaphore has failed. Reserved: no signal may reach it.
+const FAILED: u64 = u64::MAX;
+
+/// How many waiters a signal pops one by one before it splits the rest off in one go; keeps the
+/// common "wake one or two" case free of allocation and the "wake many" case `O(k + log N)`.
+const POP_BEFORE_SPLIT: usize = 8;
+
+/// A timeline semaphore. Cloning gives another handle to the same timeline.
+///
+/// ```
+/// # futures::executor::block_on(async {
+/// use halcyon::Semaphore;
+///
+/// let sem = Semaphore::new(0);
+/// let waiter = sem.wait(2);
+/// sem.signal(1)?;
+/// sem.signal(2)?;
+/// waiter.await?;
+/// assert_eq!(sem.query()?, 2);
+/// # Ok::<(), halcyon::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The payload, or [`FAILED`]. Written only with `state` locked; read without it.
+    value: AtomicU64,
+    state: Mutex<State>,
+    native: Option<Box<dyn NativeSemaphore>>,
+}
+
+struct State {
+    failure: Option<Error>,
+    /// Registered waiters ordered by the value they wait for, then by registration.
+    waiters: BTreeMap<WaitKey, Waker>,
+    next_waiter: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct WaitKey {
+    value: u64,
+    id: u64,
+}
+
+impl Semaphore {
+    /// The largest payload a semaphore can be signalled to (`u64::MAX` is reserved internally).
+    pub const MAX_VALUE: u64 = u64::MAX - 1;
+
+    /// Creates a host semaphore whose payload starts at `initial_value`.
+    ///
+    /// An `initial_value` above [`Semaphore::MAX_VALUE`] is clamped to it.
+    pub fn new(initial_value: u64) -> Self {
+        Self::build(initial_value, None)
+    }
+
+    pub(crate) fn build(initial_value: u64, native: Option<Box<dyn NativeSemaphore>>) -> Self {
+        Semaphore {
+            shared: Arc::new(Shared {
+                value: AtomicU64::new(initial_value.min(Self::MAX_VALUE)),
+                state: Mutex::new(State {
+                    failure: None,
+                    waiters: BTreeMap::new(),
+                    next_waiter: 0,
+                }),
+                native,
+            }),
+        }
+    }
+
+    /// The current payload, or the failure if the semaphore failed.
+    ///
+    /// For a host semaphore this is one atomic load. A natively backed semaphore also asks its
+    /// native object, which may know of progress the device made that its reactor has not posted
+    /// yet; that progress is then applied (waking its waiters).
+    pub fn query(&self) -> Result<u64> {
+        let value = self.shared.value.load(Ordering::Acquire);
+        if value == FAILED {
+            return Err(self.failure());
+        }
+        if let Some(native) = &self.shared.native {
+            match native.query() {
+                Some(Ok(native_value)) if native_value > value => {
+                    self.advance_to(native_value);
+                    return self.query_core();
+                }
+                Some(Err(error)) => {
+                    self.fail(error);
+                    return Err(self.failure());
+                }
+                _ => {}
+            }
+        }
+        Ok(value)
+    }
+
+    fn query_core(&self) -> Result<u64> {
+        match self.shared.value.load(Ordering::Acquire) {
+            FAILED => Err(self.failure()),
+            value => Ok(value),
+        }
+    }
+
+    /// The stored failure; only called once the payload reads [`FAILED`].
+    fn failure(&self) -> Error {
+        lock(&self.shared.state).failure.clone().unwrap_or_else(|| {
+            Error::new(
+                StatusCode::Internal,
+                "semaphore reads as failed but holds no failure",
+            )
+        })
+    }
+
+    /// Signals the timeline to `value` from the host, waking every waiter at or below it.
+    ///
+    /// `value` must be strictly above the current payload: otherwise the call fails with
+    /// [`StatusCode::InvalidArgument`] naming both values, and the timeline does not move. On a
+    /// failed semaphore it returns that failure. For a natively backed semaphore the native object
+    /// is signalled first (for example `vkSignalSemaphore`), so device work waiting on it is
+    /// released too; if that fails, the error is returned and the timeline does not move.
+    pub fn signal(&self, value: u64) -> Result<()> {
+        if value > Self::MAX_VALUE {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "cannot signal semaphore to {value}: the largest allowed value is {}",
+                    Self::MAX_VALUE
+                ),
+            ));
+        }
+        let mut state = lock(&self.shared.state);
+        if let Some(failure) = &state.failure {
+            return Err(failure.clone());
+        }
+        let current = self.shared.value.load(Ordering::Relaxed);
+        if value <= current {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "cannot signal semaphore to {value}: it is already at {current} and a \
+                     timeline only moves up (signal a value above {current})"
+                ),
+            ));
+        }
+        if let Some(native) = &self.shared.native {
+            native.signal(value)?;
+        }
+        self.shared.value.store(value, Ordering::Release);
+        let woken = take_reached(&mut state.waiters, value);
+        drop(state);
+        woken.wake();
+        Ok(())
+    }
+
+    /// Moves the payload up to `value` if it is above the current one; never an error. Used when
+    /// the device (not the host) reached `value`, so the native object is not signalled again.
+    pub(crate) fn advance_to(&self, value: u64) {
+        let value = value.min(Self::MAX_VALUE);
+        if self.shared.value.load(Ordering::Acquire) >= value {
+            return; // already there, or failed (FAILED is above every value)
+        }
+        let mut state = lock(&self.shared.state);
+        let current = self.shared.value.load(Ordering::Relaxed);
+        if state.failure.is_some() || value <= current {
+            return;
+        }
+        self.shared.value.store(value, Ordering::Release);
+        let woken = take_reached(&mut state.waiters, value);
+        drop(state);
+        woken.wake();
+    }
+
+    /// Fails the semaphore with `error`: every present and future waiter, query and signal gets
+    /// it. The first failure wins; later calls are ignored.
+    pub fn fail(&self, error: Error) {
+        let mut state = lock(&self.shared.state);
+        if state.failure.is_some() {
+            return;
+        }
+        state.failure = Some(error.clone());
+        self.shared.value.store(FAILED, Ordering::Release);
+        let woken = Woken::All(std::mem::take(&mut state.waiters));
+        drop(state);
+        if let Some(native) = &self.shared.native {
+            native.fail(&error);
+        }
+        woken.wake();
+    }
+
+    /// Whether the semaphore has failed.
+    pub fn is_failed(&self) -> bool {
+        self.shared.value.load(Ordering::Acquire) == FAILED
+    }
+
+    /// A future that completes with `Ok(())` once the payload reaches `value`, or with the
+    /// failure if the semaphore fails first.
+    ///
+    /// The future is `Send`, ready at once if `value` was already reached, woken only by a signal
+    /// that reaches `value`, and cancel-safe: dropping it removes its waiter.
+    pub fn wait(&self, value: u64) -> Wait {
+        Wait {
+            semaphore: self.clone(),
+            value,
+            registered: None,
+        }
+    }
+
+    /// Blocks the calling thread until the payload reaches `value`, the semaphore fails, or
+    /// `timeout` passes ([`StatusCode::DeadlineExceeded`]). For code outside async; inside async,
+    /// await [`Semaphore::wait`] instead.
+    pub fn wait_blocking(&self, value: u64, timeout: Option<Duration>) -> Result<()> {
+        crate::block::block_on_timeout(self.wait(value), timeout).unwrap_or_else(|| {
+            let now = match self.query() {
+                Ok(current) => format!("it is at {current}"),
+                Err(error) => format!("it failed: {error}"),
+            };
+            Err(Error::new(
+                StatusCode::DeadlineExceeded,
+                format!(
+                    "semaphore did not reach {value} within {:?} ({now})",
+                    timeout.unwrap_or_default()
+                ),
+            ))
+        })
+    }
+
+    /// Whether two handles refer to the same timeline.
+    pub fn ptr_eq(&self, other: &Semaphore) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// How many waiters are registered now (woken or completed waiters are not counted).
+    /// Diagnostics: lets tests and tools check that cancelled waits leave nothing behind.
+    pub fn waiter_count(&self) -> usize {
+        lock(&self.shared.state).waiters.len()
+    }
+
+    /// The smallest value any registered waiter awaits, if one does: what a backend's reactor
+    /// should watch on the native object.
+    pub(crate) fn min_awaited(&self) -> Option<u64> {
+        lock(&self.shared.state)
+            .waiters
+            .first_key_value()
+            .map(|(key, _)| key.value)
+    }
+
+    pub(crate) fn native(&self) -> Option<&dyn NativeSemaphore> {
+        self.shared.native.as_deref()
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Semaphore");
+        match self.query_core() {
+            Ok(value) => d.field("value", &value),
+            Err(error) => d.field("failure", &error),
+        };
+        d.field("native", &self.shared.native.is_some()).finish()
+    }
+}
+
+/// Wakers taken out of the waiter map, woken once the lock is released.
+enum Woken {
+    None,
+    Few(Vec<Waker>),
+    All(BTreeMap<WaitKey, Waker>),
+    Split(Vec<Waker>, BTreeMap<WaitKey, Waker>),
+}
+
+impl Woken {
+    fn wake(self) {
+        match self {
+            Woken::None => {}
+            Woken::Few(few) => few.into_iter().for_each(Waker::wake),
+            Woken::All(all) => all.into_values().for_each(Waker::wake),
+            Woken::Split(few, rest) => {
+                few.into_iter().for_each(Waker::wake);
+                rest.into_values().for_each(Waker::wake);
+            }
+        }
+    }
+}
+
+/// Removes every waiter whose value is at or below `value`.
+///
+/// Pops the first few one at a time (no allocation for the usual one or two); if more remain,
+/// splits the map at `value + 1` (`O(log N)` plus the smaller side), so waking `k` of `N` costs
+/// `O(k + log N)` overall.
+fn take_reached(waiters: &mut BTreeMap<WaitKey, Waker>, value: u64) -> Woken {
+    match waiters.first_key_value() {
+        Some((key, _)) if key.value <= value => {}
+        _ => return Woken::None,
+    }
+    let mut few = Vec::new();
+    while few.len() < POP_BEFORE_SPLIT {
+        match waiters.first_entry() {
+            Some(entry) if entry.key().value <= value => few.push(entry.remove()),
+            _ => return Woken::Few(few),
+        }
+    }
+    match waiters.first_key_value() {
+        Some((key, _)) if key.value <= value => {}
+        _ => return Woken::Few(few),
+    }
+    let above = waiters.split_off(&WaitKey {
+        value: value + 1, // value <= MAX_VALUE, so no overflow
+        id: 0,
+    });
+    let reached = std::mem::replace(waiters, above);
+    Woken::Split(few, reached)
+}
+
+/// The future returned by [`Semaphore::wait`].
+///
+/// Completes with `Ok(())` once the semaphore reaches the value, or with its failure.
+/// Dropping it before completion removes its waiter.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Wait {
+    semaphore: Semaphore,
+    value: u64,
+    /// Our waiter's id and the waker stored with it, once registered.
+    registered: Option<(u64, Waker)>,
+}
+
+impl Wait {
+    /// The semaphore this waits on.
+    pub fn semaphore(&self) -> &Semaphore {
+        &self.semaphore
+    }
+
+    /// The value this waits for.
+    pub fn value(&self) -> u64 {
+        self.value
+    }
+
+    /// Whether the waiter is certainly gone from the map: the value was reached or the
+    /// semaphore failed, and whoever did that removed every such waiter under the lock (the
+    /// payload store and the removal happen in one critical section, so seeing the payload means
+    /// the removal is done or about to be done by that thread).
+    fn resolved(&self, payload: u64) -> bool {
+        payload == FAILED || payload >= self.value
+    }
+}
+
+impl Future for Wait {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        let shared = &this.semaphore.shared;
+        let payload = shared.value.load(Ordering::Acquire);
+        if this.resolved(payload) {
+            this.registered = None; // removed by the signaler/failer
+            return Poll::Ready(if payload == FAILED {
+                Err(this.semaphore.failure())
+            } else {
+                Ok(())
+            });
+        }
+        if let Some((_, waker)) = &this.registered {
+            if waker.will_wake(cx.waker()) {
+                // The stored waker is still ours; a signal that reaches us after the load above
+                // wakes it.
+                return Poll::Pending;
+            }
+        }
+        let mut state = lock(&shared.state);
+        let payload = shared.value.load(Ordering::Relaxed);
+        if this.resolved(payload) {
+            this.registered = None;
+            return Poll::Ready(match &state.failure {
+                Some(error) if payload == FAILED => Err(error.clone()),
+                _ => Ok(()),
+            });
+        }
+        let first_registration = this.registered.is_none();
+        let id = match &this.registered {
+            Some((id, _)) => *id,
+            None => {
+                let id = state.next_waiter;
+                state.next_waiter += 1;
+                id
+            }
+        };
+        state.waiters.insert(
+            WaitKey {
+                value: this.value,
+                id,
+            },
+            cx.waker().clone(),
+        );
+        drop(state);
+        this.registered = Some((id, cx.waker().clone()));
+        if first_registration {
+            if let Some(native) = &shared.native {
+                native.watch(this.value);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        let Some((id, _)) = self.registered.take() else {
+            return;
+        };
+        let shared = &self.semaphore.shared;
+        if self.resolved(shared.value.load(Ordering::Acquire)) {
+            return;
+        }
+        lock(&shared.state).waiters.remove(&WaitKey {
+            value: self.value,
+            id,
+        });
+    }
+}
+
+impl fmt::Debug for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wait")
+            .field("value", &self.value)
+            .field("registered", &self.registered.is_some())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct CountWaker(AtomicUsize);
+    impl Wake for CountWaker {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll_once(wait: &mut Wait, waker: &Waker) -> Poll<Result<()>> {
+        Pin::new(wait).poll(&mut Context::from_waker(waker))
+    }
+
+    #[test]
+    fn signal_wakes_only_reached_waiters() {
+        let sem = Semaphore::new(0);
+        let counters: Vec<_> = (0..20)
+            .map(|_| std::sync::Arc::new(CountWaker(AtomicUsize::new(0))))
+            .collect();
+        let wakers: Vec<Waker> = counters.iter().map(|c| Waker::from(c.clone())).collect();
+        let mut waits: Vec<Wait> = (0..20).map(|i| sem.wait(i as u64 + 1)).collect();
+        for (wait, waker) in waits.iter_mut().zip(&wakers) {
+            assert!(poll_once(wait, waker).is_pending());
+        }
+        assert_eq!(sem.waiter_count(), 20);
+        sem.signal(15).unwrap();
+        for (i, c) in counters.iter().enumerate() {
+            assert_eq!(c.0.load(Ordering::SeqCst), usize::from(i < 15), "waiter {i}");
+        }
+        assert_eq!(sem.waiter_count(), 5);
+        assert_eq!(sem.min_awaited(), Some(16));
+        drop(waits.drain(15..));
+        assert_eq!(sem.waiter_count(), 0);
+    }
+
+    #[test]
+    fn rejects_non_increasing_signal() {
+        let sem = Semaphore::new(5);
+        let err = sem.signal(5).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains('5'));
+        let err = sem.signal(3).unwrap_err();
+        assert!(err.message().contains("3") && err.message().contains("5"));
+        assert_eq!(sem.query().unwrap(), 5);
+        let err = sem.signal(u64::MAX).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+    }
+
+    #[test]
+    fn failure_is_sticky_and_first_wins() {
+        let sem = Semaphore::new(0);
+        let first = Error::new(StatusCode::Aborted, "first");
+        sem.fail(first.clone());
+        sem.fail(Error::new(StatusCode::Internal, "second"));
+        assert!(sem.query().unwrap_err().same_as(&first));
+        assert!(sem.signal(1).unwrap_err().same_as(&first));
+        let waker = Waker::noop();
+        let mut wait = sem.wait(1);
+        match poll_once(&mut wait, waker) {
+            Poll::Ready(Err(e)) => assert!(e.same_as(&first)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wait_blocking_times_out() {
+        let sem = Semaphore::new(1);
+        let err = sem
+            .wait_blocking(2, Some(Duration::from_millis(10)))
+            .unwrap_err();
+        assert_eq!(err.code(), StatusCode::DeadlineExceeded);
+        assert!(err.to_string().contains("at 1"), "{err}");
+        assert_eq!(sem.waiter_count(), 0);
+        sem.wait_blocking(1, None).unwrap();
+    }
+}
