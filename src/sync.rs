@@ -9,7 +9,9 @@ mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
-        pub(crate) use std::thread::{current, park, park_timeout, Builder, JoinHandle, Thread};
+        pub(crate) use std::thread::{
+            current, park, park_timeout, Builder, JoinHandle, Thread, ThreadId,
+        };
     }
 }
 
@@ -18,7 +20,7 @@ mod imp {
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
-        pub(crate) use loom::thread::{current, park, Builder, JoinHandle, Thread};
+        pub(crate) use loom::thread::{current, park, Builder, JoinHandle, Thread, ThreadId};
 
         /// loom has no model of time: a timed park is a park that only a wake ends.
         pub(crate) fn park_timeout(_timeout: std::time::Duration) {

@@ -124,7 +124,7 @@ struct Shared {
     unparker: Unparker,
     /// Spawn order; also the task id.
     next_task: crate::sync::AtomicU64,
-    thread_id: std::thread::ThreadId,
+    thread_id: thread::ThreadId,
     stats: Stats,
 }
 
@@ -234,7 +234,7 @@ impl Reactor {
             None => Unparker::Thread(thread.thread().clone()),
         };
         let shared = Arc::new(Shared {
-            thread_id: std_thread_id(thread.thread()),
+            thread_id: thread.thread().id(),
             name,
             inbox: Inbox::new(),
             unparker,
@@ -280,17 +280,6 @@ impl fmt::Debug for Reactor {
     }
 }
 
-#[cfg(not(loom))]
-fn std_thread_id(thread: &thread::Thread) -> std::thread::ThreadId {
-    thread.id()
-}
-
-#[cfg(loom)]
-fn std_thread_id(_thread: &thread::Thread) -> std::thread::ThreadId {
-    // loom threads are not std threads; reactor-thread detection is not modelled.
-    std::thread::current().id()
-}
-
 impl ReactorHandle {
     /// Posts a completion. Lock-free and never blocks: safe from a GPU host callback or a signal
     /// of any thread. The reactor applies it on its thread, in posting order per poster.
@@ -331,7 +320,7 @@ impl ReactorHandle {
 
     /// Whether the calling thread is this reactor's thread.
     pub fn on_reactor_thread(&self) -> bool {
-        std::thread::current().id() == self.shared.thread_id
+        thread::current().id() == self.shared.thread_id
     }
 
     /// The name given at creation.
