@@ -22,7 +22,10 @@ impl Wake for Unparker {
 
 /// Polls `future` on this thread, parking between polls, until it completes (`Some(output)`) or
 /// `timeout` passes (`None`; the future is dropped, which deregisters its waiters).
-pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Option<Duration>) -> Option<F::Output> {
+pub(crate) fn block_on_timeout<F: Future>(
+    future: F,
+    timeout: Option<Duration>,
+) -> Option<F::Output> {
     let deadline = timeout.map(|t| Instant::now().checked_add(t));
     let waker = Waker::from(std::sync::Arc::new(Unparker(thread::current())));
     let mut cx = Context::from_waker(&waker);

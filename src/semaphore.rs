@@ -9,8 +9,9 @@
 //!   task whose `wait(v)` returned `Ok`.
 //! * **Failure.** [`Semaphore::fail`] poisons the semaphore. The first failure wins; every present
 //!   and future waiter, query and signal gets that same [`Error`].
-//! * **Waking.** A signal wakes exactly the waiters whose value it reached, in `O(k + log N)` for `k`
-//!   woken out of `N` registered. Wakers run after the internal lock is released.
+//! * **Waking.** A signal wakes exactly the waiters whose value it reached, in registration
+//!   order, in `O(k + log N)` for `k` woken out of `N` registered (`O(k log k + log N)` when the
+//!   woken waiters awaited different values). Wakers run after the internal lock is released.
 //! * **Cancellation.** A [`Wait`] future registers its waker on first poll and removes it when
 //!   dropped, so abandoned waits (a lost `select!` branch, a timeout) leave nothing behind.
 //!
@@ -296,52 +297,59 @@ impl fmt::Debug for Semaphore {
 /// Wakers taken out of the waiter map, woken once the lock is released.
 enum Woken {
     None,
-    Few(Vec<Waker>),
+    /// Woken by a signal: `(registration id, waker)`, in registration order.
+    Reached(Vec<(u64, Waker)>),
+    /// Woken by a failure: everything.
     All(BTreeMap<WaitKey, Waker>),
-    Split(Vec<Waker>, BTreeMap<WaitKey, Waker>),
 }
 
 impl Woken {
     fn wake(self) {
         match self {
             Woken::None => {}
-            Woken::Few(few) => few.into_iter().for_each(Waker::wake),
+            Woken::Reached(reached) => reached.into_iter().for_each(|(_, w)| w.wake()),
             Woken::All(all) => all.into_values().for_each(Waker::wake),
-            Woken::Split(few, rest) => {
-                few.into_iter().for_each(Waker::wake);
-                rest.into_values().for_each(Waker::wake);
-            }
         }
     }
 }
 
-/// Removes every waiter whose value is at or below `value`.
+/// Removes every waiter whose value is at or below `value`, in registration order.
 ///
-/// Pops the first few one at a time (no allocation for the usual one or two); if more remain,
-/// splits the map at `value + 1` (`O(log N)` plus the smaller side), so waking `k` of `N` costs
-/// `O(k + log N)` overall.
+/// Registration order matters to the pending-action executor: actions of a queue register in
+/// submission order, so waking in registration order lets the reactor see (and issue) the actions
+/// one signal releases in submission order, even when they waited for different values.
+///
+/// Pops the first few one at a time (no allocation beyond the result for the usual one or two);
+/// if more remain, splits the map at `value + 1` (`O(log N)` plus the smaller side). Waiters that
+/// all awaited one value come out already in registration order; otherwise they are sorted, so
+/// waking `k` of `N` costs `O(k + log N)`, or `O(k log k + log N)` when they span several values.
 fn take_reached(waiters: &mut BTreeMap<WaitKey, Waker>, value: u64) -> Woken {
-    match waiters.first_key_value() {
-        Some((key, _)) if key.value <= value => {}
-        _ => return Woken::None,
+    let reached = |w: &BTreeMap<WaitKey, Waker>| matches!(w.first_key_value(), Some((k, _)) if k.value <= value);
+    if !reached(waiters) {
+        return Woken::None;
     }
-    let mut few = Vec::new();
-    while few.len() < POP_BEFORE_SPLIT {
-        match waiters.first_entry() {
-            Some(entry) if entry.key().value <= value => few.push(entry.remove()),
-            _ => return Woken::Few(few),
+    let mut woken = Vec::new();
+    let mut first_value = None;
+    let mut one_value = true;
+    while woken.len() < POP_BEFORE_SPLIT && reached(waiters) {
+        if let Some((key, waker)) = waiters.pop_first() {
+            one_value &= *first_value.get_or_insert(key.value) == key.value;
+            woken.push((key.id, waker));
         }
     }
-    match waiters.first_key_value() {
-        Some((key, _)) if key.value <= value => {}
-        _ => return Woken::Few(few),
+    if reached(waiters) {
+        let above = waiters.split_off(&WaitKey {
+            value: value + 1, // value <= MAX_VALUE, so no overflow
+            id: 0,
+        });
+        let rest = std::mem::replace(waiters, above);
+        one_value &= rest.keys().next_back().map(|k| k.value) == first_value;
+        woken.extend(rest.into_iter().map(|(key, waker)| (key.id, waker)));
     }
-    let above = waiters.split_off(&WaitKey {
-        value: value + 1, // value <= MAX_VALUE, so no overflow
-        id: 0,
-    });
-    let reached = std::mem::replace(waiters, above);
-    Woken::Split(few, reached)
+    if !one_value {
+        woken.sort_unstable_by_key(|(id, _)| *id);
+    }
+    Woken::Reached(woken)
 }
 
 /// The future returned by [`Semaphore::wait`].
@@ -490,7 +498,11 @@ mod tests {
         assert_eq!(sem.waiter_count(), 20);
         sem.signal(15).unwrap();
         for (i, c) in counters.iter().enumerate() {
-            assert_eq!(c.0.load(Ordering::SeqCst), usize::from(i < 15), "waiter {i}");
+            assert_eq!(
+                c.0.load(Ordering::SeqCst),
+                usize::from(i < 15),
+                "waiter {i}"
+            );
         }
         assert_eq!(sem.waiter_count(), 5);
         assert_eq!(sem.min_awaited(), Some(16));

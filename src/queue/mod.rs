@@ -9,10 +9,14 @@
 //!
 //! Ordering and failure semantics of [`ActionQueue::submit`]:
 //!
-//! * An action issues only after every entry of its wait fence is reached; actions of one queue
-//!   that become ready together issue in submission order, and while a queue has actions pending
-//!   on the reactor its later actions go through the reactor too, so a ready action never
-//!   overtakes an earlier ready one of the same queue.
+//! * An action issues only after every entry of its wait fence is reached. Ready actions of one
+//!   queue issue in submission order: actions register on semaphores in submission order, a
+//!   signal wakes in registration order, and the reactor polls woken actions in submission order.
+//!   While a queue has actions pending on the reactor, its later actions go through the reactor
+//!   too, so a ready action never overtakes an earlier ready one of the same queue. Actions whose
+//!   waits are reached at different times issue in the order their waits are reached: ordering
+//!   between actions is what their semaphores say (submit an action waiting on a semaphore that
+//!   a later action signals, and the later one runs first).
 //! * An action issues exactly once, or not at all.
 //! * If a wait fails, the action does not issue; its signal fence is failed with that same
 //!   error, so failure travels down any chain of dependent actions without hangs.

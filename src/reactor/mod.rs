@@ -384,7 +384,10 @@ impl Executor {
     fn handle(&mut self, shared: &Shared, message: Message) -> bool {
         match message {
             Message::Completion(completion) => {
-                shared.stats.completions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                shared
+                    .stats
+                    .completions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if let Some(call) = completion.apply_inline() {
                     // A panicking backend callback must not take the reactor (and every waiter
                     // on the device) down with it.
@@ -412,7 +415,10 @@ impl Executor {
                 continue;
             };
             task.waker.queued.store(false, Ordering::Release);
-            shared.stats.polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared
+                .stats
+                .polls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut cx = Context::from_waker(waker);
             let done = match catch_unwind(AssertUnwindSafe(|| task.future.as_mut().poll(&mut cx))) {
                 Ok(Poll::Ready(())) | Err(_) => true,
@@ -446,7 +452,10 @@ fn run(shared: &Shared, mut parker: Option<Box<dyn Parker>>) {
                 Some(parker) => parker.park(),
                 None => thread::park(),
             }
-            shared.stats.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared
+                .stats
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
     // Shutdown: nothing new gets in; finish what did, then drop what cannot finish.
