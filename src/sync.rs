@@ -6,7 +6,7 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
     pub(crate) use std::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
         pub(crate) use std::thread::{
@@ -17,7 +17,7 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
     pub(crate) use loom::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
         pub(crate) use loom::thread::{current, park, Builder, JoinHandle, Thread, ThreadId};

@@ -1,6 +1,7 @@
 //! Queue actions: "await the wait fence, then issue", inline when possible, on the reactor
 //! otherwise. See the [module docs](super) for the ordering and failure semantics.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,7 +11,7 @@ use std::task::{Context, Poll};
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::{Fence, WaitAll};
 use crate::reactor::ReactorHandle;
-use crate::sync::{Arc, AtomicUsize, Ordering};
+use crate::sync::{lock, Arc, Mutex};
 
 /// What issuing an action does: hand the work to the device (or run it, for host work). Called
 /// at most once, with the signal fence the work must signal when it completes. An `Err` (or a
@@ -38,8 +39,35 @@ pub type Issue = Box<dyn FnOnce(&Fence) -> Result<()> + Send>;
 /// ```
 pub struct ActionQueue {
     reactor: ReactorHandle,
-    /// Actions of this queue spawned on the reactor and not yet finished.
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// The queue's actions parked on the reactor and not yet issued, by submission number.
+#[derive(Default)]
+struct Pending {
+    actions: BTreeMap<u64, Parked>,
+    next: u64,
+}
+
+struct Parked {
+    wait: Fence,
+    signal: Fence,
+    issue: Issue,
+}
+
+/// What to do with a parked action taken out of [`Pending`].
+enum Release {
+    Issue(Parked),
+    Fail(Parked, Error),
+}
+
+impl Release {
+    fn run(self) {
+        match self {
+            Release::Issue(action) => issue_now(action.issue, &action.signal),
+            Release::Fail(action, error) => action.signal.fail(error),
+        }
+    }
 }
 
 impl ActionQueue {
@@ -47,7 +75,7 @@ impl ActionQueue {
     pub fn new(reactor: ReactorHandle) -> Self {
         ActionQueue {
             reactor,
-            pending: Arc::new(AtomicUsize::new(0)),
+            pending: Arc::new(Mutex::new(Pending::default())),
         }
     }
 
@@ -57,27 +85,43 @@ impl ActionQueue {
     /// runs now on this thread; otherwise the action is parked on the reactor. Failures go to
     /// `signal` (see the [module docs](super)); this call itself cannot fail.
     pub fn submit(&self, wait: Fence, signal: Fence, issue: Issue) {
-        if self.pending.load(Ordering::Acquire) == 0 {
+        let mut pending = lock(&self.pending);
+        if pending.actions.is_empty() {
             match wait.query() {
-                Ok(true) => return issue_now(issue, &signal),
-                Err(error) => return signal.fail(error),
+                Ok(true) => {
+                    drop(pending);
+                    return issue_now(issue, &signal);
+                }
+                Err(error) => {
+                    drop(pending);
+                    return signal.fail(error);
+                }
                 Ok(false) => {}
             }
         }
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        let action = PendingAction {
-            waits: wait.wait_all(),
-            signal,
-            issue: Some(issue),
-            pending: self.pending.clone(),
-        };
+        let number = pending.next;
+        pending.next += 1;
+        let waits = wait.wait_all();
+        pending.actions.insert(
+            number,
+            Parked {
+                wait,
+                signal,
+                issue,
+            },
+        );
+        drop(pending);
         // After shutdown the action comes straight back and is dropped here, failing its fence.
-        let _ = self.reactor.spawn(action);
+        let _ = self.reactor.spawn(PendingAction {
+            number,
+            waits,
+            queue: self.pending.clone(),
+        });
     }
 
-    /// How many actions of this queue wait on the reactor now.
+    /// How many actions of this queue are parked on the reactor now.
     pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Acquire)
+        lock(&self.pending).actions.len()
     }
 
     /// The reactor pending actions run on.
@@ -112,12 +156,17 @@ fn issue_now(issue: Issue, signal: &Fence) {
     }
 }
 
-/// An action parked on the reactor until its wait fence is reached.
+/// The reactor-side future of a parked action: awaits its wait fence, then releases it.
+///
+/// Its wake can trail the wait being reached (a signal stores the payload before it wakes), so
+/// a later action of the queue may see its own waits reached first. To keep ready actions in
+/// submission order, whichever action releases itself first also releases every earlier parked
+/// action whose waits are reached, in order; an action released that way finds itself gone from
+/// [`Pending`] when its own future runs.
 struct PendingAction {
+    number: u64,
     waits: WaitAll,
-    signal: Fence,
-    issue: Option<Issue>,
-    pending: Arc<AtomicUsize>,
+    queue: Arc<Mutex<Pending>>,
 }
 
 impl Future for PendingAction {
@@ -128,25 +177,48 @@ impl Future for PendingAction {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(result) => result,
         };
-        let issue = self.issue.take();
-        match (result, issue) {
-            (Ok(()), Some(issue)) => issue_now(issue, &self.signal),
-            (Err(error), Some(_)) => self.signal.fail(error),
-            (_, None) => {}
+        let mut pending = lock(&self.queue);
+        let Some(own) = pending.actions.remove(&self.number) else {
+            return Poll::Ready(()); // an earlier release took it
+        };
+        let mut released = Vec::new();
+        let earlier: Vec<u64> = pending
+            .actions
+            .range(..self.number)
+            .map(|(n, _)| *n)
+            .collect();
+        for number in earlier {
+            let reached = pending.actions[&number].wait.query();
+            match reached {
+                Ok(false) => {}
+                Ok(true) => released.extend(pending.actions.remove(&number).map(Release::Issue)),
+                Err(error) => released.extend(
+                    pending
+                        .actions
+                        .remove(&number)
+                        .map(|action| Release::Fail(action, error)),
+                ),
+            }
         }
+        drop(pending);
+        released.push(match result {
+            Ok(()) => Release::Issue(own),
+            Err(error) => Release::Fail(own, error),
+        });
+        released.into_iter().for_each(Release::run);
         Poll::Ready(())
     }
 }
 
 impl Drop for PendingAction {
     fn drop(&mut self) {
-        if self.issue.take().is_some() {
-            self.signal.fail(Error::new(
+        let unissued = lock(&self.queue).actions.remove(&self.number);
+        if let Some(action) = unissued {
+            action.signal.fail(Error::new(
                 StatusCode::Aborted,
                 "queue action dropped before its waits were reached: its device (and reactor) \
                  shut down; keep the device alive until submitted work completes",
             ));
         }
-        self.pending.fetch_sub(1, Ordering::AcqRel);
     }
 }

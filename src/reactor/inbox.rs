@@ -11,6 +11,14 @@
 //! consumer decided to sleep" are totally ordered without fences: either the consumer sees the
 //! node, or the producer sees [`PARKED`] and unparks. No wake is lost and a running reactor is
 //! never unparked needlessly.
+//!
+//! **ABA.** A producer may read head `A`, stall while the consumer takes and frees `A`, and then
+//! succeed its compare-exchange because a new node was allocated at `A`'s address and pushed. The
+//! list is still right (the address the producer links to is the live head), but the link was
+//! read from the dead node. Links are therefore stored as exposed addresses
+//! ([`expose_provenance`](pointer::expose_provenance)) and turned back into pointers with
+//! [`ptr::with_exposed_provenance_mut`], which picks up the provenance of the live node at that
+//! address (every node is exposed when published).
 
 use std::ptr;
 
@@ -18,7 +26,8 @@ use crate::sync::{AtomicPtr, Ordering};
 
 struct Node<T> {
     value: T,
-    next: *mut Node<T>,
+    /// The next (older) node's exposed address, or 0 (see the module docs on ABA).
+    next: usize,
 }
 
 /// Sentinels: addresses that no allocation has (the first two bytes of the address space).
@@ -63,10 +72,9 @@ impl<T> Inbox<T> {
 
     /// Pushes `value`; lock-free, callable from any thread (including a GPU host callback).
     pub(crate) fn push(&self, value: T) -> Pushed<T> {
-        let node = Box::into_raw(Box::new(Node {
-            value,
-            next: ptr::null_mut(),
-        }));
+        let node = Box::into_raw(Box::new(Node { value, next: 0 }));
+        // Consumers reach this node through an exposed address (an older node's `next`).
+        node.expose_provenance();
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             if head == closed() {
@@ -74,7 +82,11 @@ impl<T> Inbox<T> {
                 let node = unsafe { Box::from_raw(node) };
                 return Pushed::Closed(node.value);
             }
-            let next = if is_list(head) { head } else { ptr::null_mut() };
+            let next = if is_list(head) {
+                head.expose_provenance()
+            } else {
+                0
+            };
             // SAFETY: `node` is not yet published, so this thread has exclusive access to it.
             unsafe { (*node).next = next };
             match self
@@ -129,7 +141,7 @@ unsafe fn drain<T>(mut head: *mut Node<T>) -> Vec<T> {
     while is_list(head) {
         // SAFETY: per the contract, `head` is an exclusively owned node from `Box::into_raw`.
         let node = unsafe { Box::from_raw(head) };
-        head = node.next;
+        head = ptr::with_exposed_provenance_mut(node.next);
         values.push(node.value);
     }
     values.reverse();
