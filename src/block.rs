@@ -20,6 +20,25 @@ impl Wake for Unparker {
     }
 }
 
+/// A waker that unparks the calling thread. Outside loom it is built once per thread and cached,
+/// so a blocking wait costs a reference-count increment rather than an allocation (and the last
+/// reference is never dropped by the waking thread, which would free it into the wrong thread's
+/// allocator cache).
+#[cfg(not(loom))]
+fn current_thread_waker() -> Waker {
+    thread_local! {
+        static WAKER: Waker = Waker::from(std::sync::Arc::new(Unparker(thread::current())));
+    }
+    WAKER
+        .try_with(Waker::clone)
+        .unwrap_or_else(|_| Waker::from(std::sync::Arc::new(Unparker(thread::current()))))
+}
+
+#[cfg(loom)]
+fn current_thread_waker() -> Waker {
+    Waker::from(std::sync::Arc::new(Unparker(thread::current())))
+}
+
 /// Polls `future` on this thread, parking between polls, until it completes (`Some(output)`) or
 /// `timeout` passes (`None`; the future is dropped, which deregisters its waiters).
 pub(crate) fn block_on_timeout<F: Future>(
@@ -27,7 +46,7 @@ pub(crate) fn block_on_timeout<F: Future>(
     timeout: Option<Duration>,
 ) -> Option<F::Output> {
     let deadline = timeout.map(|t| Instant::now().checked_add(t));
-    let waker = Waker::from(std::sync::Arc::new(Unparker(thread::current())));
+    let waker = current_thread_waker();
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);
     loop {

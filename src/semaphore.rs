@@ -297,6 +297,8 @@ impl fmt::Debug for Semaphore {
 /// Wakers taken out of the waiter map, woken once the lock is released.
 enum Woken {
     None,
+    /// Exactly one waiter reached: the common case, kept free of allocation.
+    One(Waker),
     /// Woken by a signal: `(registration id, waker)`, in registration order.
     Reached(Vec<(u64, Waker)>),
     /// Woken by a failure: everything.
@@ -307,6 +309,7 @@ impl Woken {
     fn wake(self) {
         match self {
             Woken::None => {}
+            Woken::One(waker) => waker.wake(),
             Woken::Reached(reached) => reached.into_iter().for_each(|(_, w)| w.wake()),
             Woken::All(all) => all.into_values().for_each(Waker::wake),
         }
@@ -328,8 +331,16 @@ fn take_reached(waiters: &mut BTreeMap<WaitKey, Waker>, value: u64) -> Woken {
     if !reached(waiters) {
         return Woken::None;
     }
-    let mut woken = Vec::new();
-    let mut first_value = None;
+    let Some((key, waker)) = waiters.pop_first() else {
+        return Woken::None;
+    };
+    if !reached(waiters) {
+        // Exactly one waiter reached, the common case: no allocation.
+        return Woken::One(waker);
+    }
+    let mut woken = Vec::with_capacity(POP_BEFORE_SPLIT);
+    woken.push((key.id, waker));
+    let mut first_value = Some(key.value);
     let mut one_value = true;
     while woken.len() < POP_BEFORE_SPLIT && reached(waiters) {
         if let Some((key, waker)) = waiters.pop_first() {

@@ -47,6 +47,9 @@ pub struct ActionQueue {
 struct Pending {
     actions: BTreeMap<u64, Parked>,
     next: u64,
+    /// Actions a release took out of `actions` whose issues have not all run yet. While it is
+    /// non-zero, new submissions go through the reactor too, so they cannot overtake them.
+    releasing: usize,
 }
 
 struct Parked {
@@ -86,7 +89,7 @@ impl ActionQueue {
     /// `signal` (see the [module docs](super)); this call itself cannot fail.
     pub fn submit(&self, wait: Fence, signal: Fence, issue: Issue) {
         let mut pending = lock(&self.pending);
-        if pending.actions.is_empty() {
+        if pending.actions.is_empty() && pending.releasing == 0 {
             match wait.query() {
                 Ok(true) => {
                     drop(pending);
@@ -119,9 +122,11 @@ impl ActionQueue {
         });
     }
 
-    /// How many actions of this queue are parked on the reactor now.
+    /// How many actions of this queue are parked on the reactor now, or released there and not
+    /// yet issued. While it is zero, a submission whose waits are reached issues inline.
     pub fn pending(&self) -> usize {
-        lock(&self.pending).actions.len()
+        let pending = lock(&self.pending);
+        pending.actions.len() + pending.releasing
     }
 
     /// The reactor pending actions run on.
@@ -200,13 +205,32 @@ impl Future for PendingAction {
                 ),
             }
         }
-        drop(pending);
         released.push(match result {
             Ok(()) => Release::Issue(own),
             Err(error) => Release::Fail(own, error),
         });
+        let count = released.len();
+        pending.releasing += count;
+        drop(pending);
+        // Decrements `releasing` even if a wake during the releases panics.
+        let _releasing = Releasing {
+            queue: &self.queue,
+            count,
+        };
         released.into_iter().for_each(Release::run);
         Poll::Ready(())
+    }
+}
+
+/// Actions taken out of [`Pending`] whose releases are running; see [`Pending::releasing`].
+struct Releasing<'a> {
+    queue: &'a Mutex<Pending>,
+    count: usize,
+}
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        lock(self.queue).releasing -= self.count;
     }
 }
 
