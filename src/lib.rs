@@ -43,15 +43,33 @@
 
 #![warn(missing_docs)]
 
+mod allocator;
 pub mod backend;
 mod block;
+mod buffer;
+pub mod command_buffer;
+pub mod device;
+pub mod driver;
 mod error;
+mod executable;
 mod fence;
 pub mod queue;
 pub mod reactor;
 mod semaphore;
 mod sync;
 
+pub use allocator::{Allocator, AllocatorStats};
+pub use buffer::{
+    Access, Buffer, BufferMemory, BufferParams, BufferRef, BufferUsage, MappedRead, MappedWrite,
+    MemoryType,
+};
+pub use command_buffer::{
+    Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
+};
+pub use device::{Device, DeviceFeatures, DeviceInfo};
+pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
 pub use error::{Error, Result, StatusCode};
+pub use executable::{EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec};
 pub use fence::{Fence, WaitAll, WaitAny};
+pub use queue::{Queue, Submission, Timeline, Timepoints};
 pub use semaphore::{Semaphore, Wait};

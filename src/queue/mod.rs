@@ -27,3 +27,6 @@
 mod action;
 
 pub use action::{ActionQueue, Issue};
+mod submit;
+
+pub use submit::{Queue, ReadSink, Submission, Timeline, Timepoints};

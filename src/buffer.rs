@@ -1,0 +1,631 @@
+//! Buffers: device memory with a memory type and usage bits, subspans, and mapping guards.
+//!
+//! A [`Buffer`] is a shared handle; a [`BufferRef`] is a byte range of one (a subspan). Host
+//! access goes through mapping guards, and the rules that make it safe are enforced at run time:
+//!
+//! * **Mapping vs in-flight device work.** Every queue operation records, on each buffer it
+//!   touches, its signal fence and whether it reads or writes. [`Buffer::map_read`] is refused
+//!   with [`StatusCode::FailedPrecondition`] while device writes to the buffer are in flight,
+//!   [`Buffer::map_write`] while any device access is. [`Buffer::map_read_async`] and
+//!   [`Buffer::map_write_async`] wait for that work instead (asynchronously) and then map.
+//! * **Submissions vs live mappings.** While a read guard lives, submitting device work that
+//!   writes the buffer is refused with [`StatusCode::FailedPrecondition`]; while a write guard
+//!   lives, any device access is. The borrow checker keeps guards from outliving the buffer.
+//! * **Lifetime.** Memory is freed (or returned to its pool) when the last handle and the last
+//!   in-flight submission using it are gone; dropping a buffer while the device uses it is safe.
+
+use std::fmt;
+use std::ops::{Bound, Deref, DerefMut, RangeBounds};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytemuck::Pod;
+
+use crate::error::{Error, Result, StatusCode};
+use crate::fence::Fence;
+
+bitflags::bitflags! {
+    /// Where memory lives and how the host may see it (Vulkan's memory property flags).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct MemoryType: u32 {
+        /// Fastest for the device.
+        const DEVICE_LOCAL = 1 << 0;
+        /// The host can map it.
+        const HOST_VISIBLE = 1 << 1;
+        /// Host writes and device writes are visible to each other without flushes.
+        const HOST_COHERENT = 1 << 2;
+        /// Host reads are cached (fast host reads; may need invalidation if not coherent).
+        const HOST_CACHED = 1 << 3;
+    }
+}
+
+bitflags::bitflags! {
+    /// What a buffer may be used for. Checked when commands are recorded and submitted.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct BufferUsage: u32 {
+        /// Source of copies and queue reads.
+        const TRANSFER_SOURCE = 1 << 0;
+        /// Target of fills, updates, copies and queue writes.
+        const TRANSFER_TARGET = 1 << 1;
+        /// Both transfer directions.
+        const TRANSFER = Self::TRANSFER_SOURCE.bits() | Self::TRANSFER_TARGET.bits();
+        /// Bound to dispatches as storage.
+        const DISPATCH_STORAGE = 1 << 2;
+        /// Mapped by the host (requires [`MemoryType::HOST_VISIBLE`]).
+        const MAPPING = 1 << 3;
+    }
+}
+
+/// How to allocate a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferParams {
+    /// Required memory properties.
+    pub memory: MemoryType,
+    /// Allowed usage.
+    pub usage: BufferUsage,
+}
+
+impl BufferParams {
+    /// Device-local memory for transfers and dispatches, not mappable.
+    pub const DEVICE: BufferParams = BufferParams {
+        memory: MemoryType::DEVICE_LOCAL,
+        usage: BufferUsage::TRANSFER.union(BufferUsage::DISPATCH_STORAGE),
+    };
+
+    /// Host-visible, coherent memory usable for everything, mappable: the simplest choice.
+    pub const HOST: BufferParams = BufferParams {
+        memory: MemoryType::HOST_VISIBLE.union(MemoryType::HOST_COHERENT),
+        usage: BufferUsage::all(),
+    };
+
+    /// Checks the combination itself (independent of any device).
+    pub fn validate(&self) -> Result<()> {
+        if self.usage.contains(BufferUsage::MAPPING)
+            && !self.memory.contains(MemoryType::HOST_VISIBLE)
+        {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "buffer usage includes MAPPING but memory type {:?} is not HOST_VISIBLE; \
+                     add MemoryType::HOST_VISIBLE or drop BufferUsage::MAPPING",
+                    self.memory
+                ),
+            ));
+        }
+        if self.usage.is_empty() {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                "buffer usage is empty: a buffer nobody may use is useless; set BufferUsage bits",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Backend memory behind a buffer (the SPI): what a device's allocator hands out.
+pub trait BufferMemory: Send + Sync + 'static {
+    /// The usable size in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the memory is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The host address of byte 0 if the memory is host-visible and persistently mapped.
+    fn host_ptr(&self) -> Option<NonNull<u8>>;
+
+    /// Makes host writes to `[offset, offset + len)` visible to the device (non-coherent memory).
+    fn flush(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
+    /// Makes device writes to `[offset, offset + len)` visible to the host (non-coherent memory).
+    fn invalidate(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
+    /// The memory as `Any`, so the backend can reach its own type (`VkBuffer`, device pointer).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// How a queue operation touches a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The device reads it.
+    Read,
+    /// The device writes it (possibly reading too).
+    Write,
+}
+
+struct Tracker {
+    /// The memory; `None` once a queue-ordered `dealloca` released it.
+    memory: Option<Arc<dyn BufferMemory>>,
+    /// Signal fences of in-flight submissions touching the buffer, with their access.
+    in_flight: Vec<(Fence, Access)>,
+    host_readers: u32,
+    host_writer: bool,
+}
+
+impl Tracker {
+    /// Drops entries whose submissions completed (or failed: failed work no longer runs).
+    fn prune(&mut self) {
+        self.in_flight
+            .retain(|(fence, _)| matches!(fence.query(), Ok(false)));
+    }
+
+    fn busy(&mut self, conflicting: impl Fn(Access) -> bool) -> Option<Fence> {
+        self.prune();
+        let mut busy = Fence::new();
+        for (fence, access) in &self.in_flight {
+            if conflicting(*access) {
+                busy.extend(fence);
+            }
+        }
+        (!busy.is_empty()).then_some(busy)
+    }
+}
+
+struct Inner {
+    id: u64,
+    size: u64,
+    params: BufferParams,
+    tracker: Mutex<Tracker>,
+}
+
+static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A device buffer. Cloning gives another handle to the same memory.
+#[derive(Clone)]
+pub struct Buffer {
+    inner: Arc<Inner>,
+}
+
+impl Buffer {
+    /// Wraps backend memory (the SPI; users allocate through a device's allocator).
+    pub fn from_memory(memory: Arc<dyn BufferMemory>, size: u64, params: BufferParams) -> Self {
+        Buffer {
+            inner: Arc::new(Inner {
+                id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
+                size,
+                params,
+                tracker: Mutex::new(Tracker {
+                    memory: Some(memory),
+                    in_flight: Vec::new(),
+                    host_readers: 0,
+                    host_writer: false,
+                }),
+            }),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    /// Memory type the buffer was allocated with.
+    pub fn memory_type(&self) -> MemoryType {
+        self.inner.params.memory
+    }
+
+    /// Allowed usage.
+    pub fn usage(&self) -> BufferUsage {
+        self.inner.params.usage
+    }
+
+    /// A process-unique id, for diagnostics.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The backend memory (the SPI). `FailedPrecondition` after a queue `dealloca` released it.
+    pub fn memory(&self) -> Result<Arc<dyn BufferMemory>> {
+        self.lock()
+            .memory
+            .clone()
+            .ok_or_else(|| self.released_error())
+    }
+
+    /// Whether a queue `dealloca` released the memory.
+    pub fn is_released(&self) -> bool {
+        self.lock().memory.is_none()
+    }
+
+    /// Detaches the memory (the completion of a queue-ordered `dealloca`). In-flight work that
+    /// still holds it keeps it alive; the pool gets it back when the last holder drops it.
+    pub(crate) fn release_memory(&self) -> Option<Arc<dyn BufferMemory>> {
+        self.lock().memory.take()
+    }
+
+    fn released_error(&self) -> Error {
+        Error::new(
+            StatusCode::FailedPrecondition,
+            format!(
+                "buffer {} was deallocated (queue dealloca); allocate a new buffer",
+                self.id()
+            ),
+        )
+    }
+
+    /// Whether two handles refer to the same buffer.
+    pub fn ptr_eq(&self, other: &Buffer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The whole buffer as a [`BufferRef`].
+    pub fn whole(&self) -> BufferRef {
+        BufferRef {
+            buffer: self.clone(),
+            offset: 0,
+            length: self.inner.size,
+        }
+    }
+
+    /// A subspan. `OutOfRange` if it does not lie within the buffer.
+    pub fn slice(&self, range: impl RangeBounds<u64>) -> Result<BufferRef> {
+        self.whole().slice(range)
+    }
+
+    /// A fence covering every in-flight submission that touches this buffer (empty if idle).
+    pub fn busy_fence(&self) -> Fence {
+        self.lock().busy(|_| true).unwrap_or_default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        self.inner
+            .tracker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn check_mappable(
+        &self,
+        memory: &Option<Arc<dyn BufferMemory>>,
+    ) -> Result<(Arc<dyn BufferMemory>, NonNull<u8>)> {
+        if !self.usage().contains(BufferUsage::MAPPING) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "buffer {} was allocated without BufferUsage::MAPPING (usage {:?}); allocate \
+                     it host-visible with MAPPING, or copy through a queue read/write",
+                    self.id(),
+                    self.usage()
+                ),
+            ));
+        }
+        let memory = memory.clone().ok_or_else(|| self.released_error())?;
+        let ptr = memory.host_ptr().ok_or_else(|| {
+            Error::new(
+                StatusCode::FailedPrecondition,
+                format!("buffer {} memory has no host mapping", self.id()),
+            )
+        })?;
+        Ok((memory, ptr))
+    }
+
+    /// Maps `range` for host reading.
+    ///
+    /// Fails with `FailedPrecondition` while device writes to the buffer are in flight (or a
+    /// host write guard lives), `InvalidArgument` without [`BufferUsage::MAPPING`], `OutOfRange`
+    /// outside the buffer. Non-coherent memory is invalidated first.
+    pub fn map_read(&self, range: impl RangeBounds<u64>) -> Result<MappedRead<'_>> {
+        let range = self.slice(range)?;
+        let mut tracker = self.lock();
+        let (memory, ptr) = self.check_mappable(&tracker.memory)?;
+        if tracker.host_writer {
+            return Err(self.mapped_error("for reading", "it is mapped for writing"));
+        }
+        if let Some(busy) = tracker.busy(|a| a == Access::Write) {
+            return Err(self.busy_error("for reading", "device writes", &busy));
+        }
+        tracker.host_readers += 1;
+        drop(tracker);
+        let guard = MappedRead {
+            buffer: self,
+            // SAFETY: `range` lies within the buffer (checked by `slice`), and `ptr` maps it.
+            ptr: unsafe { ptr.as_ptr().add(range.offset as usize) },
+            len: range.length as usize,
+            memory,
+        };
+        guard.memory.invalidate(range.offset, range.length)?;
+        Ok(guard)
+    }
+
+    /// Maps `range` for host writing (and reading).
+    ///
+    /// Fails with `FailedPrecondition` while any device access to the buffer is in flight or
+    /// any other guard lives. Non-coherent memory is flushed when the guard drops.
+    pub fn map_write(&self, range: impl RangeBounds<u64>) -> Result<MappedWrite<'_>> {
+        let range = self.slice(range)?;
+        let mut tracker = self.lock();
+        let (memory, ptr) = self.check_mappable(&tracker.memory)?;
+        if tracker.host_writer || tracker.host_readers > 0 {
+            return Err(self.mapped_error("for writing", "it is already mapped"));
+        }
+        if let Some(busy) = tracker.busy(|_| true) {
+            return Err(self.busy_error("for writing", "device accesses", &busy));
+        }
+        tracker.host_writer = true;
+        drop(tracker);
+        let guard = MappedWrite {
+            buffer: self,
+            // SAFETY: as in `map_read`.
+            ptr: unsafe { ptr.as_ptr().add(range.offset as usize) },
+            offset: range.offset,
+            len: range.length as usize,
+            memory,
+        };
+        guard.memory.invalidate(range.offset, range.length)?;
+        Ok(guard)
+    }
+
+    /// Waits (asynchronously) for in-flight device writes, then maps for reading. Fails like
+    /// [`Buffer::map_read`] for bad usage or range, or with the error of failed work.
+    pub async fn map_read_async(&self, range: impl RangeBounds<u64>) -> Result<MappedRead<'_>> {
+        let range = self.slice(range)?;
+        loop {
+            let busy = self.lock().busy(|a| a == Access::Write);
+            match busy {
+                Some(fence) => fence.wait_all().await?,
+                None => return self.map_read(range.offset..range.offset + range.length),
+            }
+        }
+    }
+
+    /// Waits (asynchronously) for in-flight device accesses, then maps for writing.
+    pub async fn map_write_async(&self, range: impl RangeBounds<u64>) -> Result<MappedWrite<'_>> {
+        let range = self.slice(range)?;
+        loop {
+            let busy = self.lock().busy(|_| true);
+            match busy {
+                Some(fence) => fence.wait_all().await?,
+                None => return self.map_write(range.offset..range.offset + range.length),
+            }
+        }
+    }
+
+    /// Records that a submission signalling `fence` accesses this buffer (the queue's side of
+    /// the mapping rules). Fails with `FailedPrecondition` if a live host mapping conflicts.
+    pub(crate) fn track(&self, fence: &Fence, access: Access) -> Result<()> {
+        let mut tracker = self.lock();
+        if tracker.memory.is_none() {
+            return Err(self.released_error());
+        }
+        let conflict = tracker.host_writer || (access == Access::Write && tracker.host_readers > 0);
+        if conflict {
+            return Err(Error::new(
+                StatusCode::FailedPrecondition,
+                format!(
+                    "buffer {} is mapped on the host ({}), so the device may not {} it; drop the \
+                     mapping guard before submitting",
+                    self.id(),
+                    if tracker.host_writer {
+                        "for writing"
+                    } else {
+                        "for reading"
+                    },
+                    if access == Access::Write {
+                        "write"
+                    } else {
+                        "read"
+                    },
+                ),
+            ));
+        }
+        if tracker.in_flight.len() >= 16 {
+            tracker.prune();
+        }
+        tracker.in_flight.push((fence.clone(), access));
+        Ok(())
+    }
+
+    fn mapped_error(&self, what: &str, why: &str) -> Error {
+        Error::new(
+            StatusCode::FailedPrecondition,
+            format!(
+                "cannot map buffer {} {what}: {why}; drop the other guard first",
+                self.id()
+            ),
+        )
+    }
+
+    fn busy_error(&self, what: &str, kind: &str, busy: &Fence) -> Error {
+        Error::new(
+            StatusCode::FailedPrecondition,
+            format!(
+                "cannot map buffer {} {what}: {kind} are in flight (until {busy:?}); await the \
+                 submission, or use map_{}_async",
+                self.id(),
+                if what == "for reading" {
+                    "read"
+                } else {
+                    "write"
+                },
+            ),
+        )
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("id", &self.id())
+            .field("size", &self.size())
+            .field("memory", &self.memory_type())
+            .field("usage", &self.usage())
+            .finish()
+    }
+}
+
+/// A byte range of a buffer: what commands operate on.
+///
+/// Always lies within its buffer (every constructor checks).
+#[derive(Clone, Debug)]
+pub struct BufferRef {
+    buffer: Buffer,
+    offset: u64,
+    length: u64,
+}
+
+impl BufferRef {
+    /// The buffer.
+    pub fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    /// First byte, from the start of the buffer.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.length
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// A subrange, relative to this one. `OutOfRange` if it does not lie within it.
+    pub fn slice(&self, range: impl RangeBounds<u64>) -> Result<BufferRef> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => Some(s),
+            Bound::Excluded(&s) => s.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.checked_add(1),
+            Bound::Excluded(&e) => Some(e),
+            Bound::Unbounded => Some(self.length),
+        };
+        match (start, end) {
+            (Some(start), Some(end)) if start <= end && end <= self.length => Ok(BufferRef {
+                buffer: self.buffer.clone(),
+                offset: self.offset + start,
+                length: end - start,
+            }),
+            _ => Err(Error::new(
+                StatusCode::OutOfRange,
+                format!(
+                    "range {:?}..{:?} does not lie within {} bytes (buffer {} at offset {})",
+                    range.start_bound(),
+                    range.end_bound(),
+                    self.length,
+                    self.buffer.id(),
+                    self.offset
+                ),
+            )),
+        }
+    }
+
+    /// One past the last byte, within the buffer.
+    pub fn end(&self) -> u64 {
+        self.offset + self.length
+    }
+}
+
+/// A host read mapping; derefs to the bytes. See [`Buffer::map_read`].
+pub struct MappedRead<'a> {
+    buffer: &'a Buffer,
+    ptr: *mut u8,
+    len: usize,
+    memory: Arc<dyn BufferMemory>,
+}
+
+// SAFETY: the guard only hands out shared access to memory that no device work writes while it
+// lives (enforced by the tracker), and the memory is `Send + Sync` backend memory.
+unsafe impl Send for MappedRead<'_> {}
+// SAFETY: as above; `&MappedRead` only gives `&[u8]`.
+unsafe impl Sync for MappedRead<'_> {}
+
+impl MappedRead<'_> {
+    /// The bytes as a slice of `T`; `InvalidArgument` if the size or alignment does not fit.
+    pub fn as_slice<T: Pod>(&self) -> Result<&[T]> {
+        bytemuck::try_cast_slice(self).map_err(cast_error::<T>)
+    }
+}
+
+impl Deref for MappedRead<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is mapped host memory of the buffer, kept alive by the borrow
+        // of the buffer, and no device write runs while this read guard lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MappedRead<'_> {
+    fn drop(&mut self) {
+        self.buffer.lock().host_readers -= 1;
+    }
+}
+
+/// A host write mapping; derefs (mutably) to the bytes. See [`Buffer::map_write`].
+pub struct MappedWrite<'a> {
+    buffer: &'a Buffer,
+    ptr: *mut u8,
+    offset: u64,
+    len: usize,
+    memory: Arc<dyn BufferMemory>,
+}
+
+// SAFETY: the guard has exclusive host access and no device access runs while it lives.
+unsafe impl Send for MappedWrite<'_> {}
+// SAFETY: `&MappedWrite` only gives `&[u8]`.
+unsafe impl Sync for MappedWrite<'_> {}
+
+impl MappedWrite<'_> {
+    /// The bytes as a slice of `T`; `InvalidArgument` if the size or alignment does not fit.
+    pub fn as_slice<T: Pod>(&self) -> Result<&[T]> {
+        bytemuck::try_cast_slice(self).map_err(cast_error::<T>)
+    }
+
+    /// The bytes as a mutable slice of `T`; `InvalidArgument` if the size or alignment does
+    /// not fit.
+    pub fn as_mut_slice<T: Pod>(&mut self) -> Result<&mut [T]> {
+        bytemuck::try_cast_slice_mut(self).map_err(cast_error::<T>)
+    }
+}
+
+impl Deref for MappedWrite<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: as in `MappedRead::deref`; this guard is the only access of any kind.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for MappedWrite<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: exclusive: no other guard and no device access while this guard lives, and
+        // `&mut self` keeps this the only slice.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MappedWrite<'_> {
+    fn drop(&mut self) {
+        // A flush failure cannot be reported from drop; non-coherent backends that can fail a
+        // flush also report it on the next submission.
+        let _ = self.memory.flush(self.offset, self.len as u64);
+        self.buffer.lock().host_writer = false;
+    }
+}
+
+fn cast_error<T>(error: bytemuck::PodCastError) -> Error {
+    Error::new(
+        StatusCode::InvalidArgument,
+        format!(
+            "cannot view mapped bytes as [{}]: {error:?} (size {} align {})",
+            std::any::type_name::<T>(),
+            std::mem::size_of::<T>(),
+            std::mem::align_of::<T>()
+        ),
+    )
+}

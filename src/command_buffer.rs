@@ -1,0 +1,584 @@
+//! Command buffers: recording and validation in the core, translation in backends.
+//!
+//! A [`CommandBufferBuilder`] records fills, updates, copies, dispatches and execution barriers,
+//! validating each command as it is recorded (ranges, alignment, usage bits, binding and
+//! constant counts against the entry point), and [`finish`](CommandBufferBuilder::finish)es
+//! into an immutable [`CommandBuffer`].
+//!
+//! * **Modes.** A [`CommandBufferMode::OneShot`] buffer may be submitted once; a
+//!   [`CommandBufferMode::Reusable`] one any number of times.
+//! * **Binding tables.** Reusable buffers may refer to buffers through binding-table slots
+//!   ([`Binding::Slot`]); each submission passes a [`BindingTable`] that resolves them, so one
+//!   recording replays with new buffers without re-recording. Slot ranges are checked at submit.
+//! * **Ordering.** Commands between two execution barriers may run concurrently and in any
+//!   order; a [`CommandBufferBuilder::barrier`] makes everything before it complete (and its
+//!   writes visible) before anything after it starts.
+//! * **Lifetime.** A submission keeps the command buffer, every buffer and every executable it
+//!   references alive until its signal fence is reached.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::buffer::{Access, BufferRef, BufferUsage};
+use crate::error::{Error, Result, StatusCode};
+use crate::executable::Executable;
+
+/// The largest inline [`CommandBufferBuilder::update`], in bytes (Vulkan's `vkCmdUpdateBuffer`
+/// limit); larger uploads go through a queue `write` or a staging buffer copy.
+pub const MAX_UPDATE_SIZE: u64 = 65536;
+
+/// Whether a command buffer may be submitted once or many times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandBufferMode {
+    /// Submitted exactly once; binding-table slots are not allowed.
+    OneShot,
+    /// Submitted any number of times, each with its own binding table.
+    Reusable,
+}
+
+/// A buffer range a command refers to: direct, or through a binding-table slot.
+#[derive(Clone, Debug)]
+pub enum Binding {
+    /// A buffer range known at record time.
+    Buffer(BufferRef),
+    /// `length` bytes at `offset` of whatever buffer the submission's binding table puts in
+    /// `slot`.
+    Slot {
+        /// Binding-table index.
+        slot: u32,
+        /// Offset into the bound buffer range.
+        offset: u64,
+        /// Length in bytes.
+        length: u64,
+    },
+}
+
+impl From<BufferRef> for Binding {
+    fn from(range: BufferRef) -> Self {
+        Binding::Buffer(range)
+    }
+}
+
+impl From<&BufferRef> for Binding {
+    fn from(range: &BufferRef) -> Self {
+        Binding::Buffer(range.clone())
+    }
+}
+
+impl Binding {
+    /// A slot binding.
+    pub fn slot(slot: u32, offset: u64, length: u64) -> Self {
+        Binding::Slot {
+            slot,
+            offset,
+            length,
+        }
+    }
+
+    fn length(&self) -> u64 {
+        match self {
+            Binding::Buffer(r) => r.len(),
+            Binding::Slot { length, .. } => *length,
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        match self {
+            Binding::Buffer(r) => r.offset(),
+            Binding::Slot { offset, .. } => *offset,
+        }
+    }
+}
+
+/// A dispatch: run `workgroups` workgroups of an executable's entry point.
+#[derive(Clone, Debug)]
+pub struct Dispatch<B> {
+    /// The executable.
+    pub executable: Executable,
+    /// Entry point index.
+    pub entry_point: u32,
+    /// Workgroup count in x, y, z (a zero anywhere makes the dispatch a no-op).
+    pub workgroups: [u32; 3],
+    /// Push constants, exactly the entry point's constant count.
+    pub constants: Arc<[u32]>,
+    /// Buffer bindings, exactly the entry point's binding count.
+    pub bindings: Vec<B>,
+}
+
+/// A recorded command, generic over how it names buffers: [`Binding`] as recorded,
+/// [`BufferRef`] once resolved for a submission (what backends execute).
+#[derive(Clone, Debug)]
+pub enum Command<B = BufferRef> {
+    /// Fill `target` with a repeated 1-, 2- or 4-byte pattern (little-endian in `pattern`).
+    Fill {
+        /// Target range.
+        target: B,
+        /// The pattern value.
+        pattern: u32,
+        /// Pattern length in bytes: 1, 2 or 4.
+        pattern_len: u8,
+    },
+    /// Write bytes captured at record time into `target`.
+    Update {
+        /// Target range (as long as `data`).
+        target: B,
+        /// The bytes.
+        data: Arc<[u8]>,
+    },
+    /// Copy `source` into `target` (same length, not overlapping).
+    Copy {
+        /// Source range.
+        source: B,
+        /// Target range.
+        target: B,
+    },
+    /// A dispatch.
+    Dispatch(Dispatch<B>),
+    /// Everything before completes before anything after starts.
+    Barrier,
+}
+
+impl<B> Command<B> {
+    /// Calls `f` with each buffer the command touches and how.
+    pub fn for_each_binding(&self, mut f: impl FnMut(&B, Access)) {
+        match self {
+            Command::Fill { target, .. } | Command::Update { target, .. } => {
+                f(target, Access::Write)
+            }
+            Command::Copy { source, target } => {
+                f(source, Access::Read);
+                f(target, Access::Write);
+            }
+            Command::Dispatch(d) => d.bindings.iter().for_each(|b| f(b, Access::Write)),
+            Command::Barrier => {}
+        }
+    }
+
+    fn try_map<C>(&self, mut f: impl FnMut(&B) -> Result<C>) -> Result<Command<C>> {
+        Ok(match self {
+            Command::Fill {
+                target,
+                pattern,
+                pattern_len,
+            } => Command::Fill {
+                target: f(target)?,
+                pattern: *pattern,
+                pattern_len: *pattern_len,
+            },
+            Command::Update { target, data } => Command::Update {
+                target: f(target)?,
+                data: data.clone(),
+            },
+            Command::Copy { source, target } => Command::Copy {
+                source: f(source)?,
+                target: f(target)?,
+            },
+            Command::Dispatch(d) => Command::Dispatch(Dispatch {
+                executable: d.executable.clone(),
+                entry_point: d.entry_point,
+                workgroups: d.workgroups,
+                constants: d.constants.clone(),
+                bindings: d.bindings.iter().map(&mut f).collect::<Result<_>>()?,
+            }),
+            Command::Barrier => Command::Barrier,
+        })
+    }
+}
+
+/// Buffers for a submission's binding-table slots.
+#[derive(Clone, Debug, Default)]
+pub struct BindingTable {
+    slots: Vec<Option<BufferRef>>,
+}
+
+impl BindingTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts `range` in `slot`.
+    pub fn set(&mut self, slot: u32, range: BufferRef) -> &mut Self {
+        let slot = slot as usize;
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, None);
+        }
+        self.slots[slot] = Some(range);
+        self
+    }
+
+    /// A table with `ranges` in slots 0, 1, 2...
+    pub fn from_ranges(ranges: impl IntoIterator<Item = BufferRef>) -> Self {
+        BindingTable {
+            slots: ranges.into_iter().map(Some).collect(),
+        }
+    }
+}
+
+struct Recorded {
+    mode: CommandBufferMode,
+    commands: Vec<Command<Binding>>,
+    /// Slots used, with the minimum length each must have (`offset + length`) and usage.
+    slots: Vec<Option<(u64, BufferUsage)>>,
+    /// Precomputed resolution when no slot is used.
+    resolved: Option<Arc<[Command]>>,
+    submitted: AtomicBool,
+}
+
+/// An immutable, validated list of commands. Cheap to clone.
+#[derive(Clone)]
+pub struct CommandBuffer {
+    inner: Arc<Recorded>,
+}
+
+impl std::fmt::Debug for CommandBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandBuffer")
+            .field("mode", &self.inner.mode)
+            .field("commands", &self.inner.commands.len())
+            .field("slots", &self.inner.slots.len())
+            .finish()
+    }
+}
+
+impl CommandBuffer {
+    /// Starts recording.
+    pub fn builder(mode: CommandBufferMode) -> CommandBufferBuilder {
+        CommandBufferBuilder {
+            mode,
+            commands: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// The mode it was recorded in.
+    pub fn mode(&self) -> CommandBufferMode {
+        self.inner.mode
+    }
+
+    /// The recorded commands.
+    pub fn commands(&self) -> &[Command<Binding>] {
+        &self.inner.commands
+    }
+
+    /// How many binding-table slots a submission must fill.
+    pub fn slot_count(&self) -> u32 {
+        self.inner.slots.len() as u32
+    }
+
+    /// Resolves the commands for one submission: checks the one-shot rule and the binding
+    /// table (every used slot filled, large enough, with the usage the commands need).
+    pub fn resolve(&self, table: Option<&BindingTable>) -> Result<Arc<[Command]>> {
+        if self.inner.mode == CommandBufferMode::OneShot
+            && self.inner.submitted.swap(true, Ordering::AcqRel)
+        {
+            return Err(Error::new(
+                StatusCode::FailedPrecondition,
+                "one-shot command buffer was already submitted; record it as \
+                 CommandBufferMode::Reusable to submit it again",
+            ));
+        }
+        if let Some(resolved) = &self.inner.resolved {
+            return Ok(resolved.clone());
+        }
+        let empty = BindingTable::new();
+        let table = table.unwrap_or(&empty);
+        for (slot, need) in self.inner.slots.iter().enumerate() {
+            let Some((min_len, usage)) = need else {
+                continue;
+            };
+            let Some(Some(range)) = table.slots.get(slot) else {
+                return Err(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "binding table slot {slot} is empty but the command buffer uses it; \
+                         set it with BindingTable::set({slot}, ..)"
+                    ),
+                ));
+            };
+            if range.len() < *min_len {
+                return Err(Error::new(
+                    StatusCode::OutOfRange,
+                    format!(
+                        "binding table slot {slot} holds {} bytes but the command buffer \
+                         accesses up to byte {min_len} of it",
+                        range.len()
+                    ),
+                ));
+            }
+            check_usage(range, *usage, &format!("binding table slot {slot}"))?;
+        }
+        let commands: Vec<Command> = self
+            .inner
+            .commands
+            .iter()
+            .map(|c| {
+                c.try_map(|b| match b {
+                    Binding::Buffer(r) => Ok(r.clone()),
+                    Binding::Slot {
+                        slot,
+                        offset,
+                        length,
+                    } => {
+                        let range = table.slots[*slot as usize].as_ref().expect("checked above");
+                        range.slice(*offset..offset + length)
+                    }
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(commands.into())
+    }
+}
+
+/// Records commands, validating each one. See the [module docs](self).
+pub struct CommandBufferBuilder {
+    mode: CommandBufferMode,
+    commands: Vec<Command<Binding>>,
+    slots: Vec<Option<(u64, BufferUsage)>>,
+}
+
+pub(crate) fn check_usage(range: &BufferRef, usage: BufferUsage, what: &str) -> Result<()> {
+    if range.buffer().usage().contains(usage) {
+        Ok(())
+    } else {
+        Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "{what} (buffer {}) needs usage {usage:?} but was allocated with {:?}",
+                range.buffer().id(),
+                range.buffer().usage()
+            ),
+        ))
+    }
+}
+
+fn check_aligned(binding: &Binding, alignment: u64, what: &str) -> Result<()> {
+    let (offset, length) = (binding.offset(), binding.length());
+    if offset % alignment == 0 && length % alignment == 0 {
+        Ok(())
+    } else {
+        Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("{what}: offset {offset} and length {length} must be multiples of {alignment}"),
+        ))
+    }
+}
+
+impl CommandBufferBuilder {
+    fn binding(&mut self, binding: &Binding, usage: BufferUsage, what: &str) -> Result<()> {
+        match binding {
+            Binding::Buffer(range) => check_usage(range, usage, what),
+            Binding::Slot {
+                slot,
+                offset,
+                length,
+            } => {
+                if self.mode == CommandBufferMode::OneShot {
+                    return Err(Error::new(
+                        StatusCode::InvalidArgument,
+                        format!(
+                            "{what} uses binding-table slot {slot}, but slots are only allowed \
+                             in CommandBufferMode::Reusable command buffers"
+                        ),
+                    ));
+                }
+                let end = offset.checked_add(*length).ok_or_else(|| {
+                    Error::new(
+                        StatusCode::OutOfRange,
+                        format!("{what}: offset + length overflows"),
+                    )
+                })?;
+                let slot = *slot as usize;
+                if self.slots.len() <= slot {
+                    self.slots.resize(slot + 1, None);
+                }
+                let need = self.slots[slot].get_or_insert((0, BufferUsage::empty()));
+                need.0 = need.0.max(end);
+                need.1 |= usage;
+                Ok(())
+            }
+        }
+    }
+
+    /// Fills `target` with `pattern` (1, 2 or 4 bytes, repeated). Offset and length must be
+    /// multiples of the pattern length; the target needs [`BufferUsage::TRANSFER_TARGET`].
+    pub fn fill(&mut self, target: impl Into<Binding>, pattern: &[u8]) -> Result<&mut Self> {
+        let target = target.into();
+        let pattern_len = pattern.len();
+        if !matches!(pattern_len, 1 | 2 | 4) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!("fill pattern must be 1, 2 or 4 bytes long, not {pattern_len}"),
+            ));
+        }
+        check_aligned(&target, pattern_len as u64, "fill")?;
+        self.binding(&target, BufferUsage::TRANSFER_TARGET, "fill target")?;
+        let mut bytes = [0u8; 4];
+        bytes[..pattern_len].copy_from_slice(pattern);
+        self.commands.push(Command::Fill {
+            target,
+            pattern: u32::from_le_bytes(bytes),
+            pattern_len: pattern_len as u8,
+        });
+        Ok(self)
+    }
+
+    /// Writes `data` (copied now) into `target`, which must be exactly as long. At most
+    /// [`MAX_UPDATE_SIZE`] bytes; offset and length multiples of 4.
+    pub fn update(&mut self, target: impl Into<Binding>, data: &[u8]) -> Result<&mut Self> {
+        let target = target.into();
+        if data.len() as u64 > MAX_UPDATE_SIZE {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "update of {} bytes exceeds the inline limit of {MAX_UPDATE_SIZE}; use a \
+                     queue write or a copy from a staging buffer",
+                    data.len()
+                ),
+            ));
+        }
+        if target.length() != data.len() as u64 {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "update target is {} bytes but {} bytes of data were given",
+                    target.length(),
+                    data.len()
+                ),
+            ));
+        }
+        check_aligned(&target, 4, "update")?;
+        self.binding(&target, BufferUsage::TRANSFER_TARGET, "update target")?;
+        self.commands.push(Command::Update {
+            target,
+            data: data.into(),
+        });
+        Ok(self)
+    }
+
+    /// Copies `source` into `target`: equal lengths, no overlap within one buffer, usage
+    /// [`BufferUsage::TRANSFER_SOURCE`] / [`BufferUsage::TRANSFER_TARGET`].
+    pub fn copy(
+        &mut self,
+        source: impl Into<Binding>,
+        target: impl Into<Binding>,
+    ) -> Result<&mut Self> {
+        let (source, target) = (source.into(), target.into());
+        if source.length() != target.length() {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "copy source is {} bytes but target is {} bytes; they must be equal",
+                    source.length(),
+                    target.length()
+                ),
+            ));
+        }
+        if let (Binding::Buffer(s), Binding::Buffer(t)) = (&source, &target) {
+            if s.buffer().ptr_eq(t.buffer()) && s.offset() < t.end() && t.offset() < s.end() {
+                return Err(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "copy ranges {}..{} and {}..{} of buffer {} overlap",
+                        s.offset(),
+                        s.end(),
+                        t.offset(),
+                        t.end(),
+                        s.buffer().id()
+                    ),
+                ));
+            }
+        }
+        self.binding(&source, BufferUsage::TRANSFER_SOURCE, "copy source")?;
+        self.binding(&target, BufferUsage::TRANSFER_TARGET, "copy target")?;
+        self.commands.push(Command::Copy { source, target });
+        Ok(self)
+    }
+
+    /// Dispatches `workgroups` workgroups of `executable`'s entry point `entry_point` with
+    /// `constants` and `bindings`, whose counts must match the entry point; bindings need
+    /// [`BufferUsage::DISPATCH_STORAGE`].
+    pub fn dispatch(
+        &mut self,
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: impl IntoIterator<Item = Binding>,
+    ) -> Result<&mut Self> {
+        let entry = executable.entry_point(entry_point)?;
+        let bindings: Vec<Binding> = bindings.into_iter().collect();
+        if constants.len() != entry.constant_count as usize {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "entry point '{}' takes {} constants but {} were given",
+                    entry.name,
+                    entry.constant_count,
+                    constants.len()
+                ),
+            ));
+        }
+        if bindings.len() != entry.binding_count as usize {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "entry point '{}' takes {} bindings but {} were given",
+                    entry.name,
+                    entry.binding_count,
+                    bindings.len()
+                ),
+            ));
+        }
+        let name = entry.name.clone();
+        for (i, binding) in bindings.iter().enumerate() {
+            self.binding(
+                binding,
+                BufferUsage::DISPATCH_STORAGE,
+                &format!("binding {i} of dispatch '{name}'"),
+            )?;
+        }
+        self.commands.push(Command::Dispatch(Dispatch {
+            executable: executable.clone(),
+            entry_point,
+            workgroups,
+            constants: constants.into(),
+            bindings,
+        }));
+        Ok(self)
+    }
+
+    /// An execution barrier: commands before it complete before commands after it start.
+    pub fn barrier(&mut self) -> &mut Self {
+        if !matches!(self.commands.last(), None | Some(Command::Barrier)) {
+            self.commands.push(Command::Barrier);
+        }
+        self
+    }
+
+    /// Finishes recording.
+    pub fn finish(self) -> CommandBuffer {
+        let resolved = self.slots.is_empty().then(|| {
+            self.commands
+                .iter()
+                .map(|c| {
+                    c.try_map(|b| match b {
+                        Binding::Buffer(r) => Ok(r.clone()),
+                        Binding::Slot { .. } => unreachable!("no slots recorded"),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+                .expect("direct bindings always resolve")
+                .into()
+        });
+        CommandBuffer {
+            inner: Arc::new(Recorded {
+                mode: self.mode,
+                commands: self.commands,
+                slots: self.slots,
+                resolved,
+                submitted: AtomicBool::new(false),
+            }),
+        }
+    }
+}

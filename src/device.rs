@@ -1,0 +1,253 @@
+//! Devices: the handle users hold, and the backend trait (the SPI) each backend implements.
+//!
+//! A [`Device`] is created by a driver (see [`crate::driver`]). It exposes its
+//! [`DeviceInfo`], integer facts through [`Device::query`], its [`Allocator`], its queues,
+//! semaphore creation (backend-native where the backend has one), and executable loading (with a
+//! content-keyed cache). Backends implement [`DeviceBackend`]; the core never names a vendor type.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::allocator::Allocator;
+use crate::buffer::{BufferMemory, BufferParams};
+use crate::command_buffer::Command;
+use crate::error::{Error, Result, StatusCode};
+use crate::executable::{Executable, ExecutableBackend, ExecutableCache, ExecutableSpec};
+use crate::fence::Fence;
+use crate::queue::Queue;
+use crate::semaphore::Semaphore;
+
+bitflags::bitflags! {
+    /// Optional device capabilities (IREE's device feature bits).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct DeviceFeatures: u32 {
+        /// The device supports debugging executables.
+        const DEBUGGING = 1 << 0;
+        /// The device can report executable coverage.
+        const COVERAGE = 1 << 1;
+        /// The device can profile executables and queues.
+        const PROFILING = 1 << 2;
+    }
+}
+
+/// What a device is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Its URI, for example `cpu://0`.
+    pub id: String,
+    /// A human-readable name.
+    pub name: String,
+    /// The driver id, for example `cpu`.
+    pub driver: String,
+    /// Optional capabilities.
+    pub features: DeviceFeatures,
+}
+
+/// Stable query keys every device answers (backends may answer more).
+pub mod keys {
+    /// How many queues the device has.
+    pub const QUEUE_COUNT: &str = "device.queue_count";
+    /// How many workgroups (or threads) can run at once.
+    pub const CONCURRENCY: &str = "device.concurrency";
+    /// Minimum alignment of buffer offsets for dispatch bindings, in bytes.
+    pub const BINDING_ALIGNMENT: &str = "buffer.binding_alignment";
+}
+
+/// Work a backend runs once a submission's waits are reached.
+pub enum Work {
+    /// Resolved commands (a command buffer's, or a single queue operation's).
+    Commands(Arc<[Command]>),
+    /// Copy `source` to host memory and hand the bytes to `sink`.
+    Read {
+        /// What to read.
+        source: crate::buffer::BufferRef,
+        /// Receives the bytes (or the failure).
+        sink: crate::queue::ReadSink,
+    },
+    /// Run a closure on the host in queue order.
+    HostCall(Box<dyn FnOnce() -> Result<()> + Send>),
+}
+
+impl fmt::Debug for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Work::Commands(c) => write!(f, "Commands({} commands)", c.len()),
+            Work::Read { source, .. } => write!(f, "Read({source:?})"),
+            Work::HostCall(_) => f.write_str("HostCall(..)"),
+        }
+    }
+}
+
+/// The backend side of a device: the one trait each backend implements.
+///
+/// Ordering and failure contract of [`DeviceBackend::submit`]: run `work` once every entry of
+/// `wait` is reached (through the core's [`crate::queue::ActionQueue`], or natively), then
+/// signal every entry of `signal`; if a wait fails, do not run `work` and fail `signal` with
+/// that error; if running fails, fail `signal`. Never block the caller on the device, and keep
+/// `work` (and so every resource it references) alive until `signal` is reached or failed.
+pub trait DeviceBackend: Send + Sync + 'static {
+    /// Identity and features.
+    fn info(&self) -> &DeviceInfo;
+
+    /// An integer fact for `key` (see [`keys`]), or `None` if the backend does not know it.
+    fn query(&self, key: &str) -> Option<i64>;
+
+    /// How many queues the device has (at least 1).
+    fn queue_count(&self) -> u32;
+
+    /// Allocates `size` bytes of memory matching `params`.
+    fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>>;
+
+    /// Executable formats [`DeviceBackend::load_executable`] understands.
+    fn executable_formats(&self) -> Vec<String>;
+
+    /// Loads an executable in one of [`DeviceBackend::executable_formats`].
+    fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>>;
+
+    /// Creates a semaphore; backends with native timelines return natively backed ones.
+    fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
+        Ok(Semaphore::new(initial_value))
+    }
+
+    /// Submits `work` on queue `queue` (see the trait docs for the contract).
+    fn submit(&self, queue: u32, wait: Fence, signal: Fence, work: Work);
+}
+
+struct Inner {
+    backend: Arc<dyn DeviceBackend>,
+    allocator: Allocator,
+    executables: ExecutableCache,
+}
+
+/// A device handle. Cheap to clone; the device lives while any handle or submission does.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl Device {
+    /// Wraps a backend (the SPI; users get devices from a driver registry).
+    pub fn from_backend(backend: Arc<dyn DeviceBackend>) -> Device {
+        Device {
+            inner: Arc::new(Inner {
+                allocator: Allocator::new(backend.clone()),
+                backend,
+                executables: ExecutableCache::default(),
+            }),
+        }
+    }
+
+    /// Identity and features.
+    pub fn info(&self) -> &DeviceInfo {
+        self.inner.backend.info()
+    }
+
+    /// An integer fact (see [`keys`]); `NotFound` naming the key if the device does not know it.
+    pub fn query(&self, key: &str) -> Result<i64> {
+        if key == keys::QUEUE_COUNT {
+            return Ok(self.queue_count() as i64);
+        }
+        self.inner.backend.query(key).ok_or_else(|| {
+            Error::new(
+                StatusCode::NotFound,
+                format!("device {} does not answer query '{key}'", self.info().id),
+            )
+        })
+    }
+
+    /// The device's allocator.
+    pub fn allocator(&self) -> &Allocator {
+        &self.inner.allocator
+    }
+
+    /// How many queues the device has.
+    pub fn queue_count(&self) -> u32 {
+        self.inner.backend.queue_count().max(1)
+    }
+
+    /// Queue `index`; `OutOfRange` if the device has no such queue.
+    pub fn queue(&self, index: u32) -> Result<Queue> {
+        if index >= self.queue_count() {
+            return Err(Error::new(
+                StatusCode::OutOfRange,
+                format!(
+                    "device {} has {} queues; queue {index} does not exist",
+                    self.info().id,
+                    self.queue_count()
+                ),
+            ));
+        }
+        Ok(Queue::new(self.clone(), index))
+    }
+
+    /// The queues selected by an affinity bitmask (bit `i` = queue `i`); all queues for
+    /// `u64::MAX`. `InvalidArgument` if the mask selects none.
+    pub fn queues(&self, affinity: u64) -> Result<Vec<Queue>> {
+        let queues: Vec<Queue> = (0..self.queue_count().min(64))
+            .filter(|i| affinity & (1u64 << i) != 0)
+            .map(|i| Queue::new(self.clone(), i))
+            .collect();
+        if queues.is_empty() {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "queue affinity {affinity:#x} selects none of the device's {} queues",
+                    self.queue_count()
+                ),
+            ));
+        }
+        Ok(queues)
+    }
+
+    /// Creates a timeline semaphore (device-native where the backend has one).
+    pub fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
+        self.inner.backend.create_semaphore(initial_value)
+    }
+
+    /// Executable formats this device loads.
+    pub fn supported_formats(&self) -> Vec<String> {
+        self.inner.backend.executable_formats()
+    }
+
+    /// Loads an executable, or returns the cached one for identical content.
+    ///
+    /// `Unimplemented` (listing the supported formats) for a format the device does not load.
+    pub fn load_executable(&self, spec: &ExecutableSpec) -> Result<Executable> {
+        let formats = self.supported_formats();
+        if !formats.contains(&spec.format) {
+            return Err(Error::new(
+                StatusCode::Unimplemented,
+                format!(
+                    "device {} cannot load executable format '{}'; it supports: {}",
+                    self.info().id,
+                    spec.format,
+                    formats.join(", ")
+                ),
+            ));
+        }
+        self.inner.executables.get_or_load(spec, |spec| {
+            let backend = self.inner.backend.load_executable(spec)?;
+            Ok(Executable::from_backend(
+                spec.format.clone(),
+                self.info().id.clone(),
+                backend,
+            ))
+        })
+    }
+
+    /// The executable cache.
+    pub fn executable_cache(&self) -> &ExecutableCache {
+        &self.inner.executables
+    }
+
+    /// The backend (the SPI).
+    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+        &self.inner.backend
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("info", self.info()).finish()
+    }
+}

@@ -1,0 +1,259 @@
+//! Executables: loaded device code with entry-point metadata, and a cache keyed by content.
+//!
+//! An executable is loaded by a device from an [`ExecutableSpec`]: a format name the device
+//! supports (see [`crate::Device::supported_formats`]) and either bytes (a shared library, SPIR-V,
+//! PTX...) or an in-process object (Rust kernels on the CPU device). Each entry point states its
+//! name, workgroup size, binding count and constant count; dispatches are validated against it
+//! when recorded.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::error::{Error, Result, StatusCode};
+
+/// One kernel of an executable.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EntryPoint {
+    /// The name dispatches look it up by.
+    pub name: String,
+    /// Invocations per workgroup in x, y, z.
+    pub workgroup_size: [u32; 3],
+    /// Buffer bindings a dispatch must supply.
+    pub binding_count: u32,
+    /// `u32` push constants a dispatch must supply.
+    pub constant_count: u32,
+}
+
+/// The code of an executable.
+#[derive(Clone)]
+pub enum ExecutableSource {
+    /// Bytes in the spec's format (a shared library image or path contents, SPIR-V, PTX...).
+    Bytes(Arc<[u8]>),
+    /// An in-process object the device understands (for example CPU Rust kernels).
+    Native(Arc<dyn Any + Send + Sync>),
+}
+
+impl fmt::Debug for ExecutableSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecutableSource::Bytes(bytes) => write!(f, "Bytes({} bytes)", bytes.len()),
+            ExecutableSource::Native(_) => f.write_str("Native(..)"),
+        }
+    }
+}
+
+/// What to load: a format and its source.
+#[derive(Clone, Debug)]
+pub struct ExecutableSpec {
+    /// The format name, for example `"cpu-rust"`, `"cpu-c-abi-v1"`, `"spirv"`.
+    pub format: String,
+    /// The code.
+    pub source: ExecutableSource,
+}
+
+impl ExecutableSpec {
+    /// A spec from bytes.
+    pub fn bytes(format: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+        ExecutableSpec {
+            format: format.into(),
+            source: ExecutableSource::Bytes(bytes.into()),
+        }
+    }
+
+    /// A spec from an in-process object.
+    pub fn native(format: impl Into<String>, object: Arc<dyn Any + Send + Sync>) -> Self {
+        ExecutableSpec {
+            format: format.into(),
+            source: ExecutableSource::Native(object),
+        }
+    }
+}
+
+/// A backend's loaded executable (the SPI).
+pub trait ExecutableBackend: Send + Sync + 'static {
+    /// Entry points, in the order dispatches index them.
+    fn entry_points(&self) -> &[EntryPoint];
+    /// The object as `Any`, so the backend can reach its own type when dispatching.
+    fn as_any(&self) -> &dyn Any;
+}
+
+struct Inner {
+    id: u64,
+    format: String,
+    device: String,
+    backend: Box<dyn ExecutableBackend>,
+}
+
+static NEXT_EXECUTABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A loaded executable. Cloning gives another handle; submissions keep it alive.
+#[derive(Clone)]
+pub struct Executable {
+    inner: Arc<Inner>,
+}
+
+impl Executable {
+    /// Wraps a backend executable (the SPI; users load through a device).
+    pub fn from_backend(
+        format: impl Into<String>,
+        device: impl Into<String>,
+        backend: Box<dyn ExecutableBackend>,
+    ) -> Self {
+        Executable {
+            inner: Arc::new(Inner {
+                id: NEXT_EXECUTABLE_ID.fetch_add(1, Ordering::Relaxed),
+                format: format.into(),
+                device: device.into(),
+                backend,
+            }),
+        }
+    }
+
+    /// The format it was loaded from.
+    pub fn format(&self) -> &str {
+        &self.inner.format
+    }
+
+    /// The id of the device that loaded it.
+    pub fn device_id(&self) -> &str {
+        &self.inner.device
+    }
+
+    /// Entry points, in index order.
+    pub fn entry_points(&self) -> &[EntryPoint] {
+        self.inner.backend.entry_points()
+    }
+
+    /// The index of the entry point called `name`; `NotFound` listing the names there are.
+    pub fn entry_point_index(&self, name: &str) -> Result<u32> {
+        self.entry_points()
+            .iter()
+            .position(|e| e.name == name)
+            .map(|i| i as u32)
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::NotFound,
+                    format!(
+                        "executable has no entry point '{name}'; it has: {}",
+                        self.entry_points()
+                            .iter()
+                            .map(|e| e.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// The entry point at `index`; `OutOfRange` if there is none.
+    pub fn entry_point(&self, index: u32) -> Result<&EntryPoint> {
+        self.entry_points().get(index as usize).ok_or_else(|| {
+            Error::new(
+                StatusCode::OutOfRange,
+                format!(
+                    "entry point index {index} is out of range: the executable has {} entry points",
+                    self.entry_points().len()
+                ),
+            )
+        })
+    }
+
+    /// The backend object (the SPI).
+    pub fn backend(&self) -> &dyn ExecutableBackend {
+        &*self.inner.backend
+    }
+
+    /// Whether two handles refer to the same executable.
+    pub fn ptr_eq(&self, other: &Executable) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A process-unique id.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+}
+
+impl fmt::Debug for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executable")
+            .field("id", &self.inner.id)
+            .field("format", &self.inner.format)
+            .field("entry_points", &self.entry_points())
+            .finish()
+    }
+}
+
+#[derive(PartialEq, Eq, Hash)]
+enum Key {
+    Bytes(String, u64, usize),
+    Native(String, usize),
+}
+
+/// The source an executable was loaded from, and the executable while it lives.
+type CacheEntry = (ExecutableSource, Weak<Inner>);
+
+/// A cache of loaded executables keyed by content (format and bytes, or the native object's
+/// identity). Holds executables weakly: an entry lives as long as some handle does.
+#[derive(Default)]
+pub struct ExecutableCache {
+    entries: Mutex<HashMap<Key, Vec<CacheEntry>>>,
+}
+
+impl ExecutableCache {
+    /// Returns the cached executable for `spec`, or loads it with `load` and caches it.
+    pub fn get_or_load(
+        &self,
+        spec: &ExecutableSpec,
+        load: impl FnOnce(&ExecutableSpec) -> Result<Executable>,
+    ) -> Result<Executable> {
+        let key = match &spec.source {
+            ExecutableSource::Bytes(bytes) => {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut hasher);
+                Key::Bytes(spec.format.clone(), hasher.finish(), bytes.len())
+            }
+            ExecutableSource::Native(object) => Key::Native(
+                spec.format.clone(),
+                Arc::as_ptr(object) as *const () as usize,
+            ),
+        };
+        let same = |a: &ExecutableSource, b: &ExecutableSource| match (a, b) {
+            (ExecutableSource::Bytes(a), ExecutableSource::Bytes(b)) => a[..] == b[..],
+            (ExecutableSource::Native(a), ExecutableSource::Native(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = entries.entry(key).or_default();
+        bucket.retain(|(_, weak)| weak.strong_count() > 0);
+        for (source, weak) in bucket.iter() {
+            if same(source, &spec.source) {
+                if let Some(inner) = weak.upgrade() {
+                    return Ok(Executable { inner });
+                }
+            }
+        }
+        let executable = load(spec)?;
+        bucket.push((spec.source.clone(), Arc::downgrade(&executable.inner)));
+        Ok(executable)
+    }
+
+    /// Live cached executables.
+    pub fn len(&self) -> usize {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .values()
+            .flatten()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .count()
+    }
+
+    /// Whether no executable is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

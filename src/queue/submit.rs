@@ -1,0 +1,485 @@
+//! Device queues: every operation waits on a fence and signals a fence, and returns a
+//! [`Submission`] future.
+//!
+//! Ordering is exactly what the fences say: an operation starts once its wait fence is reached
+//! and signals its signal fence when it completes; two operations with no semaphore path between
+//! them may run in any order or concurrently, even on one queue. For a plain sequence, use a
+//! [`Timeline`] ([`Queue::timeline`]): each [`Timeline::next`] waits for the previous operation
+//! and signals the next value, like tinygrad's queue timelines.
+//!
+//! Failure: invalid arguments (ranges, usage, counts, a buffer mapped on the host) fail the
+//! operation before it is submitted; the error is returned through the [`Submission`] and the
+//! signal fence is failed with it, so nothing downstream hangs. A failed wait or a failed
+//! execution likewise fails the signal fence. Dropping a [`Submission`] never cancels the work.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
+use crate::command_buffer::{
+    check_usage, Binding, BindingTable, Command, CommandBuffer, CommandBufferMode,
+};
+use crate::device::{Device, Work};
+use crate::error::{Error, Result, StatusCode};
+use crate::executable::Executable;
+use crate::fence::Fence;
+use crate::semaphore::{Semaphore, Wait};
+
+/// The wait and signal fences of one queue operation.
+#[derive(Clone, Debug, Default)]
+pub struct Timepoints {
+    /// Reached before the operation starts.
+    pub wait: Fence,
+    /// Signalled when it completes.
+    pub signal: Fence,
+}
+
+impl Timepoints {
+    /// Wait on `wait`, signal `signal`.
+    pub fn new(wait: Fence, signal: Fence) -> Self {
+        Timepoints { wait, signal }
+    }
+}
+
+impl From<(Fence, Fence)> for Timepoints {
+    fn from((wait, signal): (Fence, Fence)) -> Self {
+        Timepoints { wait, signal }
+    }
+}
+
+impl From<(&Fence, &Fence)> for Timepoints {
+    fn from((wait, signal): (&Fence, &Fence)) -> Self {
+        Timepoints {
+            wait: wait.clone(),
+            signal: signal.clone(),
+        }
+    }
+}
+
+/// An in-order path through a queue: a timeline semaphore and a counter.
+///
+/// ```
+/// # fn demo(queue: &halcyon::Queue, buffer: &halcyon::Buffer) -> halcyon::Result<()> {
+/// let timeline = queue.timeline()?;
+/// let _ = queue.fill(timeline.next(), &buffer.whole(), &[0]);   // waits 0, signals 1
+/// let read = queue.read(timeline.next(), &buffer.whole());      // waits 1, signals 2
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    semaphore: Semaphore,
+    next: Arc<AtomicU64>,
+}
+
+impl Timeline {
+    /// Timepoints for the next operation: wait for the previous one, signal one more.
+    pub fn next(&self) -> Timepoints {
+        let n = self.next.fetch_add(1, Ordering::AcqRel);
+        Timepoints {
+            wait: Fence::at(&self.semaphore, n),
+            signal: Fence::at(&self.semaphore, n + 1),
+        }
+    }
+
+    /// The timeline semaphore (its value counts completed operations).
+    pub fn semaphore(&self) -> &Semaphore {
+        &self.semaphore
+    }
+
+    /// The value the last operation handed out will signal.
+    pub fn last(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+}
+
+/// Where a queue read delivers its bytes (the SPI side of [`Queue::read`]).
+#[derive(Clone, Default)]
+pub struct ReadSink {
+    slot: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl ReadSink {
+    /// Hands over the bytes read. Call before signalling the operation's fence.
+    pub fn deliver(&self, bytes: Vec<u8>) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+    }
+
+    fn take(&self) -> Option<Vec<u8>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
+
+/// A submitted queue operation: completes when its signal fence is reached, with its output
+/// (the bytes, for a read), or with the failure. Dropping it never cancels the work.
+#[must_use = "dropping a Submission does not cancel it, but its failure would go unseen"]
+pub struct Submission<T = ()> {
+    wait: Option<Wait>,
+    failed: Option<Error>,
+    output: Option<Output<T>>,
+}
+
+impl<T> fmt::Debug for Submission<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Submission")
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl<T> Submission<T> {
+    fn failed(error: Error) -> Self {
+        Submission {
+            wait: None,
+            failed: Some(error),
+            output: None,
+        }
+    }
+}
+
+impl<T> Unpin for Submission<T> {}
+
+impl<T> Future for Submission<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        if let Some(error) = self.failed.take() {
+            return Poll::Ready(Err(error));
+        }
+        if let Some(wait) = &mut self.wait {
+            match Pin::new(wait).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(error)) => {
+                    self.wait = None;
+                    return Poll::Ready(Err(error));
+                }
+                Poll::Ready(Ok(())) => self.wait = None,
+            }
+        }
+        match self.output.take() {
+            Some(output) => Poll::Ready(output()),
+            None => Poll::Ready(Err(Error::new(
+                StatusCode::FailedPrecondition,
+                "Submission polled after it completed",
+            ))),
+        }
+    }
+}
+
+/// A device queue. Cheap to clone.
+#[derive(Clone)]
+pub struct Queue {
+    device: Device,
+    index: u32,
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("device", &self.device.info().id)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+/// Buffers a submission touches, each with its strongest access.
+#[derive(Default)]
+struct Touched(HashMap<u64, (Buffer, Access)>);
+
+impl Touched {
+    fn add(&mut self, buffer: &Buffer, access: Access) {
+        let entry = self
+            .0
+            .entry(buffer.id())
+            .or_insert_with(|| (buffer.clone(), access));
+        if access == Access::Write {
+            entry.1 = Access::Write;
+        }
+    }
+}
+
+impl Queue {
+    pub(crate) fn new(device: Device, index: u32) -> Self {
+        Queue { device, index }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The queue's index on its device.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A new in-order timeline for this queue (a fresh device semaphore at 0).
+    pub fn timeline(&self) -> Result<Timeline> {
+        Ok(Timeline {
+            semaphore: self.device.create_semaphore(0)?,
+            next: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Submits `work` touching `touched`; the core of every operation.
+    fn submit<T: Send + 'static>(
+        &self,
+        timepoints: Timepoints,
+        touched: Touched,
+        work: Work,
+        output: Output<T>,
+    ) -> Submission<T> {
+        let Timepoints { wait, mut signal } = timepoints;
+        let done = Semaphore::new(0);
+        let done_fence = Fence::at(&done, 1);
+        for (buffer, access) in touched.0.values() {
+            if let Err(error) = buffer.track(&done_fence, *access) {
+                signal.fail(error.clone());
+                done.fail(error.clone());
+                return Submission::failed(error);
+            }
+        }
+        signal.insert(&done, 1);
+        self.device.backend().submit(self.index, wait, signal, work);
+        Submission {
+            wait: Some(done.wait(1)),
+            failed: None,
+            output: Some(output),
+        }
+    }
+
+    fn reject<T>(timepoints: &Timepoints, error: Error) -> Submission<T> {
+        timepoints.signal.fail(error.clone());
+        Submission::failed(error)
+    }
+
+    fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
+        let mut touched = Touched::default();
+        for command in commands.iter() {
+            command.for_each_binding(|range, access| touched.add(range.buffer(), access));
+        }
+        self.submit(
+            timepoints,
+            touched,
+            Work::Commands(commands),
+            Box::new(|| Ok(())),
+        )
+    }
+
+    fn one(
+        &self,
+        timepoints: Timepoints,
+        record: impl FnOnce(&mut crate::command_buffer::CommandBufferBuilder) -> Result<()>,
+    ) -> Submission {
+        let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+        if let Err(error) = record(&mut builder) {
+            return Self::reject(&timepoints, error);
+        }
+        match builder.finish().resolve(None) {
+            Ok(commands) => self.commands(timepoints, commands),
+            Err(error) => Self::reject(&timepoints, error),
+        }
+    }
+
+    /// Executes a command buffer; `table` fills its binding-table slots (reusable buffers).
+    pub fn execute(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        command_buffer: &CommandBuffer,
+        table: Option<&BindingTable>,
+    ) -> Submission {
+        let timepoints = timepoints.into();
+        match command_buffer.resolve(table) {
+            Ok(commands) => self.commands(timepoints, commands),
+            Err(error) => Self::reject(&timepoints, error),
+        }
+    }
+
+    /// Fills `target` with a 1-, 2- or 4-byte `pattern`.
+    pub fn fill(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        target: &BufferRef,
+        pattern: &[u8],
+    ) -> Submission {
+        self.one(timepoints.into(), |b| b.fill(target, pattern).map(drop))
+    }
+
+    /// Writes `data` (copied now) into `target` (at most
+    /// [`crate::command_buffer::MAX_UPDATE_SIZE`] bytes; use [`Queue::write`] for more).
+    pub fn update(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        data: &[u8],
+        target: &BufferRef,
+    ) -> Submission {
+        self.one(timepoints.into(), |b| b.update(target, data).map(drop))
+    }
+
+    /// Copies `source` into `target`.
+    pub fn copy(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        source: &BufferRef,
+        target: &BufferRef,
+    ) -> Submission {
+        self.one(timepoints.into(), |b| b.copy(source, target).map(drop))
+    }
+
+    /// Dispatches an entry point (see [`crate::command_buffer::CommandBufferBuilder::dispatch`]).
+    pub fn dispatch(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BufferRef],
+    ) -> Submission {
+        self.one(timepoints.into(), |b| {
+            b.dispatch(
+                executable,
+                entry_point,
+                workgroups,
+                constants,
+                bindings.iter().map(Binding::from),
+            )
+            .map(drop)
+        })
+    }
+
+    /// Writes host bytes (copied now, any size) into `target`, which must be as long.
+    pub fn write(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        data: &[u8],
+        target: &BufferRef,
+    ) -> Submission {
+        let timepoints = timepoints.into();
+        if target.len() != data.len() as u64 {
+            return Self::reject(
+                &timepoints,
+                Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "write target is {} bytes but {} bytes of data were given",
+                        target.len(),
+                        data.len()
+                    ),
+                ),
+            );
+        }
+        if let Err(error) = check_usage(target, BufferUsage::TRANSFER_TARGET, "write target") {
+            return Self::reject(&timepoints, error);
+        }
+        let command = Command::Update {
+            target: target.clone(),
+            data: data.into(),
+        };
+        self.commands(timepoints, Arc::new([command]))
+    }
+
+    /// Reads `source` into host memory; the submission completes with the bytes.
+    pub fn read(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        source: &BufferRef,
+    ) -> Submission<Vec<u8>> {
+        let timepoints = timepoints.into();
+        if let Err(error) = check_usage(source, BufferUsage::TRANSFER_SOURCE, "read source") {
+            return Self::reject(&timepoints, error);
+        }
+        let sink = ReadSink::default();
+        let mut touched = Touched::default();
+        touched.add(source.buffer(), Access::Read);
+        let taken = sink.clone();
+        self.submit(
+            timepoints,
+            touched,
+            Work::Read {
+                source: source.clone(),
+                sink,
+            },
+            Box::new(move || {
+                taken.take().ok_or_else(|| {
+                    Error::new(
+                        StatusCode::Internal,
+                        "queue read completed without delivering its bytes",
+                    )
+                })
+            }),
+        )
+    }
+
+    /// Allocates a buffer in queue order: the handle is returned at once and may be used in
+    /// submissions ordered after `timepoints.signal`; its memory comes from the device's pool
+    /// (reusing memory a [`Queue::dealloca`] returned) or a new allocation.
+    pub fn alloca(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        size: u64,
+        params: BufferParams,
+    ) -> Result<(Buffer, Submission)> {
+        let timepoints = timepoints.into();
+        let buffer = match self.device.allocator().allocate_pooled(size, params) {
+            Ok(buffer) => buffer,
+            Err(error) => {
+                timepoints.signal.fail(error.clone());
+                return Err(error);
+            }
+        };
+        let mut touched = Touched::default();
+        touched.add(&buffer, Access::Write);
+        let submission = self.submit(
+            timepoints,
+            touched,
+            Work::Commands(Arc::new([])),
+            Box::new(|| Ok(())),
+        );
+        Ok((buffer, submission))
+    }
+
+    /// Frees a buffer in queue order: once `timepoints.wait` is reached its memory is detached
+    /// (later use fails with `FailedPrecondition`) and returns to the pool as soon as no
+    /// in-flight work holds it.
+    pub fn dealloca(&self, timepoints: impl Into<Timepoints>, buffer: &Buffer) -> Submission {
+        let mut touched = Touched::default();
+        touched.add(buffer, Access::Write);
+        let buffer = buffer.clone();
+        self.submit(
+            timepoints.into(),
+            touched,
+            Work::HostCall(Box::new(move || {
+                drop(buffer.release_memory());
+                Ok(())
+            })),
+            Box::new(|| Ok(())),
+        )
+    }
+
+    /// Signals `timepoints.signal` once `timepoints.wait` is reached (and earlier work it
+    /// depends on completed).
+    pub fn barrier(&self, timepoints: impl Into<Timepoints>) -> Submission {
+        self.commands(timepoints.into(), Arc::new([]))
+    }
+
+    /// Runs `call` on the host in queue order; an `Err` fails the signal fence.
+    pub fn host_call(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        call: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Submission {
+        self.submit(
+            timepoints.into(),
+            Touched::default(),
+            Work::HostCall(Box::new(call)),
+            Box::new(|| Ok(())),
+        )
+    }
+}
