@@ -7,10 +7,17 @@
 //!   the backend reports device progress with [`SemaphoreExt::advance`] (normally from its
 //!   [`crate::reactor::Reactor`]).
 //! * [`SemaphoreExt`]: the semaphore operations only a backend should perform.
+//! * [`DeviceBackend`], [`BufferMemory`], [`ExecutableBackend`], [`Work`], [`ReadSink`]: the
+//!   device SPI, re-exported here so a backend finds everything it implements in one place.
 //! * The completion reactor ([`crate::reactor`]) and the pending-action executor
-//!   ([`crate::queue`]) are public modules of their own.
+//!   ([`crate::queue::ActionQueue`]) are public modules of their own.
 
 use std::any::Any;
+
+pub use crate::buffer::BufferMemory;
+pub use crate::device::{DeviceBackend, Work};
+pub use crate::executable::ExecutableBackend;
+pub use crate::queue::ReadSink;
 
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;

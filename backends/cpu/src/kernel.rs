@@ -1,0 +1,51 @@
+//! The kernel interface both executable formats (Rust kernels and C-ABI libraries) implement.
+
+use std::sync::Arc;
+
+use halcyon::EntryPoint;
+
+/// What one dispatch hands every workgroup: prepared once per dispatch, shared by all workers.
+pub struct DispatchState {
+    /// Workgroup count in x, y, z.
+    pub workgroup_count: [u32; 3],
+    /// Invocations per workgroup (from the entry point).
+    pub workgroup_size: [u32; 3],
+    /// Push constants.
+    pub constants: Arc<[u32]>,
+    /// Host address of each binding's first byte.
+    pub binding_ptrs: Vec<*mut u8>,
+    /// Length of each binding in bytes.
+    pub binding_lengths: Vec<u64>,
+}
+
+// SAFETY: the pointers refer to buffer memory the dispatch keeps alive (its `Work` holds the
+// buffers) for as long as any workgroup runs; concurrent access is the kernel's contract, as on
+// any device.
+unsafe impl Send for DispatchState {}
+// SAFETY: as above; `DispatchState` itself is never mutated while shared.
+unsafe impl Sync for DispatchState {}
+
+/// One entry point's code.
+pub(crate) trait Kernel: Send + Sync + 'static {
+    /// Runs workgroup `workgroup_id` of a dispatch. An `Err` fails the dispatch with that
+    /// message.
+    fn run(&self, dispatch: &DispatchState, workgroup_id: [u32; 3]) -> Result<(), String>;
+}
+
+/// A loaded CPU executable: entry points and their kernels, index-aligned.
+pub(crate) struct CpuExecutable {
+    pub(crate) entry_points: Vec<EntryPoint>,
+    pub(crate) kernels: Vec<Arc<dyn Kernel>>,
+    /// Keeps a loaded library (C ABI) mapped while the kernels may run.
+    pub(crate) _keep_alive: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl halcyon::backend::ExecutableBackend for CpuExecutable {
+    fn entry_points(&self) -> &[EntryPoint] {
+        &self.entry_points
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

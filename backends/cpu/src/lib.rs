@@ -1,0 +1,4 @@
+//! halcyon-cpu: the CPU device. (Being written.)
+
+mod c_abi;
+mod kernel;
