@@ -1,113 +1,94 @@
-//! A semaphore/fence pipeline awaited in tokio.
-//!
-//! Three stages of a pretend device (upload, compute, download) run as queue actions on a
-//! completion reactor. Each waits on the previous stage's semaphore and signals its own, so the
-//! whole pipeline is submitted up front, before anything runs; a host signal starts it, and the
-//! tokio task awaits the end without blocking its executor. A second pipeline shows a failure
-//! travelling down the chain.
+//! The CPU pipeline: allocate, upload, dispatch saxpy, read back, check, all awaited in tokio and
+//! ordered by one queue timeline (semaphores underneath).
 //!
 //! Run with `cargo run --example quickstart`.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use halcyon::queue::ActionQueue;
-use halcyon::reactor::Reactor;
-use halcyon::{Error, Fence, Semaphore, StatusCode};
+use halcyon::{BufferParams, DriverRegistry, EntryPoint};
+use halcyon_cpu::RustKernels;
 
-/// Submits upload -> compute -> download, each a host action that transforms `data` and then
-/// signals its stage's semaphore. Returns the semaphore the last stage signals.
-fn submit_pipeline(
-    queue: &ActionQueue,
-    start: &Semaphore,
-    data: &Arc<Mutex<Vec<f32>>>,
-    fail_compute: bool,
-) -> Semaphore {
-    let uploaded = Semaphore::new(0);
-    let computed = Semaphore::new(0);
-    let downloaded = Semaphore::new(0);
-
-    let d = data.clone();
-    queue.submit(
-        Fence::at(start, 1),
-        Fence::at(&uploaded, 1),
-        Box::new(move |signal: &Fence| {
-            d.lock().unwrap().extend((0..8).map(|i| i as f32));
-            signal.signal()
-        }),
-    );
-    let d = data.clone();
-    queue.submit(
-        Fence::at(&uploaded, 1),
-        Fence::at(&computed, 1),
-        Box::new(move |signal: &Fence| {
-            if fail_compute {
-                return Err(Error::new(StatusCode::Internal, "compute kernel trapped"));
-            }
-            d.lock()
-                .unwrap()
-                .iter_mut()
-                .for_each(|x| *x = 2.0 * *x + 1.0);
-            signal.signal()
-        }),
-    );
-    queue.submit(
-        Fence::at(&computed, 1),
-        Fence::at(&downloaded, 1),
-        Box::new(|signal: &Fence| signal.signal()),
-    );
-    downloaded
-}
+const N: usize = 1 << 20;
+const WORKGROUP: u32 = 256;
 
 #[tokio::main]
 async fn main() -> halcyon::Result<()> {
-    let reactor = Reactor::new("quickstart")?;
-    let queue = ActionQueue::new(reactor.handle());
+    let registry = DriverRegistry::new();
+    halcyon_cpu::register(&registry)?;
+    let device = registry.create_device("cpu://0")?;
+    let queue = device.queue(0)?;
+    println!("device: {} ({})", device.info().name, device.info().id);
 
-    // 1. A pipeline that succeeds.
-    let start = Semaphore::new(0);
-    let data = Arc::new(Mutex::new(Vec::new()));
+    // y = a * x + y, one workgroup per 256 elements.
+    let kernels = RustKernels::new().entry(
+        EntryPoint {
+            name: "saxpy".into(),
+            workgroup_size: [WORKGROUP, 1, 1],
+            binding_count: 2,
+            constant_count: 2,
+        },
+        |ctx| {
+            let a = f32::from_bits(ctx.constants()[0]);
+            let n = ctx.constants()[1] as usize;
+            let start = (ctx.workgroup_id()[0] * WORKGROUP) as usize;
+            let end = (start + WORKGROUP as usize).min(n);
+            // SAFETY: workgroups write disjoint ranges of y and only read x.
+            let (x, y) = unsafe { (ctx.binding::<f32>(0), ctx.binding_mut::<f32>(1)) };
+            for i in start..end {
+                y[i] += a * x[i];
+            }
+            Ok(())
+        },
+    );
+    let saxpy = device.load_executable(&kernels.spec())?;
+
     let t0 = Instant::now();
-    let done = submit_pipeline(&queue, &start, &data, false);
-    println!(
-        "submitted 3 stages; {} pending on the reactor, nothing has run: {:?}",
-        queue.pending(),
-        data.lock().unwrap()
+    let bytes = (N * 4) as u64;
+    let x = device.allocator().allocate(bytes, BufferParams::DEVICE)?;
+    let y = device.allocator().allocate(bytes, BufferParams::DEVICE)?;
+    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+
+    // Every step waits for the previous one on the queue's timeline.
+    let timeline = queue.timeline()?;
+    let upload = queue.write(timeline.next(), bytemuck::cast_slice(&xs), &x.whole());
+    let init = queue.fill(timeline.next(), &y.whole(), &1.0f32.to_le_bytes());
+    let groups = (N as u32).div_ceil(WORKGROUP);
+    let dispatch = queue.dispatch(
+        timeline.next(),
+        &saxpy,
+        0,
+        [groups, 1, 1],
+        &[2.0f32.to_bits(), N as u32],
+        &[x.whole(), y.whole()],
     );
+    let readback = queue.read(timeline.next(), &y.whole());
+    println!("submitted 4 operations in {:?}", t0.elapsed());
 
-    // Start the pipeline from another OS thread, as a device or another subsystem would.
-    let starter = start.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(5));
-        starter.signal(1)
-    });
+    upload.await?;
+    init.await?;
+    dispatch.await?;
+    let result = readback.await?;
+    let elapsed = t0.elapsed();
 
-    tokio::time::timeout(Duration::from_secs(5), done.wait(1))
-        .await
-        .map_err(|_| Error::new(StatusCode::DeadlineExceeded, "pipeline did not finish"))??;
+    let ys: &[f32] = bytemuck::cast_slice(&result);
+    let wrong = ys
+        .iter()
+        .enumerate()
+        .filter(|(i, &y)| y != 2.0 * *i as f32 + 1.0)
+        .count();
     println!(
-        "pipeline finished in {:?}: 2x+1 over 0..8 = {:?}",
-        t0.elapsed(),
-        data.lock().unwrap()
+        "saxpy over {N} f32: y[1] = {}, y[{}] = {}, {wrong} wrong, in {elapsed:?} (timeline at {})",
+        ys[1],
+        N - 1,
+        ys[N - 1],
+        timeline.semaphore().query()?
     );
-
-    // 2. A pipeline whose compute stage fails: the failure reaches the final semaphore, and the
-    //    download stage never runs.
-    let start = Semaphore::new(0);
-    let done = submit_pipeline(&queue, &start, &Arc::new(Mutex::new(Vec::new())), true);
-    start.signal(1)?;
-    let err = done.wait(1).await.unwrap_err();
-    println!("failing pipeline ended with: {err}");
-
-    // 3. Waits compose with select!: whichever of two semaphores is reached first.
-    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
-    b.signal(3)?;
-    let mut either = Fence::new();
-    either.insert(&a, 1);
-    either.insert(&b, 3);
-    let index = either.wait_any().await?;
-    println!("wait_any: entry {index} (semaphore b) was reached first");
-
-    println!("reactor: {:?}", reactor.handle().stats());
+    println!("allocator: {:?}", device.allocator().stats());
+    if wrong != 0 {
+        return Err(halcyon::Error::new(
+            halcyon::StatusCode::DataLoss,
+            format!("{wrong} results are wrong"),
+        ));
+    }
     Ok(())
 }

@@ -1,1 +1,1115 @@
-//! C ABI loader (being written).
+//! The C-ABI executable format (`"cpu-c-abi-v1"`): shared libraries that export
+//! `halcyon_cpu_library_query` as described in `include/halcyon_cpu.h`.
+//!
+//! An executable's bytes are the library's image (the file contents), so the executable cache
+//! keys it by content. Loading writes the image to a fresh file in the temporary directory,
+//! `dlopen`s it, removes the file (the mapping stays valid), asks the library for its entry-point
+//! table and validates and copies that table. Each kernel holds the library, so the code stays
+//! mapped while any kernel (or the executable) lives.
+//!
+//! Loading a library runs its code (initialisers and the query function) in this process: only
+//! load libraries you trust.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+use libloading::Library;
+
+use crate::kernel::{CpuExecutable, DispatchState, Kernel};
+
+/// The format name of C-ABI executables (shared libraries implementing `halcyon_cpu.h`).
+pub const FORMAT_C_ABI: &str = "cpu-c-abi-v1";
+
+/// The ABI version this loader understands (`HALCYON_CPU_ABI_VERSION` in `halcyon_cpu.h`).
+const ABI_VERSION: u32 = 1;
+
+/// The symbol a library exports (`HALCYON_CPU_LIBRARY_QUERY_SYMBOL`).
+const QUERY_SYMBOL: &str = "halcyon_cpu_library_query";
+
+/// The most entry points a library may declare (`HALCYON_CPU_MAX_ENTRY_POINTS`).
+const MAX_ENTRY_POINTS: u32 = 4096;
+
+/// `halcyon_cpu_dispatch_state_v1`.
+#[repr(C)]
+struct DispatchStateV1 {
+    workgroup_id: [u32; 3],
+    workgroup_count: [u32; 3],
+    workgroup_size: [u32; 3],
+    constant_count: u32,
+    constants: *const u32,
+    binding_count: u32,
+    bindings: *const *mut c_void,
+    binding_lengths: *const u64,
+}
+
+/// `halcyon_cpu_kernel_v1`.
+type KernelV1 = unsafe extern "C" fn(state: *const DispatchStateV1) -> c_int;
+
+/// `halcyon_cpu_entry_point_v1`.
+#[repr(C)]
+struct EntryPointV1 {
+    name: *const c_char,
+    kernel: Option<KernelV1>,
+    workgroup_size: [u32; 3],
+    binding_count: u32,
+    constant_count: u32,
+}
+
+/// `halcyon_cpu_library_v1`.
+#[repr(C)]
+struct LibraryV1 {
+    abi_version: u32,
+    entry_point_count: u32,
+    entry_points: *const EntryPointV1,
+}
+
+/// `halcyon_cpu_library_query_fn`.
+type QueryFn = unsafe extern "C" fn(max_abi_version: u32) -> *const LibraryV1;
+
+/// A spec for the shared library at `path`, in the [`FORMAT_C_ABI`] format.
+///
+/// The file is read now; the spec holds its bytes, so the device's executable cache recognises
+/// the same library however it was reached. The library itself is checked when a device loads
+/// the spec.
+///
+/// # Errors
+///
+/// When the file cannot be read, an error whose code follows the I/O error (`NotFound`,
+/// `PermissionDenied`, `InvalidArgument` for a directory...) and whose message names the path;
+/// `InvalidArgument` when the file is empty.
+pub fn c_library_spec(path: impl AsRef<Path>) -> Result<ExecutableSpec> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|err| {
+        Error::with_source(
+            io_status(&err),
+            format!(
+                "cannot read the {FORMAT_C_ABI} library '{}'",
+                path.display()
+            ),
+            err,
+        )
+    })?;
+    if bytes.is_empty() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "the {FORMAT_C_ABI} library '{}' is empty; expected a shared library",
+                path.display()
+            ),
+        ));
+    }
+    Ok(ExecutableSpec::bytes(FORMAT_C_ABI, bytes))
+}
+
+/// Loads a [`FORMAT_C_ABI`] executable from a shared library image.
+pub(crate) fn load(image: &[u8]) -> Result<CpuExecutable> {
+    if image.is_empty() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("the {FORMAT_C_ABI} executable is empty; expected a shared library image"),
+        ));
+    }
+    let library = Arc::new(open_image(image)?);
+
+    // SAFETY: `QueryFn` is the type `halcyon_cpu.h` gives `halcyon_cpu_library_query`; a library
+    // implementing the header exports it with that type. The symbol is used only while `library`
+    // is loaded (it is copied out of the `Symbol` and called below, before `library` can drop).
+    let query: QueryFn = match unsafe { library.get::<QueryFn>(QUERY_SYMBOL.as_bytes()) } {
+        Ok(symbol) => *symbol,
+        Err(err) => {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "the {FORMAT_C_ABI} library does not export '{QUERY_SYMBOL}' (declare it with \
+                     HALCYON_CPU_EXPORT from halcyon_cpu.h): {err}"
+                ),
+            ))
+        }
+    };
+
+    // SAFETY: `query` is the library's `halcyon_cpu_library_query`, which takes the highest ABI
+    // version the caller understands and may be called from any thread (halcyon_cpu.h).
+    let table = unsafe { query(ABI_VERSION) };
+    if table.is_null() {
+        return Err(Error::new(
+            StatusCode::Unimplemented,
+            format!(
+                "the {FORMAT_C_ABI} library serves no ABI version this loader understands: \
+                 {QUERY_SYMBOL}({ABI_VERSION}) returned NULL (this loader supports ABI version \
+                 {ABI_VERSION})"
+            ),
+        ));
+    }
+    if !table.is_aligned() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("{QUERY_SYMBOL} returned a misaligned table pointer {table:p}"),
+        ));
+    }
+    // SAFETY: `table` is non-null and aligned, and halcyon_cpu.h requires it to point to a
+    // `halcyon_cpu_library_v1` that stays valid and unchanged while the library is loaded
+    // (`library` is alive for the rest of this function). Every ABI version starts with
+    // `abi_version`, so reading the whole v1 struct is checked against it right after; v1 is the
+    // only version, and a library may not answer with a version above the one asked for.
+    let table = unsafe { &*table };
+    if table.abi_version != ABI_VERSION {
+        return Err(Error::new(
+            StatusCode::Unimplemented,
+            format!(
+                "the {FORMAT_C_ABI} library answered with ABI version {}, but this loader \
+                 supports only ABI version {ABI_VERSION} (it asked for version <= {ABI_VERSION})",
+                table.abi_version
+            ),
+        ));
+    }
+
+    let raw_entry_points = entry_point_table(table)?;
+    let mut entry_points = Vec::with_capacity(raw_entry_points.len());
+    let mut kernels: Vec<Arc<dyn Kernel>> = Vec::with_capacity(raw_entry_points.len());
+    for (index, raw) in raw_entry_points.iter().enumerate() {
+        let entry_point = validate_entry_point(index, raw, &entry_points)?;
+        let Some(function) = raw.kernel else {
+            return Err(invalid_entry_point(
+                index,
+                Some(&entry_point.name),
+                "has a NULL kernel function",
+            ));
+        };
+        kernels.push(Arc::new(CKernel {
+            name: entry_point.name.clone(),
+            binding_count: entry_point.binding_count,
+            constant_count: entry_point.constant_count,
+            function,
+            _library: library.clone(),
+        }));
+        entry_points.push(entry_point);
+    }
+
+    Ok(CpuExecutable {
+        entry_points,
+        kernels,
+        _keep_alive: Some(Box::new(library)),
+    })
+}
+
+/// The entry-point array of a v1 table, validated for count, null and alignment.
+fn entry_point_table(table: &LibraryV1) -> Result<&[EntryPointV1]> {
+    let count = table.entry_point_count;
+    if count > MAX_ENTRY_POINTS {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "the {FORMAT_C_ABI} library declares {count} entry points; at most \
+                 {MAX_ENTRY_POINTS} are allowed"
+            ),
+        ));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    let entries = table.entry_points;
+    if entries.is_null() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "the {FORMAT_C_ABI} library declares {count} entry points but its entry_points \
+                 pointer is NULL"
+            ),
+        ));
+    }
+    if !entries.is_aligned() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("the {FORMAT_C_ABI} library's entry_points pointer {entries:p} is misaligned"),
+        ));
+    }
+    // SAFETY: `entries` is non-null and aligned; halcyon_cpu.h requires it to point to
+    // `entry_point_count` (at most 4096, so the size cannot overflow) entry points that stay
+    // valid and unchanged while the library is loaded, and the returned slice borrows `table`,
+    // which the caller only holds while the library is loaded.
+    Ok(unsafe { std::slice::from_raw_parts(entries, count as usize) })
+}
+
+/// Checks one entry point's name and workgroup size and copies its metadata.
+fn validate_entry_point(
+    index: usize,
+    raw: &EntryPointV1,
+    earlier: &[EntryPoint],
+) -> Result<EntryPoint> {
+    if raw.name.is_null() {
+        return Err(invalid_entry_point(index, None, "has a NULL name"));
+    }
+    // SAFETY: `raw.name` is non-null, and halcyon_cpu.h requires it to be a NUL-terminated string
+    // that stays valid while the library is loaded; it is copied before this function returns.
+    let name = unsafe { CStr::from_ptr(raw.name) };
+    let name = match name.to_str() {
+        Ok(name) => name.to_owned(),
+        Err(err) => {
+            return Err(invalid_entry_point(
+                index,
+                None,
+                &format!(
+                    "has a name that is not valid UTF-8 ({err}): {:?}",
+                    name.to_string_lossy()
+                ),
+            ))
+        }
+    };
+    if name.is_empty() {
+        return Err(invalid_entry_point(index, None, "has an empty name"));
+    }
+    if let Some(first) = earlier.iter().position(|e| e.name == name) {
+        return Err(invalid_entry_point(
+            index,
+            Some(&name),
+            &format!("has the same name as entry point {first}"),
+        ));
+    }
+    if raw.workgroup_size.contains(&0) {
+        return Err(invalid_entry_point(
+            index,
+            Some(&name),
+            &format!(
+                "has workgroup size {:?}; every component must be at least 1",
+                raw.workgroup_size
+            ),
+        ));
+    }
+    Ok(EntryPoint {
+        name,
+        workgroup_size: raw.workgroup_size,
+        binding_count: raw.binding_count,
+        constant_count: raw.constant_count,
+    })
+}
+
+fn invalid_entry_point(index: usize, name: Option<&str>, problem: &str) -> Error {
+    let which = match name {
+        Some(name) => format!("entry point {index} ('{name}')"),
+        None => format!("entry point {index}"),
+    };
+    Error::new(
+        StatusCode::InvalidArgument,
+        format!("the {FORMAT_C_ABI} library's {which} {problem}"),
+    )
+}
+
+/// A kernel of a loaded C-ABI library.
+struct CKernel {
+    name: String,
+    binding_count: u32,
+    constant_count: u32,
+    function: KernelV1,
+    /// Keeps `function`'s code mapped.
+    _library: Arc<Library>,
+}
+
+impl Kernel for CKernel {
+    fn run(
+        &self,
+        dispatch: &DispatchState,
+        workgroup_id: [u32; 3],
+    ) -> std::result::Result<(), String> {
+        let bindings = &dispatch.binding_ptrs;
+        let lengths = &dispatch.binding_lengths;
+        let constants = &dispatch.constants[..];
+        // The C kernel trusts these counts, so check them here rather than risk an
+        // out-of-bounds read in the kernel.
+        if bindings.len() != lengths.len() {
+            return Err(format!(
+                "kernel '{}': dispatch has {} binding pointers but {} binding lengths",
+                self.name,
+                bindings.len(),
+                lengths.len()
+            ));
+        }
+        let (Ok(binding_count), Ok(constant_count)) = (
+            u32::try_from(bindings.len()),
+            u32::try_from(constants.len()),
+        ) else {
+            return Err(format!(
+                "kernel '{}': dispatch has too many bindings ({}) or constants ({})",
+                self.name,
+                bindings.len(),
+                constants.len()
+            ));
+        };
+        if binding_count < self.binding_count || constant_count < self.constant_count {
+            return Err(format!(
+                "kernel '{}' takes {} bindings and {} constants, but the dispatch supplies {} \
+                 and {}",
+                self.name, self.binding_count, self.constant_count, binding_count, constant_count
+            ));
+        }
+        let state = DispatchStateV1 {
+            workgroup_id,
+            workgroup_count: dispatch.workgroup_count,
+            workgroup_size: dispatch.workgroup_size,
+            constant_count,
+            constants: if constants.is_empty() {
+                std::ptr::null()
+            } else {
+                constants.as_ptr()
+            },
+            binding_count,
+            bindings: if bindings.is_empty() {
+                std::ptr::null()
+            } else {
+                bindings.as_ptr().cast::<*mut c_void>()
+            },
+            binding_lengths: if lengths.is_empty() {
+                std::ptr::null()
+            } else {
+                lengths.as_ptr()
+            },
+        };
+        // SAFETY: `function` is a kernel of `_library`, which this struct keeps loaded. `state`
+        // matches `halcyon_cpu_dispatch_state_v1` (#[repr(C)] mirror) and lives on the stack for
+        // the whole call; its arrays point into `dispatch`, which outlives the call, with the
+        // counts checked above. The binding pointers refer to buffer memory that the dispatch
+        // keeps alive while workgroups run (see `DispatchState`); what the kernel does with it
+        // is its contract, as on any device.
+        let code = unsafe { (self.function)(std::ptr::from_ref(&state)) };
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "kernel '{}' returned {code} for workgroup {workgroup_id:?}",
+                self.name
+            ))
+        }
+    }
+}
+
+static NEXT_IMAGE: AtomicU64 = AtomicU64::new(0);
+
+/// Removes the temporary image file when dropped (after `dlopen`, or on failure).
+struct TempImage(PathBuf);
+
+impl Drop for TempImage {
+    fn drop(&mut self) {
+        // Best effort: a leftover file is harmless and there is nobody to report to.
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Writes `image` to a fresh file in the temporary directory and loads it.
+fn open_image(image: &[u8]) -> Result<Library> {
+    let dir = std::env::temp_dir();
+    let mut attempt = 0;
+    let (mut file, temp) = loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = dir.join(format!(
+            "halcyon-cpu-{}-{}-{nanos:08x}.so",
+            std::process::id(),
+            NEXT_IMAGE.fetch_add(1, Ordering::Relaxed),
+        ));
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o700);
+        }
+        match options.open(&path) {
+            Ok(file) => break (file, TempImage(path)),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                attempt += 1;
+            }
+            Err(err) => {
+                return Err(Error::with_source(
+                    io_status(&err),
+                    format!(
+                        "cannot create a temporary file for the {FORMAT_C_ABI} library in '{}' \
+                         (set TMPDIR to a writable directory)",
+                        dir.display()
+                    ),
+                    err,
+                ))
+            }
+        }
+    };
+    if let Err(err) = file.write_all(image).and_then(|()| file.flush()) {
+        return Err(Error::with_source(
+            io_status(&err),
+            format!(
+                "cannot write the {FORMAT_C_ABI} library to '{}'",
+                temp.0.display()
+            ),
+            err,
+        ));
+    }
+    drop(file);
+
+    match open_library(&temp.0) {
+        Ok(library) => Ok(library),
+        Err(err) => {
+            let hint = if !cfg!(all(unix, not(target_vendor = "apple"))) {
+                ""
+            } else if image.starts_with(b"\x7fELF") {
+                " (the image is an ELF file; if it is a shared library for this machine, the \
+                 temporary directory may be mounted noexec: set TMPDIR to another directory)"
+            } else {
+                " (the image is not an ELF shared library)"
+            };
+            Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "cannot load the {FORMAT_C_ABI} library image ({} bytes): {err}{hint}",
+                    image.len()
+                ),
+            ))
+        }
+    }
+    // `temp` drops here and removes the file; the loaded mapping stays valid.
+}
+
+#[cfg(unix)]
+fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
+    use libloading::os::unix::{Library as UnixLibrary, RTLD_LOCAL, RTLD_NOW};
+    // RTLD_NOW: resolve every symbol now, so a library with an undefined symbol fails to load
+    // instead of failing in the middle of a dispatch. RTLD_LOCAL: its symbols stay private.
+    // SAFETY: loading runs the library's initialisers; loading a library is trusting its code,
+    // which is the contract of this executable format (see the module documentation).
+    unsafe { UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Library::from)
+}
+
+#[cfg(not(unix))]
+fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
+    // SAFETY: as above: loading runs the library's initialisers, which this format trusts.
+    unsafe { Library::new(path) }
+}
+
+/// The status code for an I/O error.
+fn io_status(err: &std::io::Error) -> StatusCode {
+    use std::io::ErrorKind;
+    match err.kind() {
+        ErrorKind::NotFound => StatusCode::NotFound,
+        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => StatusCode::PermissionDenied,
+        ErrorKind::AlreadyExists => StatusCode::AlreadyExists,
+        ErrorKind::InvalidInput
+        | ErrorKind::InvalidData
+        | ErrorKind::IsADirectory
+        | ErrorKind::NotADirectory
+        | ErrorKind::InvalidFilename => StatusCode::InvalidArgument,
+        ErrorKind::OutOfMemory
+        | ErrorKind::StorageFull
+        | ErrorKind::QuotaExceeded
+        | ErrorKind::FileTooLarge => StatusCode::ResourceExhausted,
+        ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::ResourceBusy => {
+            StatusCode::Unavailable
+        }
+        _ => StatusCode::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use halcyon::ExecutableSource;
+
+    use super::*;
+
+    static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+    /// A temporary directory removed on drop.
+    struct TestDir(PathBuf);
+
+    impl TestDir {
+        fn new() -> TestDir {
+            let path = std::env::temp_dir().join(format!(
+                "halcyon-cpu-c-abi-test-{}-{}",
+                std::process::id(),
+                NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).expect("create test directory");
+            TestDir(path)
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn include_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
+    }
+
+    /// Compiles `source` into a shared library in `dir` and returns its path, or `None` (after
+    /// saying why) when there is no C compiler.
+    fn compile_in(dir: &TestDir, name: &str, source: &str, defines: &[&str]) -> Option<PathBuf> {
+        let c_path = dir.0.join(format!("{name}.c"));
+        std::fs::write(&c_path, source).expect("write C source");
+        let so_path = dir.0.join(format!("{name}.so"));
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        let output = Command::new(&cc)
+            .args([
+                "-shared", "-fPIC", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror",
+            ])
+            .arg("-I")
+            .arg(include_dir())
+            .args(defines.iter().map(|d| format!("-D{d}")))
+            .arg("-o")
+            .arg(&so_path)
+            .arg(&c_path)
+            .output();
+        match output {
+            Err(err) => {
+                eprintln!("skipping: cannot run the C compiler '{cc}': {err}");
+                None
+            }
+            Ok(output) if !output.status.success() => panic!(
+                "{cc} failed to compile {name}.c:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
+            Ok(_) => Some(so_path),
+        }
+    }
+
+    /// Compiles `source` and returns the library image.
+    fn compile(name: &str, source: &str, defines: &[&str]) -> Option<Vec<u8>> {
+        let dir = TestDir::new();
+        let path = compile_in(&dir, name, source, defines)?;
+        Some(std::fs::read(path).expect("read compiled library"))
+    }
+
+    fn saxpy_image() -> Option<Vec<u8>> {
+        let source = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels/saxpy.c"),
+        )
+        .expect("read tests/kernels/saxpy.c");
+        compile("saxpy", &source, &[])
+    }
+
+    fn load_err(image: &[u8]) -> halcyon::Error {
+        match load(image) {
+            Ok(executable) => panic!(
+                "expected the load to fail, got entry points {:?}",
+                executable.entry_points
+            ),
+            Err(err) => err,
+        }
+    }
+
+    fn state(
+        workgroup_count: [u32; 3],
+        workgroup_size: [u32; 3],
+        constants: &[u32],
+        bindings: &mut [&mut [u8]],
+    ) -> DispatchState {
+        DispatchState {
+            workgroup_count,
+            workgroup_size,
+            constants: constants.into(),
+            binding_ptrs: bindings.iter_mut().map(|b| b.as_mut_ptr()).collect(),
+            binding_lengths: bindings.iter().map(|b| b.len() as u64).collect(),
+        }
+    }
+
+    #[test]
+    fn saxpy_library_loads_and_runs_concurrently() {
+        let Some(image) = saxpy_image() else { return };
+        let executable = load(&image).expect("load saxpy.so");
+        assert_eq!(
+            executable.entry_points,
+            vec![
+                EntryPoint {
+                    name: "saxpy".into(),
+                    workgroup_size: [64, 1, 1],
+                    binding_count: 2,
+                    constant_count: 2,
+                },
+                EntryPoint {
+                    name: "fail".into(),
+                    workgroup_size: [1, 1, 1],
+                    binding_count: 0,
+                    constant_count: 0,
+                },
+            ]
+        );
+        assert_eq!(executable.kernels.len(), 2);
+
+        let n = 1000u32;
+        let workgroups = n.div_ceil(64);
+        let mut x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut y: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
+        let a = 2.0f32;
+        let dispatch = state(
+            [workgroups, 1, 1],
+            [64, 1, 1],
+            &[a.to_bits(), n],
+            &mut [
+                bytemuck::cast_slice_mut(&mut x),
+                bytemuck::cast_slice_mut(&mut y),
+            ],
+        );
+        let saxpy = executable.kernels[0].clone();
+        // Each thread runs every fourth workgroup, as a worker pool would.
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (saxpy, dispatch) = (&saxpy, &dispatch);
+                scope.spawn(move || {
+                    for wg in (thread..workgroups).step_by(4) {
+                        saxpy.run(dispatch, [wg, 0, 0]).expect("saxpy workgroup");
+                    }
+                });
+            }
+        });
+        drop(dispatch);
+        for (i, &yi) in y.iter().enumerate() {
+            assert_eq!(yi, 2.0 * i as f32 + 0.5 * i as f32, "y[{i}]");
+        }
+
+        // The kernel keeps the library loaded after the executable is gone.
+        drop(executable);
+        let mut x = vec![1.0f32; 64];
+        let mut y = vec![1.0f32; 64];
+        let dispatch = state(
+            [1, 1, 1],
+            [64, 1, 1],
+            &[3.0f32.to_bits(), 64],
+            &mut [
+                bytemuck::cast_slice_mut(&mut x),
+                bytemuck::cast_slice_mut(&mut y),
+            ],
+        );
+        saxpy.run(&dispatch, [0, 0, 0]).expect("saxpy after drop");
+        drop(dispatch);
+        assert!(y.iter().all(|&v| v == 4.0));
+    }
+
+    #[test]
+    fn loading_the_same_image_twice_gives_independent_executables() {
+        let Some(image) = saxpy_image() else { return };
+        let first = load(&image).expect("first load");
+        let second = load(&image).expect("second load");
+        drop(first);
+        let dispatch = state([1, 1, 1], [1, 1, 1], &[], &mut []);
+        let err = second.kernels[1].run(&dispatch, [0, 0, 0]).unwrap_err();
+        assert_eq!(err, "kernel 'fail' returned 7 for workgroup [0, 0, 0]");
+    }
+
+    #[test]
+    fn nonzero_return_names_kernel_and_workgroup() {
+        let Some(image) = saxpy_image() else { return };
+        let executable = load(&image).expect("load saxpy.so");
+        let dispatch = state([3, 2, 5], [1, 1, 1], &[], &mut []);
+        let err = executable.kernels[1].run(&dispatch, [2, 1, 4]).unwrap_err();
+        assert_eq!(err, "kernel 'fail' returned 7 for workgroup [2, 1, 4]");
+
+        // saxpy's own check: a binding shorter than n floats returns 2.
+        let mut x = vec![0.0f32; 4];
+        let mut y = vec![0.0f32; 4];
+        let dispatch = state(
+            [1, 1, 1],
+            [64, 1, 1],
+            &[1.0f32.to_bits(), 64],
+            &mut [
+                bytemuck::cast_slice_mut(&mut x),
+                bytemuck::cast_slice_mut(&mut y),
+            ],
+        );
+        let err = executable.kernels[0].run(&dispatch, [0, 0, 0]).unwrap_err();
+        assert_eq!(err, "kernel 'saxpy' returned 2 for workgroup [0, 0, 0]");
+    }
+
+    #[test]
+    fn too_few_bindings_or_constants_never_reach_the_kernel() {
+        let Some(image) = saxpy_image() else { return };
+        let executable = load(&image).expect("load saxpy.so");
+        let dispatch = state([1, 1, 1], [64, 1, 1], &[0, 0], &mut []);
+        let err = executable.kernels[0].run(&dispatch, [0, 0, 0]).unwrap_err();
+        assert!(
+            err.contains("'saxpy' takes 2 bindings and 2 constants"),
+            "{err}"
+        );
+        let mut dispatch = state([1, 1, 1], [64, 1, 1], &[0, 0], &mut []);
+        dispatch.binding_lengths.push(4);
+        let err = executable.kernels[0].run(&dispatch, [0, 0, 0]).unwrap_err();
+        assert!(
+            err.contains("0 binding pointers but 1 binding lengths"),
+            "{err}"
+        );
+    }
+
+    const ECHO: &str = r#"
+#include <stdint.h>
+#include "halcyon_cpu.h"
+
+/* Writes everything it is given into binding 0 as uint64_t values. */
+static int echo(const halcyon_cpu_dispatch_state_v1* s) {
+    uint64_t* out = (uint64_t*)s->bindings[0];
+    uint64_t k = 0;
+    for (int i = 0; i < 3; ++i) out[k++] = s->workgroup_id[i];
+    for (int i = 0; i < 3; ++i) out[k++] = s->workgroup_count[i];
+    for (int i = 0; i < 3; ++i) out[k++] = s->workgroup_size[i];
+    out[k++] = s->constant_count;
+    for (uint32_t i = 0; i < s->constant_count; ++i) out[k++] = s->constants[i];
+    out[k++] = s->binding_count;
+    for (uint32_t i = 0; i < s->binding_count; ++i) out[k++] = s->binding_lengths[i];
+    out[k++] = (uint64_t)(uintptr_t)s->bindings[1];
+    return 0;
+}
+
+static int add_one(const halcyon_cpu_dispatch_state_v1* s) {
+    uint32_t* data = (uint32_t*)s->bindings[0];
+    uint64_t n = s->binding_lengths[0] / sizeof(uint32_t);
+    uint64_t begin = (uint64_t)s->workgroup_id[0] * s->workgroup_size[0];
+    for (uint64_t i = begin; i < begin + s->workgroup_size[0] && i < n; ++i) data[i] += 1;
+    return 0;
+}
+
+static const halcyon_cpu_entry_point_v1 entry_points[] = {
+    { "echo", echo, { 4, 2, 3 }, 2, 3 },
+    { "add_one", add_one, { 16, 1, 1 }, 1, 0 },
+};
+static const halcyon_cpu_library_v1 library = { HALCYON_CPU_ABI_VERSION, 2, entry_points };
+
+HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint32_t max_abi_version) {
+    return max_abi_version == 1 ? &library : NULL;
+}
+
+/* Layout of the header's structs, for the test that checks the Rust mirrors. */
+HALCYON_CPU_EXPORT uint64_t halcyon_test_layout(int i) {
+    static const uint64_t values[] = {
+        sizeof(halcyon_cpu_dispatch_state_v1),
+        _Alignof(halcyon_cpu_dispatch_state_v1),
+        offsetof(halcyon_cpu_dispatch_state_v1, workgroup_count),
+        offsetof(halcyon_cpu_dispatch_state_v1, workgroup_size),
+        offsetof(halcyon_cpu_dispatch_state_v1, constant_count),
+        offsetof(halcyon_cpu_dispatch_state_v1, constants),
+        offsetof(halcyon_cpu_dispatch_state_v1, binding_count),
+        offsetof(halcyon_cpu_dispatch_state_v1, bindings),
+        offsetof(halcyon_cpu_dispatch_state_v1, binding_lengths),
+        sizeof(halcyon_cpu_entry_point_v1),
+        _Alignof(halcyon_cpu_entry_point_v1),
+        offsetof(halcyon_cpu_entry_point_v1, kernel),
+        offsetof(halcyon_cpu_entry_point_v1, workgroup_size),
+        offsetof(halcyon_cpu_entry_point_v1, binding_count),
+        offsetof(halcyon_cpu_entry_point_v1, constant_count),
+        sizeof(halcyon_cpu_library_v1),
+        _Alignof(halcyon_cpu_library_v1),
+        offsetof(halcyon_cpu_library_v1, entry_point_count),
+        offsetof(halcyon_cpu_library_v1, entry_points),
+    };
+    return values[i];
+}
+"#;
+
+    #[test]
+    fn kernel_sees_the_whole_dispatch_state() {
+        let Some(image) = compile("echo", ECHO, &[]) else {
+            return;
+        };
+        let executable = load(&image).expect("load echo.so");
+        assert_eq!(
+            executable.entry_points[0],
+            EntryPoint {
+                name: "echo".into(),
+                workgroup_size: [4, 2, 3],
+                binding_count: 2,
+                constant_count: 3,
+            }
+        );
+        let mut out = vec![0u64; 32];
+        let mut second = vec![0u8; 12];
+        let second_ptr = second.as_ptr() as u64;
+        let dispatch = state(
+            [7, 8, 9],
+            [4, 2, 3],
+            &[10, 11, 12],
+            &mut [bytemuck::cast_slice_mut(&mut out), &mut second],
+        );
+        executable.kernels[0]
+            .run(&dispatch, [1, 2, 3])
+            .expect("echo");
+        drop(dispatch);
+        assert_eq!(
+            out[..18],
+            [1, 2, 3, 7, 8, 9, 4, 2, 3, 3, 10, 11, 12, 2, 256, 12, second_ptr, 0]
+        );
+
+        let mut data = vec![5u32; 40];
+        let dispatch = state(
+            [3, 1, 1],
+            [16, 1, 1],
+            &[],
+            &mut [bytemuck::cast_slice_mut(&mut data)],
+        );
+        for wg in 0..3 {
+            executable.kernels[1]
+                .run(&dispatch, [wg, 0, 0])
+                .expect("add_one");
+        }
+        drop(dispatch);
+        assert!(data.iter().all(|&v| v == 6));
+    }
+
+    #[test]
+    fn rust_mirrors_match_the_header_layout() {
+        use std::mem::{align_of, offset_of, size_of};
+        let dir = TestDir::new();
+        let Some(path) = compile_in(&dir, "layout", ECHO, &[]) else {
+            return;
+        };
+        // SAFETY: the library is the test's own ECHO source, whose initialisers do nothing.
+        let library = unsafe { Library::new(&path) }.expect("dlopen layout.so");
+        // SAFETY: ECHO defines `uint64_t halcyon_test_layout(int)`.
+        let layout = unsafe {
+            library
+                .get::<unsafe extern "C" fn(c_int) -> u64>(b"halcyon_test_layout\0")
+                .expect("halcyon_test_layout")
+        };
+        let expected = [
+            size_of::<DispatchStateV1>(),
+            align_of::<DispatchStateV1>(),
+            offset_of!(DispatchStateV1, workgroup_count),
+            offset_of!(DispatchStateV1, workgroup_size),
+            offset_of!(DispatchStateV1, constant_count),
+            offset_of!(DispatchStateV1, constants),
+            offset_of!(DispatchStateV1, binding_count),
+            offset_of!(DispatchStateV1, bindings),
+            offset_of!(DispatchStateV1, binding_lengths),
+            size_of::<EntryPointV1>(),
+            align_of::<EntryPointV1>(),
+            offset_of!(EntryPointV1, kernel),
+            offset_of!(EntryPointV1, workgroup_size),
+            offset_of!(EntryPointV1, binding_count),
+            offset_of!(EntryPointV1, constant_count),
+            size_of::<LibraryV1>(),
+            align_of::<LibraryV1>(),
+            offset_of!(LibraryV1, entry_point_count),
+            offset_of!(LibraryV1, entry_points),
+        ];
+        for (i, &expected) in expected.iter().enumerate() {
+            // SAFETY: `i` indexes the C array, which has `expected.len()` values.
+            let actual = unsafe { layout(i as c_int) };
+            assert_eq!(actual, expected as u64, "layout value {i}");
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_library_are_invalid_argument() {
+        let err = load_err(b"");
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains("empty"), "{err}");
+
+        let err = load_err(b"this is not a shared library");
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains("cannot load"), "{err}");
+        assert!(err.message().contains("not an ELF"), "{err}");
+
+        // An ELF header and nothing else: the loader's own message.
+        let Some(image) = saxpy_image() else { return };
+        let err = load_err(&image[..64]);
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains("cannot load"), "{err}");
+    }
+
+    #[test]
+    fn failed_loads_leave_no_temporary_files() {
+        let prefix = format!("halcyon-cpu-{}-", std::process::id());
+        let count = || {
+            std::fs::read_dir(std::env::temp_dir())
+                .map(|dir| {
+                    dir.filter_map(|e| e.ok())
+                        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        // Other tests in this process load concurrently, so allow for their files in flight,
+        // but a failed load must not leave one behind for good.
+        for _ in 0..20 {
+            let _ = load(b"garbage");
+        }
+        let mut leftover = count();
+        for _ in 0..100 {
+            if leftover == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            leftover = count();
+        }
+        assert_eq!(leftover, 0);
+    }
+
+    #[test]
+    fn a_library_without_the_query_symbol_is_not_found() {
+        let source = r#"
+#include "halcyon_cpu.h"
+HALCYON_CPU_EXPORT int something_else(void) { return 1; }
+"#;
+        let Some(image) = compile("nosym", source, &[]) else {
+            return;
+        };
+        let err = load_err(&image);
+        assert_eq!(err.code(), StatusCode::NotFound);
+        assert!(err.message().contains("halcyon_cpu_library_query"), "{err}");
+    }
+
+    const VERSIONED: &str = r#"
+#include <stddef.h>
+#include "halcyon_cpu.h"
+static int k(const halcyon_cpu_dispatch_state_v1* s) { (void)s; return 0; }
+static const halcyon_cpu_entry_point_v1 entry_points[] = { { "k", k, { 1, 1, 1 }, 0, 0 } };
+static const halcyon_cpu_library_v1 library = { VERSION, 1, entry_points };
+HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint32_t max) {
+    (void)max;
+    return RETURN_NULL ? NULL : &library;
+}
+"#;
+
+    #[test]
+    fn abi_version_mismatch_is_unimplemented() {
+        for (version, needle) in [(2, "ABI version 2"), (0, "ABI version 0")] {
+            let defines = [&format!("VERSION={version}")[..], "RETURN_NULL=0"];
+            let Some(image) = compile("versioned", VERSIONED, &defines) else {
+                return;
+            };
+            let err = load_err(&image);
+            assert_eq!(err.code(), StatusCode::Unimplemented, "{err}");
+            assert!(err.message().contains(needle), "{err}");
+            assert!(err.message().contains("ABI version 1"), "{err}");
+        }
+        let Some(image) = compile("versioned", VERSIONED, &["VERSION=1", "RETURN_NULL=1"]) else {
+            return;
+        };
+        let err = load_err(&image);
+        assert_eq!(err.code(), StatusCode::Unimplemented, "{err}");
+        assert!(err.message().contains("NULL"), "{err}");
+        assert!(err.message().contains("ABI version 1"), "{err}");
+
+        // The control: the same source with version 1 loads.
+        let Some(image) = compile("versioned", VERSIONED, &["VERSION=1", "RETURN_NULL=0"]) else {
+            return;
+        };
+        assert_eq!(load(&image).expect("version 1 loads").entry_points.len(), 1);
+    }
+
+    const BAD_METADATA: &str = r#"
+#include <stddef.h>
+#include "halcyon_cpu.h"
+static int k(const halcyon_cpu_dispatch_state_v1* s) { (void)s; return 0; }
+static const halcyon_cpu_entry_point_v1 entry_points[] = {
+    { "good", k, { 1, 1, 1 }, 0, 0 },
+#if CASE == 1
+    { NULL, k, { 1, 1, 1 }, 0, 0 },
+#elif CASE == 2
+    { "bad", NULL, { 1, 1, 1 }, 0, 0 },
+#elif CASE == 3
+    { "bad", k, { 8, 0, 1 }, 0, 0 },
+#elif CASE == 4
+    { "\xff\xfe", k, { 1, 1, 1 }, 0, 0 },
+#elif CASE == 5
+    { "", k, { 1, 1, 1 }, 0, 0 },
+#elif CASE == 6
+    { "good", k, { 1, 1, 1 }, 0, 0 },
+#else
+    { "also_good", k, { 1, 1, 1 }, 0, 0 },
+#endif
+};
+#if CASE == 7
+static const halcyon_cpu_library_v1 library = { 1, 5000, entry_points };
+#elif CASE == 8
+static const halcyon_cpu_library_v1 library = { 1, 2, NULL };
+#elif CASE == 9
+static const halcyon_cpu_library_v1 library = { 1, 0, NULL };
+#else
+static const halcyon_cpu_library_v1 library = { 1, 2, entry_points };
+#endif
+HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint32_t max) {
+    (void)max;
+    (void)entry_points;
+    return &library;
+}
+"#;
+
+    #[test]
+    fn bad_metadata_is_invalid_argument() {
+        let cases = [
+            (1, "entry point 1 has a NULL name"),
+            (2, "entry point 1 ('bad') has a NULL kernel function"),
+            (3, "entry point 1 ('bad') has workgroup size [8, 0, 1]"),
+            (4, "entry point 1 has a name that is not valid UTF-8"),
+            (5, "entry point 1 has an empty name"),
+            (
+                6,
+                "entry point 1 ('good') has the same name as entry point 0",
+            ),
+            (7, "declares 5000 entry points; at most 4096"),
+            (
+                8,
+                "declares 2 entry points but its entry_points pointer is NULL",
+            ),
+        ];
+        for (case, needle) in cases {
+            let define = format!("CASE={case}");
+            let Some(image) = compile("bad", BAD_METADATA, &[&define]) else {
+                return;
+            };
+            let err = load_err(&image);
+            assert_eq!(
+                err.code(),
+                StatusCode::InvalidArgument,
+                "case {case}: {err}"
+            );
+            assert!(err.message().contains(needle), "case {case}: {err}");
+        }
+        // The controls: no entry points at all, and two good ones.
+        let Some(image) = compile("bad", BAD_METADATA, &["CASE=9"]) else {
+            return;
+        };
+        let executable = load(&image).expect("empty table loads");
+        assert!(executable.entry_points.is_empty() && executable.kernels.is_empty());
+        let Some(image) = compile("bad", BAD_METADATA, &["CASE=0"]) else {
+            return;
+        };
+        let executable = load(&image).expect("good table loads");
+        let names: Vec<_> = executable
+            .entry_points
+            .iter()
+            .map(|e| &e.name[..])
+            .collect();
+        assert_eq!(names, ["good", "also_good"]);
+    }
+
+    #[test]
+    fn c_library_spec_reads_the_file_and_maps_io_errors() {
+        let dir = TestDir::new();
+        let missing = dir.0.join("missing.so");
+        let err = c_library_spec(&missing).unwrap_err();
+        assert_eq!(err.code(), StatusCode::NotFound);
+        assert!(err.message().contains(&*missing.to_string_lossy()), "{err}");
+
+        let err = c_library_spec(&dir.0).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
+        assert!(err.message().contains(&*dir.0.to_string_lossy()), "{err}");
+
+        let empty = dir.0.join("empty.so");
+        std::fs::write(&empty, b"").unwrap();
+        let err = c_library_spec(&empty).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains("empty"), "{err}");
+
+        let file = dir.0.join("lib.so");
+        std::fs::write(&file, b"\x7fELF and more").unwrap();
+        let spec = c_library_spec(&file).expect("spec");
+        assert_eq!(spec.format, FORMAT_C_ABI);
+        match &spec.source {
+            ExecutableSource::Bytes(bytes) => assert_eq!(&bytes[..], b"\x7fELF and more"),
+            other => panic!("expected bytes, got {other:?}"),
+        }
+    }
+}

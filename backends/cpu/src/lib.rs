@@ -1,4 +1,151 @@
-//! halcyon-cpu: the CPU device. (Being written.)
+//! # halcyon-cpu
+//!
+//! halcyon's CPU device: the embedded default, needing nothing installed. Work runs on a pool of
+//! worker threads that claim workgroup tiles atomically ([`ExecutionMode::Pool`]), or on the
+//! thread that issues it ([`ExecutionMode::Inline`], lowest latency for tiny work). Kernels are
+//! Rust closures ([`RustKernels`]) or C functions in a shared library loaded through a versioned
+//! C ABI ([`c_library_spec`], header `include/halcyon_cpu.h`).
+//!
+//! ```
+//! use halcyon::{BufferParams, EntryPoint};
+//! use halcyon_cpu::RustKernels;
+//!
+//! # fn main() -> halcyon::Result<()> {
+//! futures::executor::block_on(async {
+//!     let device = halcyon_cpu::default_device()?;
+//!     let queue = device.queue(0)?;
+//!     let kernels = RustKernels::new().entry(
+//!         EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 0 },
+//!         |ctx| {
+//!             // SAFETY: each workgroup touches only its own 64 elements.
+//!             let data = unsafe { ctx.binding_mut::<u32>(0) };
+//!             let start = ctx.workgroup_id()[0] as usize * 64;
+//!             for x in data.iter_mut().skip(start).take(64) {
+//!                 *x += 1;
+//!             }
+//!             Ok(())
+//!         },
+//!     );
+//!     let executable = device.load_executable(&kernels.spec())?;
+//!     let buffer = device.allocator().allocate(256 * 4, BufferParams::HOST)?;
+//!
+//!     let timeline = queue.timeline()?;
+//!     queue.fill(timeline.next(), &buffer.whole(), &41u32.to_le_bytes()).await?;
+//!     queue.dispatch(timeline.next(), &executable, 0, [4, 1, 1], &[], &[buffer.whole()]).await?;
+//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
+//!     assert!(bytemuck::cast_slice::<u8, u32>(&bytes).iter().all(|&x| x == 42));
+//!     Ok(())
+//! })
+//! # }
+//! ```
 
 mod c_abi;
+mod device;
+mod executor;
 mod kernel;
+mod memory;
+mod pool;
+mod rust_kernel;
+
+use std::sync::Arc;
+
+use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
+
+pub use c_abi::{c_library_spec, FORMAT_C_ABI};
+pub use rust_kernel::{RustKernels, WorkgroupContext, FORMAT_RUST};
+
+/// The driver id and URI scheme: `cpu`, `cpu://0`.
+pub const DRIVER_ID: &str = "cpu";
+
+/// Where a CPU device runs work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutionMode {
+    /// On a pool of worker threads; `workers: 0` means one per available core.
+    Pool {
+        /// Number of worker threads (0 = one per core).
+        workers: usize,
+    },
+    /// On the thread that issues the work: the submitting thread when its waits are already
+    /// reached, the device's reactor thread otherwise.
+    Inline,
+}
+
+/// How to create a CPU device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuDeviceOptions {
+    /// Pool or inline execution.
+    pub mode: ExecutionMode,
+    /// Number of queues (at least 1).
+    pub queue_count: u32,
+}
+
+impl Default for CpuDeviceOptions {
+    fn default() -> Self {
+        CpuDeviceOptions {
+            mode: ExecutionMode::Pool { workers: 0 },
+            queue_count: 1,
+        }
+    }
+}
+
+/// Creates a CPU device with `options`.
+pub fn create_device(options: CpuDeviceOptions) -> Result<halcyon::Device> {
+    Ok(halcyon::Device::from_backend(Arc::new(
+        device::CpuDevice::new(0, &options)?,
+    )))
+}
+
+/// Creates a CPU device with default options (a worker per core, one queue).
+pub fn default_device() -> Result<halcyon::Device> {
+    create_device(CpuDeviceOptions::default())
+}
+
+/// The CPU driver, for a [`DriverRegistry`]. It has one device, `cpu://0`.
+#[derive(Clone, Debug, Default)]
+pub struct CpuDriver {
+    options: CpuDeviceOptions,
+}
+
+impl CpuDriver {
+    /// A driver whose devices use `options`.
+    pub fn new(options: CpuDeviceOptions) -> Self {
+        CpuDriver { options }
+    }
+}
+
+impl Driver for CpuDriver {
+    fn info(&self) -> DriverInfo {
+        DriverInfo {
+            id: DRIVER_ID.into(),
+            name: "CPU".into(),
+            full_name: format!(
+                "halcyon-cpu {} (host CPU, Rust and C ABI v1 kernels)",
+                env!("CARGO_PKG_VERSION")
+            ),
+        }
+    }
+
+    fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(vec![DeviceEntry {
+            index: 0,
+            uri: format!("{DRIVER_ID}://0"),
+            name: format!("host CPU ({cores} cores)"),
+        }])
+    }
+
+    fn create_device(&self, index: u32) -> Result<halcyon::Device> {
+        if index != 0 {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!("the CPU driver has one device, cpu://0; cpu://{index} does not exist"),
+            ));
+        }
+        create_device(self.options)
+    }
+}
+
+/// Registers the CPU driver (default options) in `registry`.
+pub fn register(registry: &DriverRegistry) -> Result<()> {
+    registry.register(Arc::new(CpuDriver::default()))
+}

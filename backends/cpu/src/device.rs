@@ -1,0 +1,147 @@
+//! The CPU device: the translation table from the core's device SPI to host execution.
+//!
+//! | core                         | CPU device                                               |
+//! |------------------------------|----------------------------------------------------------|
+//! | queue                        | a core [`ActionQueue`] on the device's reactor           |
+//! | waits not yet reached        | pending actions on the reactor (workers never wait)       |
+//! | command list                 | a [`crate::executor`] walk; dispatches tiled on the pool  |
+//! | semaphore                    | host [`halcyon::Semaphore`]                              |
+//! | buffer memory                | zeroed, 64-byte aligned heap memory                      |
+//! | executables                  | Rust kernels, or C-ABI shared libraries                  |
+
+use std::sync::Arc;
+
+use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
+use halcyon::device::keys;
+use halcyon::queue::ActionQueue;
+use halcyon::reactor::Reactor;
+use halcyon::{
+    BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSource, ExecutableSpec, Fence,
+    Result, StatusCode,
+};
+
+use crate::memory::{HostMemory, ALIGNMENT};
+use crate::pool::Pool;
+use crate::{c_abi, executor, rust_kernel, CpuDeviceOptions, ExecutionMode};
+
+pub(crate) struct CpuDevice {
+    // Dropped first: its shutdown fails the actions still pending (dropping the work they hold)
+    // before the pool drains what was already issued and joins its workers.
+    _reactor: Reactor,
+    info: DeviceInfo,
+    queues: Vec<ActionQueue>,
+    pool: Option<Arc<Pool>>,
+    concurrency: usize,
+}
+
+impl CpuDevice {
+    pub(crate) fn new(index: u32, options: &CpuDeviceOptions) -> Result<CpuDevice> {
+        let reactor = Reactor::new(format!("cpu{index}"))?;
+        let queue_count = options.queue_count.max(1);
+        let queues = (0..queue_count)
+            .map(|_| ActionQueue::new(reactor.handle()))
+            .collect();
+        let (pool, concurrency) = match options.mode {
+            ExecutionMode::Inline => (None, 1),
+            ExecutionMode::Pool { workers } => {
+                let workers = if workers == 0 {
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                } else {
+                    workers
+                };
+                (
+                    Some(Arc::new(Pool::new(workers, &format!("cpu{index}"))?)),
+                    workers,
+                )
+            }
+        };
+        let mode = match options.mode {
+            ExecutionMode::Inline => "inline".to_string(),
+            ExecutionMode::Pool { .. } => format!("{concurrency} workers"),
+        };
+        Ok(CpuDevice {
+            _reactor: reactor,
+            info: DeviceInfo {
+                id: format!("cpu://{index}"),
+                name: format!("host CPU ({mode})"),
+                driver: crate::DRIVER_ID.into(),
+                features: DeviceFeatures::empty(),
+            },
+            queues,
+            pool,
+            concurrency,
+        })
+    }
+}
+
+impl DeviceBackend for CpuDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn query(&self, key: &str) -> Option<i64> {
+        match key {
+            keys::CONCURRENCY => Some(self.concurrency as i64),
+            keys::BINDING_ALIGNMENT => Some(1),
+            "buffer.alignment" => Some(ALIGNMENT as i64),
+            "cpu.inline" => Some(self.pool.is_none() as i64),
+            _ => None,
+        }
+    }
+
+    fn queue_count(&self) -> u32 {
+        self.queues.len() as u32
+    }
+
+    fn allocate(&self, size: u64, _params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {
+        // Host memory satisfies every memory type: it is device-local to the CPU, host-visible,
+        // coherent and cached.
+        Ok(Arc::new(HostMemory::new(size)?))
+    }
+
+    fn executable_formats(&self) -> Vec<String> {
+        vec![rust_kernel::FORMAT_RUST.into(), c_abi::FORMAT_C_ABI.into()]
+    }
+
+    fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>> {
+        let executable = match (spec.format.as_str(), &spec.source) {
+            (rust_kernel::FORMAT_RUST, ExecutableSource::Native(object)) => {
+                rust_kernel::load(&**object)?
+            }
+            (c_abi::FORMAT_C_ABI, ExecutableSource::Bytes(image)) => c_abi::load(image)?,
+            (format, _) => {
+                return Err(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "executable format '{format}' takes {} on the CPU device",
+                        if format == rust_kernel::FORMAT_RUST {
+                            "a RustKernels object (RustKernels::spec())"
+                        } else {
+                            "the shared library's bytes (c_library_spec(path))"
+                        }
+                    ),
+                ))
+            }
+        };
+        Ok(Box::new(executable))
+    }
+
+    fn submit(&self, queue: u32, wait: Fence, signal: Fence, work: Work) {
+        let Some(actions) = self.queues.get(queue as usize) else {
+            signal.fail(Error::new(
+                StatusCode::OutOfRange,
+                format!("CPU device has no queue {queue}"),
+            ));
+            return;
+        };
+        let pool = self.pool.clone();
+        actions.submit(
+            wait,
+            signal,
+            Box::new(move |signal: &Fence| {
+                executor::start(work, signal.clone(), pool);
+                Ok(())
+            }),
+        );
+    }
+}

@@ -1,0 +1,446 @@
+//! Executing a submission's work on the host: the translation of core commands to memory
+//! operations and kernel calls.
+//!
+//! A [`Run`] walks a submission's commands in order. Small transfers (updates, fills and copies
+//! under twice [`SPLIT_BYTES`]) run on the thread that reaches them; dispatches and large transfers
+//! become pool [`Job`]s whose last tile continues the walk, so commands separated by a barrier
+//! (or simply following each other) never overlap. In inline mode everything runs on the thread
+//! that issued the submission. When the walk ends the signal fence is signalled (or failed), and
+//! the run, which holds every buffer, executable and command list of the submission, is dropped.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use halcyon::backend::{BufferMemory, ReadSink, Work};
+use halcyon::command_buffer::{Command, Dispatch};
+use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
+
+use crate::kernel::{CpuExecutable, DispatchState, Kernel};
+use crate::pool::{Job, Pool, Tiles};
+
+/// Transfers at least this large are split into pool tiles of this size.
+pub(crate) const SPLIT_BYTES: u64 = 256 * 1024;
+
+/// One submission being executed.
+pub(crate) struct Run {
+    commands: Arc<[Command]>,
+    signal: Fence,
+    pool: Option<Arc<Pool>>,
+}
+
+/// A buffer range resolved to host memory, keeping the memory alive.
+struct Host {
+    _memory: Arc<dyn BufferMemory>,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a view of buffer memory (itself Send + Sync) kept alive by `_memory`.
+unsafe impl Send for Host {}
+// SAFETY: as above.
+unsafe impl Sync for Host {}
+
+fn host(range: &BufferRef) -> Result<Host> {
+    let memory = range.buffer().memory()?;
+    let base = memory.host_ptr().ok_or_else(|| {
+        Error::new(
+            StatusCode::Internal,
+            format!(
+                "buffer {} has no host memory on the CPU device",
+                range.buffer().id()
+            ),
+        )
+    })?;
+    // SAFETY: `BufferRef` ranges always lie within their buffer, whose memory is at least the
+    // buffer's size.
+    let ptr = unsafe { NonNull::new_unchecked(base.as_ptr().add(range.offset() as usize)) };
+    Ok(Host {
+        _memory: memory,
+        ptr,
+        len: range.len() as usize,
+    })
+}
+
+/// Starts executing `work`, then signals `signal` (or fails it).
+pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>) {
+    match work {
+        Work::Commands(commands) => Arc::new(Run {
+            commands,
+            signal,
+            pool,
+        })
+        .resume(0),
+        Work::Read { source, sink } => finish(&signal, read(&source, &sink)),
+        Work::HostCall(call) => match pool {
+            Some(pool) => pool.push(Job::new(Box::new(HostCall {
+                call: Mutex::new(Some(call)),
+                signal,
+            }))),
+            None => {
+                let result = catch(call);
+                finish(&signal, result)
+            }
+        },
+    }
+}
+
+fn catch(call: Call) -> Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
+        Err(Error::new(
+            StatusCode::Internal,
+            "a queue host_call panicked",
+        ))
+    })
+}
+
+fn finish(signal: &Fence, result: Result<()>) {
+    let result = result.and_then(|()| signal.signal());
+    if let Err(error) = result {
+        signal.fail(error);
+    }
+}
+
+fn read(source: &BufferRef, sink: &ReadSink) -> Result<()> {
+    let source = host(source)?;
+    // SAFETY: `source` is live buffer memory of `len` bytes; the queue's semaphores order this
+    // read after the work that writes it.
+    let bytes = unsafe { std::slice::from_raw_parts(source.ptr.as_ptr(), source.len) }.to_vec();
+    sink.deliver(bytes);
+    Ok(())
+}
+
+impl Run {
+    /// Executes commands from `index` on until one goes to the pool (whose last tile resumes
+    /// the walk) or the end.
+    fn resume(self: Arc<Self>, mut index: usize) {
+        while let Some(command) = self.commands.get(index) {
+            index += 1;
+            match self.step(command, index) {
+                Ok(true) => {}
+                Ok(false) => return, // handed to the pool
+                Err(error) => return finish(&self.signal, Err(error)),
+            }
+        }
+        finish(&self.signal, Ok(()));
+    }
+
+    /// Runs one command here (`Ok(true)`) or hands it to the pool (`Ok(false)`).
+    fn step(self: &Arc<Self>, command: &Command, next: usize) -> Result<bool> {
+        match command {
+            Command::Barrier => Ok(true),
+            Command::Update { target, data } => {
+                let update = Update {
+                    target: host(target)?,
+                    data: data.clone(),
+                };
+                self.transfer(Box::new(update), target.len(), next)
+            }
+            Command::Fill {
+                target,
+                pattern,
+                pattern_len,
+            } => {
+                let fill = Fill {
+                    target: host(target)?,
+                    pattern: *pattern,
+                    pattern_len: *pattern_len as usize,
+                };
+                self.transfer(Box::new(fill), target.len(), next)
+            }
+            Command::Copy { source, target } => {
+                let copy = Copy {
+                    source: host(source)?,
+                    target: host(target)?,
+                };
+                self.transfer(Box::new(copy), target.len(), next)
+            }
+            Command::Dispatch(dispatch) => self.dispatch(dispatch, next),
+        }
+    }
+
+    /// Runs a transfer here if small (or inline mode), else splits it over the pool.
+    fn transfer(
+        self: &Arc<Self>,
+        chunks: Box<dyn Chunked>,
+        bytes: u64,
+        next: usize,
+    ) -> Result<bool> {
+        match &self.pool {
+            Some(pool) if bytes >= 2 * SPLIT_BYTES => {
+                pool.push(Job::new(Box::new(Continue {
+                    tiles: chunks,
+                    run: self.clone(),
+                    next,
+                    what: "transfer".into(),
+                })));
+                Ok(false)
+            }
+            _ => {
+                for i in 0..chunks.count() {
+                    chunks
+                        .run(i)
+                        .map_err(|m| Error::new(StatusCode::Internal, m))?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>, dispatch: &Dispatch<BufferRef>, next: usize) -> Result<bool> {
+        let total: u64 = dispatch.workgroups.iter().map(|&n| n as u64).product();
+        if total == 0 {
+            return Ok(true);
+        }
+        let executable = dispatch
+            .executable
+            .backend()
+            .as_any()
+            .downcast_ref::<CpuExecutable>()
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "executable {} (format '{}') was not loaded by a CPU device",
+                        dispatch.executable.id(),
+                        dispatch.executable.format()
+                    ),
+                )
+            })?;
+        let index = dispatch.entry_point as usize;
+        let entry = &executable.entry_points[index];
+        let kernel = executable.kernels[index].clone();
+        let hosts = dispatch
+            .bindings
+            .iter()
+            .map(host)
+            .collect::<Result<Vec<_>>>()?;
+        let state = DispatchState {
+            workgroup_count: dispatch.workgroups,
+            workgroup_size: entry.workgroup_size,
+            constants: dispatch.constants.clone(),
+            binding_ptrs: hosts.iter().map(|h| h.ptr.as_ptr()).collect(),
+            binding_lengths: hosts.iter().map(|h| h.len as u64).collect(),
+        };
+        let workers = self.pool.as_ref().map_or(1, |p| p.workers()) as u64;
+        // A few tiles per worker balances uneven workgroups without many claims.
+        let per_tile = total.div_ceil(workers * 4).max(1);
+        let tiles = Workgroups {
+            kernel,
+            state,
+            _hosts: hosts,
+            total,
+            per_tile,
+            name: entry.name.clone(),
+        };
+        match &self.pool {
+            Some(pool) => {
+                let what = format!("dispatch of '{}'", entry.name);
+                pool.push(Job::new(Box::new(Continue {
+                    tiles: Box::new(tiles),
+                    run: self.clone(),
+                    next,
+                    what,
+                })));
+                Ok(false)
+            }
+            None => {
+                for i in 0..tiles.count() {
+                    tiles.run(i).map_err(|m| {
+                        Error::new(
+                            StatusCode::Internal,
+                            format!("dispatch of '{}' failed: {m}", entry.name),
+                        )
+                    })?;
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Work split into independent chunks.
+trait Chunked: Send + Sync + 'static {
+    fn count(&self) -> u32;
+    fn run(&self, index: u32) -> std::result::Result<(), String>;
+}
+
+/// A pool job that continues its run when its last tile is done.
+struct Continue {
+    tiles: Box<dyn Chunked>,
+    run: Arc<Run>,
+    next: usize,
+    what: String,
+}
+
+impl Tiles for Continue {
+    fn count(&self) -> u32 {
+        self.tiles.count()
+    }
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        self.tiles.run(index)
+    }
+    fn done(&self, failure: Option<String>) {
+        match failure {
+            None => self.run.clone().resume(self.next),
+            Some(message) => finish(
+                &self.run.signal,
+                Err(Error::new(
+                    StatusCode::Internal,
+                    format!("{} failed: {message}", self.what),
+                )),
+            ),
+        }
+    }
+}
+
+/// A queue `host_call` closure.
+type Call = Box<dyn FnOnce() -> Result<()> + Send>;
+
+struct HostCall {
+    call: Mutex<Option<Call>>,
+    signal: Fence,
+}
+
+impl Tiles for HostCall {
+    fn count(&self) -> u32 {
+        1
+    }
+    fn run(&self, _index: u32) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    fn done(&self, _failure: Option<String>) {
+        let call = self.call.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(call) = call {
+            finish(&self.signal, catch(call));
+        }
+    }
+}
+
+struct Workgroups {
+    kernel: Arc<dyn Kernel>,
+    state: DispatchState,
+    _hosts: Vec<Host>,
+    total: u64,
+    per_tile: u64,
+    name: String,
+}
+
+impl Chunked for Workgroups {
+    fn count(&self) -> u32 {
+        u32::try_from(self.total.div_ceil(self.per_tile)).unwrap_or(u32::MAX)
+    }
+
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let [x, y, _] = self.state.workgroup_count.map(u64::from);
+        let start = index as u64 * self.per_tile;
+        let end = (start + self.per_tile).min(self.total);
+        for linear in start..end {
+            let id = [
+                (linear % x) as u32,
+                ((linear / x) % y) as u32,
+                (linear / (x * y)) as u32,
+            ];
+            self.kernel.run(&self.state, id).map_err(|m| {
+                if m.contains(&self.name) {
+                    m
+                } else {
+                    format!("kernel '{}' workgroup {id:?}: {m}", self.name)
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+struct Fill {
+    target: Host,
+    pattern: u32,
+    pattern_len: usize,
+}
+
+impl Chunked for Fill {
+    fn count(&self) -> u32 {
+        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+    }
+
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let start = index as usize * SPLIT_BYTES as usize;
+        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
+        // SAFETY: `start..end` lies within the target range (live memory); chunks are disjoint,
+        // and semaphores order the fill against other accesses.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.target.ptr.as_ptr().add(start), end - start)
+        };
+        let pattern = self.pattern.to_le_bytes();
+        match self.pattern_len {
+            1 => bytes.fill(pattern[0]),
+            n => {
+                // Chunk starts are multiples of SPLIT_BYTES, and the range offset and length are
+                // multiples of the pattern length (checked at record time), so whole patterns fit.
+                for chunk in bytes.chunks_exact_mut(n) {
+                    chunk.copy_from_slice(&pattern[..n]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Update {
+    target: Host,
+    data: Arc<[u8]>,
+}
+
+impl Chunked for Update {
+    fn count(&self) -> u32 {
+        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+    }
+
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let start = index as usize * SPLIT_BYTES as usize;
+        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: the target is live memory exactly as long as `data` (checked when recorded);
+        // chunks are disjoint, and `data` is a private copy that cannot overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.data.as_ptr().add(start),
+                self.target.ptr.as_ptr().add(start),
+                end - start,
+            )
+        };
+        Ok(())
+    }
+}
+
+struct Copy {
+    source: Host,
+    target: Host,
+}
+
+impl Chunked for Copy {
+    fn count(&self) -> u32 {
+        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+    }
+
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let start = index as usize * SPLIT_BYTES as usize;
+        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: both ranges are live memory of the same length and chunks are disjoint.
+        // Recording rejects overlapping direct ranges, but binding-table slots are only known
+        // at submit, so use `copy` (memmove), which is defined for overlap too.
+        unsafe {
+            std::ptr::copy(
+                self.source.ptr.as_ptr().add(start),
+                self.target.ptr.as_ptr().add(start),
+                end - start,
+            )
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! The worker pool: threads that claim tiles of parallel jobs.
+//!
+//! A [`Job`] is one parallel command in flight (a dispatch split into workgroup tiles, a large
+//! fill or copy split into chunks, or a single host call). Workers claim tiles with one atomic
+//! increment each; whichever worker finishes the job's last tile runs its continuation (the rest
+//! of the submission), so no thread ever waits for another and workers never block on
+//! semaphores: waits are resolved before work reaches the pool.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use halcyon::{Error, Result, StatusCode};
+
+/// Runs tile `index` of a job; `Err` fails the job with that message.
+pub(crate) trait Tiles: Send + Sync + 'static {
+    /// How many tiles there are.
+    fn count(&self) -> u32;
+    /// Runs one tile.
+    fn run(&self, index: u32) -> std::result::Result<(), String>;
+    /// Called once, by the thread that finished the last tile, with the first failure if any.
+    fn done(&self, failure: Option<String>);
+}
+
+pub(crate) struct Job {
+    tiles: Box<dyn Tiles>,
+    count: u32,
+    next: AtomicU32,
+    remaining: AtomicU32,
+    failure: Mutex<Option<String>>,
+}
+
+impl Job {
+    pub(crate) fn new(tiles: Box<dyn Tiles>) -> Arc<Job> {
+        let count = tiles.count();
+        Arc::new(Job {
+            tiles,
+            count,
+            next: AtomicU32::new(0),
+            remaining: AtomicU32::new(count),
+            failure: Mutex::new(None),
+        })
+    }
+
+    fn exhausted(&self) -> bool {
+        self.next.load(Ordering::Relaxed) >= self.count
+    }
+
+    /// Claims and runs tiles until none are left; the thread that completes the last one
+    /// calls `done`.
+    pub(crate) fn work(&self) {
+        let mut finished = 0;
+        loop {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            if index >= self.count {
+                break;
+            }
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.tiles.run(index)))
+                    .unwrap_or_else(|panic| {
+                        Err(panic
+                            .downcast_ref::<&str>()
+                            .map(|s| format!("panicked: {s}"))
+                            .or_else(|| {
+                                panic
+                                    .downcast_ref::<String>()
+                                    .map(|s| format!("panicked: {s}"))
+                            })
+                            .unwrap_or_else(|| "panicked".into()))
+                    });
+            if let Err(message) = outcome {
+                let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+                failure.get_or_insert(message);
+            }
+            finished += 1;
+        }
+        if finished > 0 && self.remaining.fetch_sub(finished, Ordering::AcqRel) == finished {
+            let failure = self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            self.tiles.done(failure);
+        }
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+struct State {
+    jobs: VecDeque<Arc<Job>>,
+    shutdown: bool,
+    idle: usize,
+}
+
+/// A fixed set of worker threads.
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    workers: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(workers: usize, name: &str) -> Result<Pool> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                jobs: VecDeque::new(),
+                shutdown: false,
+                idle: 0,
+            }),
+            wake: Condvar::new(),
+        });
+        let mut pool = Pool {
+            shared: shared.clone(),
+            threads: Vec::with_capacity(workers),
+            workers,
+        };
+        for i in 0..workers {
+            let shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("halcyon-{name}-worker-{i}"))
+                .spawn(move || worker(&shared))
+                .map_err(|e| {
+                    Error::with_source(
+                        StatusCode::ResourceExhausted,
+                        format!("cannot spawn CPU worker thread {i} of {workers}"),
+                        e,
+                    )
+                })?;
+            pool.threads.push(thread);
+        }
+        Ok(pool)
+    }
+
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Queues a job and wakes as many idle workers as it has tiles.
+    pub(crate) fn push(&self, job: Arc<Job>) {
+        let tiles = job.count as usize;
+        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.jobs.push_back(job);
+        let wake = tiles.min(state.idle);
+        drop(state);
+        if wake >= self.workers {
+            self.shared.wake.notify_all();
+        } else {
+            for _ in 0..wake {
+                self.shared.wake.notify_one();
+            }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shutdown = true;
+        self.shared.wake.notify_all();
+        for thread in self.threads.drain(..) {
+            // A worker thread dropping the last device handle would join itself.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn worker(shared: &Shared) {
+    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        match state.jobs.front() {
+            Some(job) if job.exhausted() => {
+                state.jobs.pop_front();
+            }
+            Some(job) => {
+                let job = job.clone();
+                drop(state);
+                job.work();
+                state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            }
+            None if state.shutdown => return,
+            None => {
+                state.idle += 1;
+                state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                state.idle -= 1;
+            }
+        }
+    }
+}
