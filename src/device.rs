@@ -83,7 +83,9 @@ impl fmt::Debug for Work {
 /// Ordering and failure contract of [`DeviceBackend::submit`]: run `work` once every entry of
 /// `wait` is reached (through the core's [`crate::queue::ActionQueue`], or natively), then
 /// signal every entry of `signal`; if a wait fails, do not run `work` and fail `signal` with
-/// that error; if running fails, fail `signal`. Never block the caller on the device, and keep
+/// that error; if running fails, fail `signal`. Signal (or fail) the entries in fence order, as
+/// [`Fence::signal`] and [`Fence::fail`] do: the first is the core's completion marker, which
+/// the buffer mapping checks watch, and it must settle before anyone woken by the others looks. Never block the caller on the device, and keep
 /// `work` (and so every resource it references) alive until `signal` is reached or failed.
 pub trait DeviceBackend: Send + Sync + 'static {
     /// Identity and features.

@@ -117,10 +117,12 @@ impl ReadSink {
 type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 
 /// A submitted queue operation: completes when its signal fence is reached, with its output
-/// (the bytes, for a read), or with the failure. Dropping it never cancels the work.
+/// (the bytes, for a read), or with the failure. Either way every entry of the signal fence
+/// has settled (reached or failed) by the time it completes. Dropping it never cancels the work.
 #[must_use = "dropping a Submission does not cancel it, but its failure would go unseen"]
 pub struct Submission<T = ()> {
-    wait: Option<Wait>,
+    /// Waits on the signal fence's entries not yet settled.
+    unsettled: Vec<Wait>,
     failed: Option<Error>,
     output: Option<Output<T>>,
 }
@@ -136,7 +138,7 @@ impl<T> fmt::Debug for Submission<T> {
 impl<T> Submission<T> {
     fn failed(error: Error) -> Self {
         Submission {
-            wait: None,
+            unsettled: Vec::new(),
             failed: Some(error),
             output: None,
         }
@@ -149,20 +151,24 @@ impl<T> Future for Submission<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        if let Some(error) = self.failed.take() {
+        let this = &mut *self;
+        this.unsettled
+            .retain_mut(|wait| match Pin::new(wait).poll(cx) {
+                Poll::Pending => true,
+                Poll::Ready(Ok(())) => false,
+                Poll::Ready(Err(error)) => {
+                    this.failed.get_or_insert(error);
+                    false
+                }
+            });
+        if !this.unsettled.is_empty() {
+            return Poll::Pending;
+        }
+        if let Some(error) = this.failed.take() {
+            this.output = None;
             return Poll::Ready(Err(error));
         }
-        if let Some(wait) = &mut self.wait {
-            match Pin::new(wait).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(error)) => {
-                    self.wait = None;
-                    return Poll::Ready(Err(error));
-                }
-                Poll::Ready(Ok(())) => self.wait = None,
-            }
-        }
-        match self.output.take() {
+        match this.output.take() {
             Some(output) => Poll::Ready(output()),
             None => Poll::Ready(Err(Error::new(
                 StatusCode::FailedPrecondition,
@@ -235,7 +241,7 @@ impl Queue {
         work: Work,
         output: Output<T>,
     ) -> Submission<T> {
-        let Timepoints { wait, mut signal } = timepoints;
+        let Timepoints { wait, signal } = timepoints;
         let done = Semaphore::new(0);
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.0.values() {
@@ -245,10 +251,13 @@ impl Queue {
                 return Submission::failed(error);
             }
         }
-        signal.insert(&done, 1);
+        // `done` goes first: a fence is signalled in order, so the buffer trackers (which watch
+        // `done`) see the work complete before anyone woken by the caller's semaphores looks.
+        let signal = done_fence.join(&signal);
+        let unsettled = signal.iter().map(|(s, v)| s.wait(v)).collect();
         self.device.backend().submit(self.index, wait, signal, work);
         Submission {
-            wait: Some(done.wait(1)),
+            unsettled,
             failed: None,
             output: Some(output),
         }

@@ -1,0 +1,173 @@
+//! C-ABI kernels end to end: `tests/kernels/saxpy.c` is compiled with the system C compiler
+//! against `include/halcyon_cpu.h`, loaded with `c_library_spec`, and dispatched on CPU devices
+//! in both execution modes. Skipped (with a message) when there is no `cc`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use halcyon::{BufferParams, Device, Executable, Fence, Queue, Result, Semaphore, Timepoints};
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode};
+
+const HANG: Duration = Duration::from_secs(10);
+const N: u32 = 1000;
+
+/// Compiles the sample library once per test process; `None` if there is no C compiler.
+fn library() -> Option<&'static Path> {
+    static LIBRARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let output = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("halcyon-saxpy-{}.so", std::process::id()));
+            let status = Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-std=c99", "-I"])
+                .arg(manifest.join("include"))
+                .arg("-o")
+                .arg(&output)
+                .arg(manifest.join("tests/kernels/saxpy.c"))
+                .status();
+            match status {
+                Ok(status) if status.success() => Some(output),
+                Ok(status) => panic!("cc failed to compile tests/kernels/saxpy.c: {status}"),
+                Err(error) => {
+                    eprintln!("skipping the C-ABI kernel tests: cannot run cc: {error}");
+                    None
+                }
+            }
+        })
+        .as_deref()
+}
+
+fn devices() -> Result<Vec<Device>> {
+    [ExecutionMode::Pool { workers: 0 }, ExecutionMode::Inline]
+        .into_iter()
+        .map(|mode| {
+            halcyon_cpu::create_device(CpuDeviceOptions {
+                mode,
+                ..CpuDeviceOptions::default()
+            })
+        })
+        .collect()
+}
+
+fn load(device: &Device, library: &Path) -> Result<Executable> {
+    device.load_executable(&halcyon_cpu::c_library_spec(library)?)
+}
+
+fn floats_to_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn bytes_to_floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+async fn upload(queue: &Queue, values: &[f32]) -> Result<halcyon::Buffer> {
+    let bytes = floats_to_bytes(values);
+    let allocator = queue.device().allocator();
+    let buffer = allocator.allocate(bytes.len() as u64, BufferParams::DEVICE)?;
+    let write = queue.write(Timepoints::default(), &bytes, &buffer.whole());
+    tokio::time::timeout(HANG, write)
+        .await
+        .expect("upload hangs")?;
+    Ok(buffer)
+}
+
+/// The library's entry points carry the metadata saxpy.c declares, and `saxpy` computes
+/// `y = a * x + y` exactly on 1000 elements (values whose products and sums are exact), leaving
+/// `x` and the element past `n` alone, in pool and inline mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saxpy_through_the_c_abi() -> Result<()> {
+    let Some(library) = library() else {
+        return Ok(());
+    };
+    for device in devices()? {
+        let executable = load(&device, library)?;
+        assert_eq!(executable.format(), halcyon_cpu::FORMAT_C_ABI);
+        let saxpy = executable.entry_point_index("saxpy")?;
+        let entry = executable.entry_point(saxpy)?;
+        assert_eq!(
+            (
+                entry.workgroup_size,
+                entry.binding_count,
+                entry.constant_count
+            ),
+            ([64, 1, 1], 2, 2)
+        );
+
+        let queue = device.queue(0)?;
+        let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..=N).map(|i| 0.5 * i as f32).collect();
+        let (x, y) = (upload(&queue, &xs).await?, upload(&queue, &ys).await?);
+        let timeline = queue.timeline()?;
+        let dispatch = queue.dispatch(
+            timeline.next(),
+            &executable,
+            saxpy,
+            [N.div_ceil(64), 1, 1],
+            &[2.5f32.to_bits(), N],
+            &[x.whole(), y.whole()],
+        );
+        let read_y = queue.read(timeline.next(), &y.whole());
+        let read_x = queue.read(timeline.next(), &x.whole());
+        let read_y = tokio::time::timeout(HANG, read_y).await.expect("hangs")?;
+        let read_x = tokio::time::timeout(HANG, read_x).await.expect("hangs")?;
+        tokio::time::timeout(HANG, dispatch).await.expect("hangs")?;
+
+        let mut expected: Vec<f32> = (0..N as usize).map(|i| 2.5 * xs[i] + ys[i]).collect();
+        expected.push(ys[N as usize]);
+        assert_eq!(bytes_to_floats(&read_y), expected, "on {:?}", device);
+        assert_eq!(bytes_to_floats(&read_x), xs, "saxpy modified x");
+    }
+    Ok(())
+}
+
+/// Dispatches that make the C kernel return non-zero fail their signal semaphore and their
+/// `Submission` with the same error, whose message carries the kernel's return code and the
+/// entry point's name: `fail` (returns 7), and `saxpy` with `n` past its bindings (returns 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_errors_fail_the_signal_fence() -> Result<()> {
+    let Some(library) = library() else {
+        return Ok(());
+    };
+    for device in devices()? {
+        let executable = load(&device, library)?;
+        let queue = device.queue(0)?;
+        let short = upload(&queue, &[1.0; 16]).await?;
+        let failing = [
+            ("fail", 7, vec![], vec![]),
+            ("saxpy", 2, vec![0, 64], vec![short.whole(), short.whole()]),
+        ];
+        for (name, code, constants, bindings) in failing {
+            let entry = executable.entry_point_index(name)?;
+            let signal = Semaphore::new(0);
+            let dispatch = queue.dispatch(
+                (Fence::new(), Fence::at(&signal, 1)),
+                &executable,
+                entry,
+                [1, 1, 1],
+                &constants,
+                &bindings,
+            );
+            let outcome = tokio::time::timeout(HANG, dispatch).await.expect("hangs");
+            let error = outcome.expect_err("a failing C kernel's dispatch succeeded");
+            let failure = signal
+                .query()
+                .expect_err("the signal semaphore did not fail");
+            assert_eq!(failure.code(), error.code());
+            assert_eq!(failure.message(), error.message());
+            for mention in [name, &code.to_string()[..]] {
+                assert!(
+                    error.message().contains(mention),
+                    "the error of '{name}' should mention '{mention}': {error}"
+                );
+            }
+        }
+    }
+    Ok(())
+}

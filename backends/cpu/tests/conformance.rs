@@ -1,0 +1,82 @@
+//! The conformance suite on the CPU device, in both execution modes, with the standard kernels
+//! written as Rust kernels.
+
+use std::ops::Range;
+
+use halcyon::{Device, Executable, Result};
+use halcyon_conformance::kernels;
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels, WorkgroupContext};
+
+/// The suite's standard kernels as `cpu-rust` kernels.
+struct CpuKernels;
+
+impl halcyon_conformance::Kernels for CpuKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        let spec = RustKernels::new()
+            .entry(kernels::add_one_u32(), add_one_u32)
+            .entry(kernels::saxpy_f32(), saxpy_f32)
+            .entry(kernels::fail(), |_| {
+                Err("the conformance suite's 'fail' kernel always fails".into())
+            })
+            .spec();
+        device.load_executable(&spec)
+    }
+}
+
+/// The global x indices of this workgroup's invocations that are below `n`, or an error if a
+/// binding of `len` elements is too short for `n`.
+fn invocations(ctx: &WorkgroupContext<'_>, n: usize, len: usize) -> Result<Range<usize>, String> {
+    if len < n {
+        return Err(format!("n = {n} but a binding holds only {len} elements"));
+    }
+    let size = ctx.workgroup_size()[0] as usize;
+    let start = ctx.workgroup_id()[0] as usize * size;
+    Ok(start.min(n)..(start + size).min(n))
+}
+
+fn add_one_u32(ctx: &WorkgroupContext<'_>) -> Result<(), String> {
+    let n = ctx.constants()[0] as usize;
+    // SAFETY: each workgroup writes only its own 64 elements (`invocations`).
+    let x = unsafe { ctx.binding_mut::<u32>(0) };
+    for i in invocations(ctx, n, x.len())? {
+        x[i] = x[i].wrapping_add(1);
+    }
+    Ok(())
+}
+
+fn saxpy_f32(ctx: &WorkgroupContext<'_>) -> Result<(), String> {
+    let a = f32::from_bits(ctx.constants()[0]);
+    let n = ctx.constants()[1] as usize;
+    // SAFETY: x is only read; each workgroup writes only its own 64 elements of y.
+    let (x, y) = unsafe { (ctx.binding::<f32>(0), ctx.binding_mut::<f32>(1)) };
+    for i in invocations(ctx, n, x.len().min(y.len()))? {
+        y[i] += a * x[i];
+    }
+    Ok(())
+}
+
+/// A worker per core, two queues (so the cross-queue chain case has two to use).
+mod pool {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || halcyon_cpu::create_device(CpuDeviceOptions {
+            mode: ExecutionMode::Pool { workers: 0 },
+            queue_count: 2,
+        }),
+        CpuKernels
+    );
+}
+
+/// Work runs on the thread that issues it.
+mod inline {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || halcyon_cpu::create_device(CpuDeviceOptions {
+            mode: ExecutionMode::Inline,
+            ..CpuDeviceOptions::default()
+        }),
+        CpuKernels
+    );
+}

@@ -1,0 +1,131 @@
+//! Mapping rules: host mappings and in-flight device work exclude each other.
+
+use futures::poll;
+use halcyon::{Buffer, BufferParams, Device, Fence, Result, StatusCode, Timepoints};
+
+use crate::harness::{
+    assert_error, assert_failed, block_on, done, join, signal_from_thread, signals, upload, within,
+};
+use crate::kernels::{Kernels, StandardKernels};
+
+const SIZE: u64 = 1024;
+
+fn host_buffer(device: &Device) -> Result<Buffer> {
+    device.allocator().allocate(SIZE, BufferParams::HOST)
+}
+
+/// While a fill of the buffer waits on an unsignalled semaphore (so is in flight), `map_write`
+/// and `map_read` are refused with `FailedPrecondition` naming the buffer; `map_read_async`
+/// stays pending, and once another thread releases the fill it maps and shows the fill's data.
+pub fn map_refused_while_device_writes(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = host_buffer(device)?;
+        let id = buffer.id().to_string();
+        let gate = device.create_semaphore(0)?;
+        let fill = queue.fill(
+            Timepoints::new(Fence::at(&gate, 1), Fence::new()),
+            &buffer.whole(),
+            &[0xA5],
+        );
+
+        let write = buffer.map_write(..).map(|g| g.len());
+        assert_error(write, StatusCode::FailedPrecondition, &[&id]);
+        let read = buffer.map_read(..).map(|g| g.len());
+        assert_error(read, StatusCode::FailedPrecondition, &[&id]);
+
+        let mut mapping = Box::pin(buffer.map_read_async(..));
+        assert!(
+            poll!(mapping.as_mut()).is_pending(),
+            "map_read_async completed while a device write was in flight"
+        );
+        let thread = signal_from_thread(&gate, 1);
+        let guard = done("map_read_async", mapping).await?;
+        join(thread)?;
+        assert!(
+            guard.iter().all(|&b| b == 0xA5),
+            "the mapping does not show the completed fill"
+        );
+        drop(guard);
+        done("the fill", fill).await?;
+        Ok(())
+    })
+}
+
+/// While a read guard lives, a submission writing the buffer is refused with
+/// `FailedPrecondition` (its signal fails too) but a queue read is allowed; while a write guard
+/// lives, even a read is refused; once the guards are gone, writes are accepted again.
+pub fn submission_refused_while_mapped(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = host_buffer(device)?;
+        let id = buffer.id().to_string();
+        done(
+            "fill",
+            queue.fill(Timepoints::default(), &buffer.whole(), &[1]),
+        )
+        .await?;
+
+        let guard = buffer.map_read(..)?;
+        let signal = device.create_semaphore(0)?;
+        let fill = queue.fill(signals(&signal, 1), &buffer.whole(), &[2]);
+        let outcome = within("fill while mapped for reading", fill).await?;
+        assert_error(outcome, StatusCode::FailedPrecondition, &[&id]);
+        assert_failed(&signal, StatusCode::FailedPrecondition, &id);
+        let read = queue.read(Timepoints::default(), &buffer.slice(0..16)?);
+        let bytes = done("read while mapped for reading", read).await?;
+        assert_eq!(bytes, [1; 16]);
+        drop(guard);
+
+        let mut guard = buffer.map_write(..)?;
+        guard.fill(3);
+        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let outcome = within("read while mapped for writing", read).await?;
+        assert_error(outcome, StatusCode::FailedPrecondition, &[&id]);
+        drop(guard);
+
+        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let bytes = done("read after the guards dropped", read).await?;
+        assert!(
+            bytes.iter().all(|&b| b == 3),
+            "host writes through the guard were lost"
+        );
+        Ok(())
+    })
+}
+
+/// As soon as a dispatch's signal semaphore is reached, the dispatch is no longer in flight:
+/// `map_read` right after awaiting the semaphore (not the `Submission`) succeeds and shows the
+/// data. Repeated, since a backend that signals the caller's semaphore before the core's
+/// completion marker fails this only sometimes.
+pub fn map_after_signal_reached(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    const ROUNDS: u32 = 100;
+    const N: u32 = 256;
+    block_on(async {
+        let kernels = StandardKernels::load(device, kernels)?;
+        let queue = device.queue(0)?;
+        let buffer = upload(&queue, BufferParams::HOST, &[0; N as usize * 4]).await?;
+        let signal = device.create_semaphore(0)?;
+        let mut submissions = Vec::new();
+        for round in 1..=ROUNDS {
+            let timepoints = signals(&signal, round.into());
+            let add = kernels.add_one(&queue, timepoints, &buffer.whole(), N);
+            done("the increment's signal", signal.wait(round.into())).await?;
+            let guard = buffer.map_read(..).map_err(|e| {
+                e.context(format!(
+                    "round {round}: map_read after the dispatch's signal"
+                ))
+            })?;
+            assert!(
+                guard.as_slice::<u32>()?.iter().all(|&v| v == round),
+                "round {round}: the mapping shows stale data"
+            );
+            drop(guard);
+            submissions.push(add);
+        }
+        for add in submissions {
+            done("increment", add).await?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,274 @@
+//! Ordering: submissions start when their wait fences are reached, and not before.
+
+use std::sync::{Arc, Mutex};
+
+use futures::poll;
+use halcyon::{
+    BufferParams, CommandBuffer, CommandBufferMode, Device, Error, Fence, Result, StatusCode,
+    Timepoints,
+};
+
+use crate::harness::{
+    block_on, bytes_u32, done, download_u32, join, link, pattern_u32, semaphores,
+    signal_from_thread, u32_bytes, upload, upload_u32,
+};
+use crate::kernels::{workgroups, Kernels, StandardKernels};
+
+/// A write waiting on a semaphore nobody has signalled yet stays pending (its signal fence is
+/// not reached, its `Submission` is not ready); once another thread signals the semaphore, the
+/// write runs, its fence is reached and the data lands.
+pub fn wait_before_signal(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let data = pattern_u32(256, 1);
+        let buffer = device.allocator().allocate(1024, BufferParams::DEVICE)?;
+        let gate = device.create_semaphore(0)?;
+        let signal = device.create_semaphore(0)?;
+
+        let mut write = queue.write(link(&gate, &signal), &u32_bytes(&data), &buffer.whole());
+        assert!(
+            poll!(&mut write).is_pending(),
+            "a write waiting on an unsignalled semaphore completed"
+        );
+        assert_eq!(
+            signal.query()?,
+            0,
+            "a write waiting on an unsignalled semaphore signalled its fence"
+        );
+
+        let thread = signal_from_thread(&gate, 1);
+        done("write released by another thread", write).await?;
+        join(thread)?;
+        assert_eq!(
+            signal.query()?,
+            1,
+            "a completed write left its fence unsignalled"
+        );
+        let read = download_u32(&queue, Fence::at(&signal, 1), &buffer.whole()).await?;
+        assert_eq!(read, data, "the released write stored the wrong data");
+        Ok(())
+    })
+}
+
+/// A write whose wait semaphore is already past the awaited value runs at once.
+pub fn signal_before_wait(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let data = pattern_u32(256, 2);
+        let buffer = device.allocator().allocate(1024, BufferParams::DEVICE)?;
+        let gate = device.create_semaphore(0)?;
+        let signal = device.create_semaphore(0)?;
+        gate.signal(3)?;
+
+        let write = queue.write(
+            (Fence::at(&gate, 2), Fence::at(&signal, 1)),
+            &u32_bytes(&data),
+            &buffer.whole(),
+        );
+        done("write after its wait was signalled", write).await?;
+        assert_eq!(signal.query()?, 1);
+        let read = download_u32(&queue, Fence::at(&signal, 1), &buffer.whole()).await?;
+        assert_eq!(read, data, "the write stored the wrong data");
+        Ok(())
+    })
+}
+
+/// 100 increments, each waiting on the previous one's semaphore (spread over every queue of
+/// the device), all submitted before the first is released: each runs exactly once, in order
+/// and not concurrently (a lost or repeated increment shows in the data).
+pub fn chain_of_100_submissions(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    const LINKS: usize = 100;
+    const N: u32 = 1000;
+    block_on(async {
+        let kernels = StandardKernels::load(device, kernels)?;
+        let queues = device.queues(u64::MAX)?;
+        let buffer = upload_u32(&queues[0], &vec![0; N as usize]).await?;
+        let chain = semaphores(device, LINKS + 1)?;
+
+        let submissions: Vec<_> = (0..LINKS)
+            .map(|i| {
+                let queue = &queues[i % queues.len()];
+                kernels.add_one(queue, link(&chain[i], &chain[i + 1]), &buffer.whole(), N)
+            })
+            .collect();
+        assert_eq!(
+            chain[LINKS].query()?,
+            0,
+            "the chain ran before it was released"
+        );
+
+        chain[0].signal(1)?;
+        for (i, submission) in submissions.into_iter().enumerate() {
+            done(&format!("link {i} of the chain"), submission).await?;
+        }
+        let values = download_u32(&queues[0], Fence::at(&chain[LINKS], 1), &buffer.whole()).await?;
+        let wrong = values.iter().position(|&v| v != LINKS as u32);
+        assert_eq!(
+            wrong,
+            None,
+            "after {LINKS} chained increments element {} is {} (expected {LINKS})",
+            wrong.unwrap_or(0),
+            values[wrong.unwrap_or(0)]
+        );
+        Ok(())
+    })
+}
+
+/// A [`halcyon::Timeline`] orders a fill, three increments and a read; awaiting only the read
+/// sees all of them, and the timeline semaphore ends at the last value handed out.
+pub fn timeline_in_order(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    const N: u32 = 300;
+    block_on(async {
+        let kernels = StandardKernels::load(device, kernels)?;
+        let queue = device.queue(0)?;
+        let buffer = device
+            .allocator()
+            .allocate(N as u64 * 4, BufferParams::DEVICE)?;
+        let timeline = queue.timeline()?;
+
+        let fill = queue.fill(timeline.next(), &buffer.whole(), &7u32.to_le_bytes());
+        let adds: Vec<_> = (0..3)
+            .map(|_| kernels.add_one(&queue, timeline.next(), &buffer.whole(), N))
+            .collect();
+        let read = queue.read(timeline.next(), &buffer.whole());
+
+        let values = bytes_u32(&done("read at the end of the timeline", read).await?)?;
+        assert!(
+            values.iter().all(|&v| v == 10),
+            "fill 7 then three increments should give 10 everywhere, got {:?}",
+            &values[..8]
+        );
+        done("fill", fill).await?;
+        for add in adds {
+            done("increment", add).await?;
+        }
+        assert_eq!(timeline.last(), 5);
+        assert_eq!(timeline.semaphore().query()?, timeline.last());
+        Ok(())
+    })
+}
+
+/// Host calls run in queue order, after the work before them: none runs before the timeline is
+/// released, they run in order, and one that maps a buffer sees the write ordered before it
+/// completed (mapping is allowed and shows the data).
+pub fn host_call_in_queue_order(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let data = pattern_u32(64, 3);
+        let buffer = device.allocator().allocate(256, BufferParams::HOST)?;
+        let gate = device.create_semaphore(0)?;
+        let timeline = queue.timeline()?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let push = |n: u32| {
+            let log = log.clone();
+            move || {
+                log.lock().unwrap().push(n);
+                Ok(())
+            }
+        };
+
+        let mut first = timeline.next();
+        first.wait.insert(&gate, 1);
+        let mut submissions = vec![queue.host_call(first, push(1))];
+        submissions.push(queue.write(timeline.next(), &u32_bytes(&data), &buffer.whole()));
+        let (mapped, expected, log2) = (buffer.clone(), data.clone(), log.clone());
+        submissions.push(queue.host_call(timeline.next(), move || {
+            let guard = mapped.map_read(..)?;
+            if guard.as_slice::<u32>()? != expected.as_slice() {
+                return Err(Error::new(
+                    StatusCode::DataLoss,
+                    "a host call saw the buffer without the write ordered before it",
+                ));
+            }
+            log2.lock().unwrap().push(2);
+            Ok(())
+        }));
+        submissions.push(queue.host_call(timeline.next(), push(3)));
+        assert!(
+            log.lock().unwrap().is_empty(),
+            "a host call ran before its wait was reached"
+        );
+
+        let thread = signal_from_thread(&gate, 1);
+        for (i, submission) in submissions.into_iter().enumerate() {
+            done(&format!("queue operation {i}"), submission).await?;
+        }
+        join(thread)?;
+        assert_eq!(
+            *log.lock().unwrap(),
+            [1, 2, 3],
+            "host calls ran out of order"
+        );
+        Ok(())
+    })
+}
+
+/// A queue barrier waiting on two semaphores signals only once both are reached.
+pub fn barrier_waits_for_every_semaphore(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let s = semaphores(device, 3)?;
+        let wait: Fence = [(&s[0], 1), (&s[1], 2)].into_iter().collect();
+        let mut barrier = queue.barrier(Timepoints::new(wait, Fence::at(&s[2], 1)));
+
+        s[0].signal(1)?;
+        s[1].signal(1)?;
+        assert!(
+            poll!(&mut barrier).is_pending(),
+            "a barrier completed with one of its waits unreached"
+        );
+        assert_eq!(
+            s[2].query()?,
+            0,
+            "a barrier signalled with a wait unreached"
+        );
+
+        let thread = signal_from_thread(&s[1], 2);
+        done("barrier", barrier).await?;
+        join(thread)?;
+        assert_eq!(s[2].query()?, 1);
+        Ok(())
+    })
+}
+
+/// Within one command buffer, an execution barrier makes a fill complete before the dispatch
+/// after it starts: every element ends at fill + 1.
+pub fn command_buffer_barrier_orders_commands(
+    device: &Device,
+    kernels: &dyn Kernels,
+) -> Result<()> {
+    const N: u32 = 4096;
+    block_on(async {
+        let kernels = StandardKernels::load(device, kernels)?;
+        let queue = device.queue(0)?;
+        let buffer = upload(&queue, BufferParams::DEVICE, &vec![0; N as usize * 4]).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+        builder
+            .fill(buffer.whole(), &41u32.to_le_bytes())?
+            .barrier()
+            .dispatch(
+                &kernels.executable,
+                kernels.add_one,
+                workgroups(N),
+                &[N],
+                [buffer.whole().into()],
+            )?;
+        let command_buffer = builder.finish();
+
+        done(
+            "fill, barrier, increment",
+            queue.execute(Timepoints::default(), &command_buffer, None),
+        )
+        .await?;
+        let values = download_u32(&queue, Fence::new(), &buffer.whole()).await?;
+        let wrong = values.iter().position(|&v| v != 42);
+        assert_eq!(
+            wrong,
+            None,
+            "element {} is {} after fill 41, barrier, +1 (expected 42)",
+            wrong.unwrap_or(0),
+            values[wrong.unwrap_or(0)]
+        );
+        Ok(())
+    })
+}

@@ -1,0 +1,132 @@
+//! # halcyon-conformance
+//!
+//! The backend-independent conformance suite: every case is written once against
+//! [`halcyon::Device`], and each backend instantiates all of them with
+//! [`conformance_tests!`], supplying a device factory and a [`Kernels`] provider (the backend's
+//! implementation of the suite's [standard entry points](kernels)).
+//!
+//! ```ignore
+//! struct MyKernels;
+//! impl halcyon_conformance::Kernels for MyKernels {
+//!     fn load(&self, device: &halcyon::Device) -> halcyon::Result<halcyon::Executable> {
+//!         // an executable with entry points "add_one_u32", "saxpy_f32" and "fail"
+//!         # unimplemented!()
+//!     }
+//! }
+//!
+//! halcyon_conformance::conformance_tests!(|| my_backend::create_device(), MyKernels);
+//! ```
+//!
+//! A factory that returns an [`halcyon::StatusCode::Unavailable`] error (no driver library, no
+//! hardware) makes every test print why and pass as skipped; any other error fails the test.
+//!
+//! Cases never assert on elapsed time: every await is guarded by a generous deadline
+//! ([`harness::HANG`]) that only turns a hang into a failure.
+
+#![warn(missing_docs)]
+
+pub mod cases;
+pub mod harness;
+pub mod kernels;
+
+pub use kernels::{Kernels, StandardKernels};
+
+use halcyon::{Device, Result, StatusCode};
+
+/// The signature of every case: the device under test and the backend's kernels.
+pub type Case = fn(&Device, &dyn Kernels) -> Result<()>;
+
+/// Runs one case: creates the device (skipping the case if the device is `Unavailable`), runs
+/// the case, and panics with the case name, the device and the error if it fails.
+pub fn run(
+    name: &str,
+    make_device: impl FnOnce() -> Result<Device>,
+    kernels: &dyn Kernels,
+    case: Case,
+) {
+    let device = match make_device() {
+        Ok(device) => device,
+        Err(error) if error.code() == StatusCode::Unavailable => {
+            eprintln!("skipping conformance case '{name}': the device is unavailable: {error}");
+            return;
+        }
+        Err(error) => panic!("conformance case '{name}': cannot create the device: {error}"),
+    };
+    if let Err(error) = case(&device, kernels) {
+        panic!(
+            "conformance case '{name}' failed on device {}: {error}",
+            device.info().id
+        );
+    }
+}
+
+/// Expands to one `#[test]` per conformance case.
+///
+/// `conformance_tests!(make_device, kernels)`: `make_device` is an expression callable as
+/// `FnOnce() -> halcyon::Result<halcyon::Device>` (evaluated once per test, so each test gets a
+/// fresh device); `kernels` is an expression whose value implements [`Kernels`]. Invoke it once
+/// per device configuration, each in its own module.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make_device:expr, $kernels:expr $(,)?) => {
+        $crate::conformance_tests!(@cases ($make_device, $kernels)
+            // ordering
+            wait_before_signal,
+            signal_before_wait,
+            chain_of_100_submissions,
+            timeline_in_order,
+            host_call_in_queue_order,
+            barrier_waits_for_every_semaphore,
+            command_buffer_barrier_orders_commands,
+            // failure propagation
+            failing_dispatch_fails_the_chain,
+            failed_wait_semaphore_fails_the_chain,
+            failing_host_call_fails_the_chain,
+            // memory
+            alloca_dealloca_reuses_memory,
+            deallocated_buffer_is_refused,
+            map_refused_while_device_writes,
+            submission_refused_while_mapped,
+            map_after_signal_reached,
+            dropped_handles_outlive_in_flight_work,
+            // transfers and dispatches
+            fill_update_copy_round_trip,
+            write_read_large_round_trip,
+            queue_read_returns_bytes,
+            saxpy_dispatch,
+            binding_table_replay,
+            // validation
+            fill_pattern_length_3,
+            fill_misaligned,
+            update_too_large,
+            update_length_mismatch,
+            copy_length_mismatch,
+            copy_overlapping,
+            fill_without_transfer_target,
+            dispatch_without_dispatch_storage,
+            map_without_mapping_usage,
+            slice_out_of_range,
+            wrong_constant_count,
+            wrong_binding_count,
+            bad_entry_point_index,
+            empty_binding_table_slot,
+            one_shot_submitted_twice,
+            zero_size_allocation,
+            queue_index_out_of_range,
+            unknown_driver,
+        );
+    };
+    (@cases ($make_device:expr, $kernels:expr) $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::run(
+                    ::std::stringify!($case),
+                    $make_device,
+                    &$kernels,
+                    $crate::cases::$case,
+                );
+            }
+        )*
+    };
+}
