@@ -258,6 +258,18 @@ impl Run {
     }
 }
 
+/// How many [`SPLIT_BYTES`] chunks cover `len` bytes (at least one, so empty ranges still run).
+fn chunk_count(len: usize) -> u32 {
+    (len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+}
+
+/// The byte range of chunk `index` of `len` bytes, or `None` if it is empty.
+fn chunk_range(index: u32, len: usize) -> Option<std::ops::Range<usize>> {
+    let start = index as usize * SPLIT_BYTES as usize;
+    let end = (start + SPLIT_BYTES as usize).min(len);
+    (start < end).then_some(start..end)
+}
+
 /// Work split into independent chunks.
 trait Chunked: Send + Sync + 'static {
     fn count(&self) -> u32;
@@ -360,16 +372,17 @@ struct Fill {
 
 impl Chunked for Fill {
     fn count(&self) -> u32 {
-        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+        chunk_count(self.target.len)
     }
 
     fn run(&self, index: u32) -> std::result::Result<(), String> {
-        let start = index as usize * SPLIT_BYTES as usize;
-        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
-        // SAFETY: `start..end` lies within the target range (live memory); chunks are disjoint,
-        // and semaphores order the fill against other accesses.
+        let Some(range) = chunk_range(index, self.target.len) else {
+            return Ok(());
+        };
+        // SAFETY: `range` lies within the target range (live memory); chunks are disjoint, and
+        // semaphores order the fill against other accesses.
         let bytes = unsafe {
-            std::slice::from_raw_parts_mut(self.target.ptr.as_ptr().add(start), end - start)
+            std::slice::from_raw_parts_mut(self.target.ptr.as_ptr().add(range.start), range.len())
         };
         let pattern = self.pattern.to_le_bytes();
         match self.pattern_len {
@@ -393,22 +406,21 @@ struct Update {
 
 impl Chunked for Update {
     fn count(&self) -> u32 {
-        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+        chunk_count(self.target.len)
     }
 
     fn run(&self, index: u32) -> std::result::Result<(), String> {
-        let start = index as usize * SPLIT_BYTES as usize;
-        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
-        if start >= end {
+        let Some(range) = chunk_range(index, self.target.len) else {
             return Ok(());
-        }
+        };
+        let (start, len) = (range.start, range.len());
         // SAFETY: the target is live memory exactly as long as `data` (checked when recorded);
         // chunks are disjoint, and `data` is a private copy that cannot overlap it.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.data.as_ptr().add(start),
                 self.target.ptr.as_ptr().add(start),
-                end - start,
+                len,
             )
         };
         Ok(())
@@ -422,15 +434,14 @@ struct Copy {
 
 impl Chunked for Copy {
     fn count(&self) -> u32 {
-        (self.target.len as u64).div_ceil(SPLIT_BYTES).max(1) as u32
+        chunk_count(self.target.len)
     }
 
     fn run(&self, index: u32) -> std::result::Result<(), String> {
-        let start = index as usize * SPLIT_BYTES as usize;
-        let end = (start + SPLIT_BYTES as usize).min(self.target.len);
-        if start >= end {
+        let Some(range) = chunk_range(index, self.target.len) else {
             return Ok(());
-        }
+        };
+        let (start, len) = (range.start, range.len());
         // SAFETY: both ranges are live memory of the same length and chunks are disjoint.
         // Recording rejects overlapping direct ranges, but binding-table slots are only known
         // at submit, so use `copy` (memmove), which is defined for overlap too.
@@ -438,7 +449,7 @@ impl Chunked for Copy {
             std::ptr::copy(
                 self.source.ptr.as_ptr().add(start),
                 self.target.ptr.as_ptr().add(start),
-                end - start,
+                len,
             )
         };
         Ok(())
