@@ -4,12 +4,19 @@
 //!
 //! Run with `cargo bench --bench cpu` (about two minutes). Groups:
 //!
-//! * `tiny_add`: `c = a + b` over 256 `f32` (one workgroup of 256 invocations), submitted and
-//!   awaited once per iteration, in pool mode (a worker per core) and inline mode; plus the
-//!   floor of a cross-thread round trip (the same loop handed to a plain `std` thread and back).
-//! * `fma_4mi`: `d = a * b + c` over 4 Mi `f32` in pool mode against a `std::thread::scope` loop
-//!   with one chunk per core, on the same buffers. Throughput counts 64 MiB per iteration: three
-//!   16 MiB inputs read plus one 16 MiB output written (write-allocate traffic not counted).
+//! * `tiny_add`: `c = a + b` over 256 `f32` (one workgroup of 256 invocations, or four of 64),
+//!   submitted and awaited once per iteration, in pool mode (a worker per core) and inline mode;
+//!   plus the floor of a cross-thread round trip (the same loop handed to a plain `std` thread
+//!   and back) and the loop alone.
+//! * `fma_4mi`: `d = a * b + c` over 4 Mi `f32` in pool mode against plain Rust loops over the
+//!   same buffers: `std::thread::scope` with one chunk per core (the reference), one thread, and
+//!   threads spawned once. Throughput counts 64 MiB per iteration: three 16 MiB inputs read plus
+//!   one 16 MiB output written (write-allocate reads of the output not counted).
+//!
+//! Cross-thread numbers depend heavily on the machine: where an idle core sleeps in the
+//! hypervisor, waking a parked thread on it can cost tens of microseconds, and whether two
+//! threads share a core is up to the scheduler, so `tiny_add/pool/*` and `tiny_add/raw/thread_*`
+//! can vary between runs (compare them within one run).
 //! * `chain_10k`: 10 000 queue operations chained by one timeline semaphore (operation `i`
 //!   waits for value `i`, signals `i + 1`); one iteration is the whole chain, so the reported
 //!   time divided by 10 000 (criterion's element throughput, inverted) is the cost per
@@ -74,8 +81,9 @@ fn fma(a: &[f32], b: &[f32], c: &[f32], d: &mut [f32]) {
     }
 }
 
-/// Entry 0, `add`: bindings a, b, c; constant n; each workgroup handles `workgroup_size[0]`
-/// consecutive elements. Entry 1, `fma`: bindings a, b, c, d; constant n; same tiling.
+/// Entry 0, `add`: bindings a, b, c; constant n; workgroups of 256 invocations, each handling
+/// `workgroup_size[0]` consecutive elements. Entry 1, `fma`: bindings a, b, c, d; constant n;
+/// same tiling with 16 Ki-invocation workgroups. Entry 2, `add64`: `add` with workgroups of 64.
 fn kernels() -> RustKernels {
     fn range(ctx: &halcyon_cpu::WorkgroupContext<'_>) -> std::ops::Range<usize> {
         let n = ctx.constants()[0] as usize;
@@ -83,29 +91,28 @@ fn kernels() -> RustKernels {
         let start = (ctx.workgroup_id()[0] as usize * size).min(n);
         start..(start + size).min(n)
     }
+    fn add_kernel(ctx: &halcyon_cpu::WorkgroupContext<'_>) -> Result<(), String> {
+        let r = range(ctx);
+        // SAFETY: workgroups write disjoint ranges of c and only read a and b, which are other
+        // buffers.
+        let (a, b, c) = unsafe {
+            (
+                ctx.binding::<f32>(0),
+                ctx.binding::<f32>(1),
+                ctx.binding_mut::<f32>(2),
+            )
+        };
+        add(&a[r.clone()], &b[r.clone()], &mut c[r]);
+        Ok(())
+    }
+    let add_entry = |name: &str, size: u32| EntryPoint {
+        name: name.into(),
+        workgroup_size: [size, 1, 1],
+        binding_count: 3,
+        constant_count: 1,
+    };
     RustKernels::new()
-        .entry(
-            EntryPoint {
-                name: "add".into(),
-                workgroup_size: [TINY as u32, 1, 1],
-                binding_count: 3,
-                constant_count: 1,
-            },
-            |ctx| {
-                let r = range(ctx);
-                // SAFETY: workgroups write disjoint ranges of c and only read a and b, which
-                // are other buffers.
-                let (a, b, c) = unsafe {
-                    (
-                        ctx.binding::<f32>(0),
-                        ctx.binding::<f32>(1),
-                        ctx.binding_mut::<f32>(2),
-                    )
-                };
-                add(&a[r.clone()], &b[r.clone()], &mut c[r]);
-                Ok(())
-            },
-        )
+        .entry(add_entry("add", TINY as u32), add_kernel)
         .entry(
             EntryPoint {
                 name: "fma".into(),
@@ -129,6 +136,7 @@ fn kernels() -> RustKernels {
                 Ok(())
             },
         )
+        .entry(add_entry("add64", 64), add_kernel)
 }
 
 /// A device with the kernels loaded and f32 buffers of `len` elements filled with `values`.
@@ -209,11 +217,16 @@ fn tiny_group(c: &mut Criterion) -> BenchmarkGroup<'_, criterion::measurement::W
 /// add (one workgroup; a one-shot command list recorded, validated and resolved inside the call)
 /// on a queue timeline (wait for the previous value, signal the next), then
 /// `futures::executor::block_on` of the returned `Submission` on the bench thread. In pool mode
-/// the workgroup runs on a pool worker and completion comes back through a semaphore wake; in
-/// inline mode it runs inside the `dispatch` call and the await is ready at once.
+/// the workgroup runs on a pool worker and completion comes back through a semaphore wake (unless
+/// the device runs such a small dispatch on the submitting thread); in inline mode it runs inside
+/// the `dispatch` call and the await is ready at once.
 ///
 /// `tiny_add/{pool,inline}/execute_block_on`: the same, but submitting a reusable command buffer
 /// (recorded once, direct bindings, resolution precomputed) with `queue.execute`.
+///
+/// `tiny_add/{pool,inline}/execute_4x64_block_on`: `execute_block_on` with the add recorded as
+/// four workgroups of 64 (entry `add64`); in pool mode that is four tiles, so the dispatch goes
+/// to the pool even where a single small workgroup would not.
 ///
 /// `tiny_add/{pool,inline}/execute_tokio`: the `execute` variant awaited inside one
 /// `block_on` of a tokio `current_thread` runtime (no I/O or time driver) that runs the whole
@@ -244,6 +257,10 @@ fn tiny_add(c: &mut Criterion) {
         });
         group.bench_function(format!("{name}/execute_block_on"), |b| {
             b.iter(|| block_on(queue.execute(timeline.next(), &cb, None)).expect("execute"))
+        });
+        let cb4 = setup.reusable(2, 4, TINY);
+        group.bench_function(format!("{name}/execute_4x64_block_on"), |b| {
+            b.iter(|| block_on(queue.execute(timeline.next(), &cb4, None)).expect("execute"))
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -395,9 +412,14 @@ fn tiny_raw(c: &mut Criterion) {
 /// submitted with `queue.execute` and awaited with `futures::executor::block_on`.
 ///
 /// `fma_4mi/plain/thread_scope`: the same loop (the same function) over the same four buffers
-/// (host-mapped for the duration of the benchmark), split into one contiguous chunk per core:
-/// `std::thread::scope` spawns a thread for every chunk but the last, which runs on the bench
-/// thread. Thread spawns are part of every iteration.
+/// (host-mapped for the duration of the benchmark), split into one contiguous chunk per core;
+/// `std::thread::scope` spawns a thread per chunk and the bench thread waits for them (like it
+/// waits for the pool). Thread spawns are part of every iteration.
+///
+/// `fma_4mi/plain/single_thread`: the same loop over all 4 Mi elements on the bench thread.
+///
+/// `fma_4mi/plain/persistent_threads`: one thread per chunk, spawned once for the whole
+/// benchmark; each iteration hands every thread its chunk over a channel and waits for all.
 ///
 /// Throughput is 64 MiB per iteration (3 x 16 MiB read + 16 MiB written); criterion reports it in
 /// GiB/s.
@@ -444,23 +466,55 @@ fn fma_4mi(c: &mut Criterion) {
         let chunk = LARGE.div_ceil(cores);
         let mut plain = || {
             thread::scope(|scope| {
-                let mut parts = d
+                let parts = d
                     .chunks_mut(chunk)
                     .zip(a.chunks(chunk))
                     .zip(b_.chunks(chunk))
-                    .zip(c_.chunks(chunk))
-                    .peekable();
-                while let Some((((d, a), b), c)) = parts.next() {
-                    if parts.peek().is_some() {
-                        scope.spawn(move || fma(a, b, c, d));
-                    } else {
-                        fma(a, b, c, d);
-                    }
+                    .zip(c_.chunks(chunk));
+                for (((d, a), b), c) in parts {
+                    scope.spawn(move || fma(a, b, c, d));
                 }
             });
         };
         plain();
         group.bench_function("plain/thread_scope", |b| b.iter(&mut plain));
+
+        group.bench_function("plain/single_thread", |b| b.iter(|| fma(a, b_, c_, d)));
+
+        // Helpers spawned once (inside a scope spanning the benchmark); each iteration hands
+        // every helper its chunk of `d` (a `&mut` moved through a channel and back) and waits.
+        thread::scope(|scope| {
+            let mut chunks: Vec<_> = d.chunks_mut(chunk).map(Some).collect();
+            let (done_tx, done_rx) = mpsc::channel::<(usize, &mut [f32])>();
+            let helpers: Vec<_> = (0..chunks.len())
+                .map(|i| {
+                    let (tx, rx) = mpsc::channel::<&mut [f32]>();
+                    let done = done_tx.clone();
+                    let range = i * chunk..((i + 1) * chunk).min(LARGE);
+                    let (a, b, c) = (&a[range.clone()], &b_[range.clone()], &c_[range]);
+                    scope.spawn(move || {
+                        for d in rx {
+                            fma(a, b, c, d);
+                            if done.send((i, d)).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    tx
+                })
+                .collect();
+            let mut persistent = || {
+                for (helper, d) in helpers.iter().zip(&mut chunks) {
+                    helper.send(d.take().expect("chunk home")).expect("send");
+                }
+                for _ in 0..helpers.len() {
+                    let (i, d) = done_rx.recv().expect("helper done");
+                    chunks[i] = Some(d);
+                }
+            };
+            group.bench_function("plain/persistent_threads", |b| b.iter(&mut persistent));
+            drop(helpers);
+        });
     }
     setup.check(3, 7.0);
     group.finish();
@@ -515,8 +569,10 @@ fn chain(gate: Gate, mut submit: impl FnMut(Timepoints)) -> Duration {
 /// and issue, per operation.
 ///
 /// `chain_10k/{pool,inline}/dispatch_gated`: the gated chain with the 256-element add dispatch
-/// (reusable command buffer) as each operation; in pool mode each link also goes to a pool
-/// worker and back.
+/// (one workgroup, reusable command buffer) as each operation; in pool mode each link also goes
+/// to a pool worker and back, where the device sends single small workgroups to the pool. Every
+/// operation tracks the same three buffers, so this also shows how buffer tracking scales with
+/// 10 000 submissions in flight.
 ///
 /// One iteration is the whole chain; time per submission = reported time / 10 000 (the element
 /// throughput, inverted).

@@ -141,11 +141,18 @@ pub enum Access {
     Write,
 }
 
+/// The smallest `in_flight` length at which `track` prunes.
+const PRUNE_MIN: usize = 16;
+
 struct Tracker {
     /// The memory; `None` once a queue-ordered `dealloca` released it.
     memory: Option<Arc<dyn BufferMemory>>,
     /// Signal fences of in-flight submissions touching the buffer, with their access.
     in_flight: Vec<(Fence, Access)>,
+    /// `track` prunes `in_flight` when it reaches this length, then sets it to twice what is
+    /// left (at least [`PRUNE_MIN`]), so a long run of submissions that are all still in flight
+    /// costs amortised O(1) per submission instead of a scan of every earlier one.
+    prune_at: usize,
     host_readers: u32,
     host_writer: bool,
 }
@@ -155,6 +162,7 @@ impl Tracker {
     fn prune(&mut self) {
         self.in_flight
             .retain(|(fence, _)| matches!(fence.query(), Ok(false)));
+        self.prune_at = (2 * self.in_flight.len()).max(PRUNE_MIN);
     }
 
     fn busy(&mut self, conflicting: impl Fn(Access) -> bool) -> Option<Fence> {
@@ -195,6 +203,7 @@ impl Buffer {
                 tracker: Mutex::new(Tracker {
                     memory: Some(memory),
                     in_flight: Vec::new(),
+                    prune_at: PRUNE_MIN,
                     host_readers: 0,
                     host_writer: false,
                 }),
@@ -416,7 +425,7 @@ impl Buffer {
                 ),
             ));
         }
-        if tracker.in_flight.len() >= 16 {
+        if tracker.in_flight.len() >= tracker.prune_at {
             tracker.prune();
         }
         tracker.in_flight.push((fence.clone(), access));
