@@ -1,0 +1,252 @@
+//! The logical device and what everything else shares: created once per halcyon device, kept
+//! alive by every object made from it (semaphores, memory, executables), destroyed last.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use halcyon::{Error, Result, StatusCode};
+
+use crate::instance::{version_string, vk_error, vk_fail, Instance};
+use crate::semaphore::SemInner;
+
+/// Diagnostics counters, readable through device queries (`vulkan.*` keys).
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// Wait entries handed to `vkQueueSubmit` (device-side waits, no host round trip).
+    pub(crate) native_waits: AtomicU64,
+    /// Submissions that had to wait on the host (pending actions on the reactor).
+    pub(crate) host_waits: AtomicU64,
+    /// Returns from the reactor's `vkWaitSemaphores`.
+    pub(crate) parks: AtomicU64,
+    /// Times `NativeSemaphore::watch` interrupted the reactor.
+    pub(crate) watch_interrupts: AtomicU64,
+    /// Submissions completed by the reactor.
+    pub(crate) completed: AtomicU64,
+    /// `vkQueueSubmit` calls.
+    pub(crate) submits: AtomicU64,
+}
+
+/// Watched native semaphores: native id -> (semaphore, lowest awaited value).
+pub(crate) type Watched = HashMap<u64, (Arc<SemInner>, u64)>;
+
+pub(crate) struct Context {
+    pub(crate) device: ash::Device,
+    pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
+    pub(crate) limits: vk::PhysicalDeviceLimits,
+    pub(crate) pipeline_cache: vk::PipelineCache,
+    /// The reactor's control timeline: `Unpark` signals it to end a `vkWaitSemaphores`.
+    pub(crate) control: vk::Semaphore,
+    /// The last value signalled on `control` (the lock keeps signals increasing).
+    pub(crate) control_value: Mutex<u64>,
+    pub(crate) watched: Mutex<Watched>,
+    pub(crate) stats: Stats,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) api_version: u32,
+    // Dropped after the device (declared last; see `Drop`).
+    _instance: Instance,
+}
+
+/// What device creation found: the queue family used and how many queues of it.
+pub(crate) struct QueueChoice {
+    pub(crate) family: u32,
+    pub(crate) count: u32,
+    pub(crate) transfer_family: Option<u32>,
+}
+
+/// At most this many core queues are exposed (each one Vulkan queue of the compute family).
+const MAX_QUEUES: u32 = 4;
+
+impl Context {
+    pub(crate) fn new(index: u32) -> Result<(Arc<Context>, QueueChoice)> {
+        let instance = Instance::new()?;
+        let physicals = instance.physical_devices()?;
+        let Some(&physical) = physicals.get(index as usize) else {
+            let code = if physicals.is_empty() {
+                StatusCode::Unavailable
+            } else {
+                StatusCode::NotFound
+            };
+            return Err(Error::new(
+                code,
+                format!(
+                    "vulkan://{index} does not exist: the Vulkan loader reports {} physical \
+                     device(s)",
+                    physicals.len()
+                ),
+            ));
+        };
+        let (name, api_version) = instance.describe(physical);
+        if api_version < vk::API_VERSION_1_2 {
+            return Err(Error::new(
+                StatusCode::Unavailable,
+                format!(
+                    "vulkan://{index} ({name}) supports Vulkan {}; halcyon-vulkan needs Vulkan \
+                     1.2 timeline semaphores",
+                    version_string(api_version)
+                ),
+            ));
+        }
+        let mut features12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut features12);
+        // SAFETY: `physical` belongs to the instance; the chain outlives the call.
+        unsafe {
+            instance
+                .instance
+                .get_physical_device_features2(physical, &mut features)
+        };
+        if features12.timeline_semaphore == vk::FALSE {
+            return Err(Error::new(
+                StatusCode::Unavailable,
+                format!(
+                    "vulkan://{index} ({name}) does not support timeline semaphores \
+                     (VkPhysicalDeviceVulkan12Features::timelineSemaphore is false); \
+                     halcyon-vulkan requires them"
+                ),
+            ));
+        }
+        // SAFETY: as above.
+        let families = unsafe {
+            instance
+                .instance
+                .get_physical_device_queue_family_properties(physical)
+        };
+        let compute = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::Unavailable,
+                    format!("vulkan://{index} ({name}) has no compute queue family"),
+                )
+            })? as u32;
+        let transfer_family = families
+            .iter()
+            .position(|f| {
+                f.queue_flags.contains(vk::QueueFlags::TRANSFER)
+                    && !f
+                        .queue_flags
+                        .intersects(vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
+            })
+            .map(|f| f as u32);
+        let count = families[compute as usize].queue_count.clamp(1, MAX_QUEUES);
+        let priorities = vec![1.0f32; count as usize];
+        let queue_infos = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(compute)
+            .queue_priorities(&priorities)];
+        let mut enable12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let device_info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_infos)
+            .push_next(&mut enable12);
+        // SAFETY: the create info and everything it points to live across the call.
+        let device = unsafe {
+            instance
+                .instance
+                .create_device(physical, &device_info, None)
+        }
+        .map_err(|r| vk_error(StatusCode::Unavailable, "vkCreateDevice", r))?;
+        // SAFETY: `physical` belongs to the instance.
+        let (memory, props) = unsafe {
+            (
+                instance
+                    .instance
+                    .get_physical_device_memory_properties(physical),
+                instance.instance.get_physical_device_properties(physical),
+            )
+        };
+        // From here on `device` is destroyed by `Context::drop` if anything fails: build the
+        // context first with null handles.
+        let context = Context {
+            device,
+            memory,
+            limits: props.limits,
+            pipeline_cache: vk::PipelineCache::null(),
+            control: vk::Semaphore::null(),
+            control_value: Mutex::new(0),
+            watched: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+            id: format!("vulkan://{index}"),
+            name,
+            api_version,
+            _instance: instance,
+        };
+        let mut context = context;
+        context.control = context.create_timeline(0)?;
+        // SAFETY: the device is live; the create info lives across the call.
+        context.pipeline_cache = unsafe {
+            context
+                .device
+                .create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
+        }
+        .map_err(|r| vk_fail("vkCreatePipelineCache", r))?;
+        Ok((
+            Arc::new(context),
+            QueueChoice {
+                family: compute,
+                count,
+                transfer_family,
+            },
+        ))
+    }
+
+    /// Creates a timeline `VkSemaphore` at `initial`.
+    pub(crate) fn create_timeline(&self, initial: u64) -> Result<vk::Semaphore> {
+        let mut kind = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(initial);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: the device is live; the info chain lives across the call.
+        unsafe { self.device.create_semaphore(&info, None) }
+            .map_err(|r| vk_fail("vkCreateSemaphore (timeline)", r))
+    }
+
+    /// Reads a timeline counter.
+    pub(crate) fn counter(&self, semaphore: vk::Semaphore) -> Result<u64> {
+        // SAFETY: callers pass live timeline semaphores of this device.
+        unsafe { self.device.get_semaphore_counter_value(semaphore) }
+            .map_err(|r| vk_fail("vkGetSemaphoreCounterValue", r))
+    }
+
+    /// Signals `semaphore` to `value` from the host.
+    pub(crate) fn host_signal(&self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
+        let info = vk::SemaphoreSignalInfo::default()
+            .semaphore(semaphore)
+            .value(value);
+        // SAFETY: callers pass live timeline semaphores of this device and a value above the
+        // current counter.
+        unsafe { self.device.signal_semaphore(&info) }.map_err(|r| vk_fail("vkSignalSemaphore", r))
+    }
+
+    /// Ends the reactor's current (or next) `vkWaitSemaphores`: bumps the control timeline.
+    pub(crate) fn interrupt(&self) {
+        let mut value = self.control_value.lock().unwrap_or_else(|p| p.into_inner());
+        *value += 1;
+        // An error here means a lost device; the reactor's bounded wait recovers from it.
+        let _ = self.host_signal(self.control, *value);
+    }
+
+    pub(crate) fn stat(&self, counter: &AtomicU64) -> i64 {
+        counter.load(Ordering::Relaxed) as i64
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: every object holding this context has been dropped (they hold an Arc), so
+        // nothing else uses the device; waiting idle first makes destroying it valid even if
+        // the GPU were still running something.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            if self.pipeline_cache != vk::PipelineCache::null() {
+                self.device
+                    .destroy_pipeline_cache(self.pipeline_cache, None);
+            }
+            if self.control != vk::Semaphore::null() {
+                self.device.destroy_semaphore(self.control, None);
+            }
+            self.device.destroy_device(None);
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! The Vulkan device: the translation table from the core's device SPI to Vulkan.
+//!
+//! | core                          | Vulkan device                                                 |
+//! |-------------------------------|---------------------------------------------------------------|
+//! | queue `i`                     | queue `i` of the first compute family (up to 4)                |
+//! | semaphore                     | timeline `VkSemaphore` behind the core semaphore               |
+//! | wait on this device's timeline, signalled by submitted work | `VkTimelineSemaphoreSubmitInfo` wait (no host round trip) |
+//! | wait on host / foreign semaphores | pending action on the reactor ([`ActionQueue`])            |
+//! | signal of a device semaphore  | `vkQueueSubmit` signal; core payload advanced by the reactor   |
+//! | signal of a host semaphore    | signalled by the reactor when the queue's timeline passes it   |
+//! | reactor park                  | `vkWaitSemaphores(ANY)` over queue timelines, watched values, control |
+//! | command list                  | a `VkCommandBuffer` ([`crate::record`])                        |
+//! | queue read                    | copy into a host-visible staging buffer, copied out on completion |
+//! | host call                     | run by the core's pending-action executor                      |
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ash::vk;
+use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, SemaphoreExt, Work};
+use halcyon::device::keys;
+use halcyon::queue::ActionQueue;
+use halcyon::reactor::{Parker, Reactor, Unpark};
+use halcyon::{
+    BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, Result, Semaphore,
+    StatusCode,
+};
+
+use crate::context::Context;
+use crate::executable::{VulkanExecutable, FORMAT_SPIRV};
+use crate::instance::vk_fail;
+use crate::memory::{vk_properties, VulkanMemory};
+use crate::record::Recording;
+use crate::semaphore::{SemInner, VulkanSemaphore};
+
+/// How long one reactor `vkWaitSemaphores` may block before it re-reads its wait set (a
+/// safety net; wakes come from the control semaphore, never from this timeout).
+const PARK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A submission the GPU has not finished.
+pub(crate) struct InFlight {
+    /// The queue timeline value its `vkQueueSubmit` signals.
+    value: u64,
+    signal: Fence,
+    /// Per entry of `signal`: whether the submission signals it on the device.
+    device_signalled: Vec<bool>,
+    /// Native semaphores it signals (their `in_flight` counts it).
+    natives: Vec<Arc<SemInner>>,
+    /// Semaphores waited on in `vkQueueSubmit`: if one failed, the submission fails.
+    waited: Vec<Semaphore>,
+    /// What it recorded (command pool, staging, descriptor pool, retained resources), and what
+    /// runs on completion before the fence is signalled (a read's copy-out).
+    recording: Recording,
+}
+
+struct QueueState {
+    queue: vk::Queue,
+    /// The last value handed to a `vkQueueSubmit` on `timeline`.
+    submitted: u64,
+    in_flight: VecDeque<InFlight>,
+}
+
+pub(crate) struct VkQueue {
+    pub(crate) family: u32,
+    timeline: vk::Semaphore,
+    state: Mutex<QueueState>,
+    /// Reset command pools ready for reuse.
+    pub(crate) pools: Mutex<Vec<vk::CommandPool>>,
+}
+
+/// Everything submissions and the reactor share.
+pub(crate) struct Core {
+    pub(crate) context: Arc<Context>,
+    pub(crate) queues: Vec<VkQueue>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Core {
+    /// This device's native object behind `semaphore`, if any.
+    fn own_native<'a>(&self, semaphore: &'a Semaphore) -> Option<&'a Arc<SemInner>> {
+        let native = semaphore
+            .native()?
+            .as_any()
+            .downcast_ref::<VulkanSemaphore>()?;
+        Arc::ptr_eq(&native.inner.context, &self.context).then_some(&native.inner)
+    }
+
+    /// Records `work` and submits it on queue `index`, waiting natively on `native_waits`.
+    fn execute(
+        self: &Arc<Self>,
+        index: usize,
+        native_waits: Vec<(Semaphore, u64)>,
+        signal: Fence,
+        work: Work,
+    ) -> Result<()> {
+        let recording = Recording::record(self, index, work)?;
+        let queue = &self.queues[index];
+        let mut wait_handles = Vec::new();
+        let mut wait_values = Vec::new();
+        let mut keep_natives = Vec::new();
+        for (semaphore, value) in &native_waits {
+            if let Some(native) = self.own_native(semaphore) {
+                wait_handles.push(native.handle);
+                wait_values.push(*value);
+                keep_natives.push(native.clone());
+            }
+        }
+        let mut signal_handles = Vec::new();
+        let mut signal_values = Vec::new();
+        let mut device_signalled = Vec::new();
+        let mut natives = Vec::new();
+        for (semaphore, value) in signal.iter() {
+            let native = self
+                .own_native(semaphore)
+                .filter(|n| n.device_max.load(Ordering::Acquire) < value)
+                .filter(|_| matches!(semaphore.query(), Ok(current) if current < value));
+            device_signalled.push(native.is_some());
+            if let Some(native) = native {
+                signal_handles.push(native.handle);
+                signal_values.push(value);
+                native.in_flight.fetch_add(1, Ordering::AcqRel);
+                natives.push(native.clone());
+            }
+        }
+        let undo = |natives: &[Arc<SemInner>]| {
+            for n in natives {
+                n.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_handles.len()];
+        let mut state = lock(&queue.state);
+        let value = state.submitted + 1;
+        signal_handles.push(queue.timeline);
+        signal_values.push(value);
+        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let command_buffers = recording.command_buffers();
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_handles)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&command_buffers)
+            .signal_semaphores(&signal_handles)
+            .push_next(&mut timeline_info);
+        // SAFETY: the queue is externally synchronised by `state`'s lock; every handle in the
+        // submit info is live (semaphores are kept by `natives`/`keep_natives`, the command
+        // buffer and resources by `recording`, which stays alive until the reactor sees the
+        // queue timeline reach `value`); wait values are signalled by work already submitted.
+        let submitted = unsafe {
+            self.context
+                .device
+                .queue_submit(state.queue, &[submit], vk::Fence::null())
+        };
+        if let Err(r) = submitted {
+            drop(state);
+            undo(&natives);
+            return Err(vk_fail("vkQueueSubmit", r));
+        }
+        self.context.stats.submits.fetch_add(1, Ordering::Relaxed);
+        self.context
+            .stats
+            .native_waits
+            .fetch_add(wait_handles.len() as u64, Ordering::Relaxed);
+        for (native, value) in natives.iter().zip(&signal_values) {
+            native.device_max.fetch_max(*value, Ordering::AcqRel);
+        }
+        state.submitted = value;
+        let was_idle = state.in_flight.is_empty();
+        state.in_flight.push_back(InFlight {
+            value,
+            signal,
+            device_signalled,
+            natives,
+            waited: native_waits.into_iter().map(|(s, _)| s).collect(),
+            recording,
+        });
+        drop(state);
+        drop(keep_natives);
+        if was_idle {
+            // The reactor may be blocked without this queue's timeline in its wait set.
+            self.context.interrupt();
+        }
+        Ok(())
+    }
+
+    /// Completes every submission whose queue timeline value the GPU reached. Reactor thread
+    /// (or shutdown) only.
+    fn process(&self) {
+        for queue in &self.queues {
+            let Ok(reached) = self.context.counter(queue.timeline) else {
+                continue;
+            };
+            loop {
+                let done = {
+                    let mut state = lock(&queue.state);
+                    match state.in_flight.front() {
+                        Some(f) if f.value <= reached => state.in_flight.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some(done) = done else { break };
+                self.complete(queue, done);
+            }
+        }
+        let mut watched = lock(&self.context.watched);
+        watched.retain(|_, (inner, value)| {
+            Arc::strong_count(inner) > 1
+                && self
+                    .context
+                    .counter(inner.handle)
+                    .is_ok_and(|counter| counter < *value)
+        });
+    }
+
+    /// Settles a finished submission's signal fence, in fence order, and recycles its objects.
+    fn complete(&self, queue: &VkQueue, done: InFlight) {
+        self.context.stats.completed.fetch_add(1, Ordering::Relaxed);
+        let InFlight {
+            signal,
+            device_signalled,
+            natives,
+            waited,
+            recording,
+            ..
+        } = done;
+        let mut result = waited
+            .iter()
+            .try_for_each(|s| s.query().map(drop))
+            .map_err(|e| e.context("a semaphore this submission waited on failed"));
+        let (keep, after) = recording.finish(queue);
+        if result.is_ok() {
+            if let Some(after) = after {
+                result = after();
+            }
+        }
+        match result {
+            Ok(()) => {
+                let mut first_error = None;
+                for ((semaphore, value), on_device) in signal.iter().zip(&device_signalled) {
+                    if *on_device {
+                        semaphore.advance(value);
+                    } else if let Err(error) = semaphore.signal(value) {
+                        first_error.get_or_insert(error);
+                    }
+                }
+                if let Some(error) = first_error {
+                    signal.fail(error);
+                }
+            }
+            Err(error) => signal.fail(error),
+        }
+        for native in &natives {
+            native.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        drop(keep);
+    }
+
+    /// Blocks until a queue timeline, a watched semaphore or the control semaphore moves.
+    fn wait(&self, control_seen: u64) {
+        let context = &self.context;
+        let mut handles = vec![context.control];
+        let mut values = vec![control_seen + 1];
+        for queue in &self.queues {
+            let state = lock(&queue.state);
+            if let Some(front) = state.in_flight.front() {
+                handles.push(queue.timeline);
+                values.push(front.value);
+            }
+        }
+        // Hold the watched semaphores while waiting on them.
+        let watched: Vec<(Arc<SemInner>, u64)> = lock(&context.watched).values().cloned().collect();
+        for (inner, value) in &watched {
+            handles.push(inner.handle);
+            values.push(*value);
+        }
+        let info = vk::SemaphoreWaitInfo::default()
+            .flags(vk::SemaphoreWaitFlags::ANY)
+            .semaphores(&handles)
+            .values(&values);
+        // SAFETY: every handle is a live timeline semaphore of this device (the control and
+        // queue timelines live as long as `self`, watched ones are held by `watched`).
+        let result = unsafe {
+            context
+                .device
+                .wait_semaphores(&info, PARK_TIMEOUT.as_nanos() as u64)
+        };
+        if let Err(r) = result {
+            if r != vk::Result::TIMEOUT {
+                // A lost device: do not spin on an erroring wait.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        context.stats.parks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // SAFETY: the device is live; waiting for idle makes every in-flight submission done.
+        let _ = unsafe { self.context.device.device_wait_idle() };
+        self.process();
+        for queue in &self.queues {
+            let leftovers: Vec<InFlight> = lock(&queue.state).in_flight.drain(..).collect();
+            for f in leftovers {
+                self.complete(queue, f);
+            }
+            // SAFETY: the device is idle and every recording returned its pool.
+            unsafe {
+                for pool in lock(&queue.pools).drain(..) {
+                    self.context.device.destroy_command_pool(pool, None);
+                }
+                self.context.device.destroy_semaphore(queue.timeline, None);
+            }
+        }
+    }
+}
+
+/// The reactor's sleep: `vkWaitSemaphores` over what the device may complete.
+struct VulkanParker {
+    core: Arc<Core>,
+    control_seen: u64,
+}
+
+impl Parker for VulkanParker {
+    fn park(&mut self) {
+        self.core.process();
+        self.core.wait(self.control_seen);
+        if let Ok(seen) = self.core.context.counter(self.core.context.control) {
+            self.control_seen = seen;
+        }
+        self.core.process();
+    }
+
+    fn unparker(&self) -> Box<dyn Unpark> {
+        Box::new(ControlUnpark(self.core.context.clone()))
+    }
+
+    fn shutdown(&mut self) {
+        // SAFETY: the device is live; waiting idle lets every submitted batch finish so its
+        // signal fence can be settled instead of hanging its waiters.
+        let _ = unsafe { self.core.context.device.device_wait_idle() };
+        self.core.process();
+    }
+}
+
+struct ControlUnpark(Arc<Context>);
+
+impl Unpark for ControlUnpark {
+    fn unpark(&self) {
+        self.0.interrupt();
+    }
+}
+
+pub(crate) struct VulkanDevice {
+    // Dropped first: its shutdown fails the actions still pending and settles in-flight work.
+    reactor: Reactor,
+    actions: Vec<ActionQueue>,
+    core: Arc<Core>,
+    info: DeviceInfo,
+}
+
+impl VulkanDevice {
+    pub(crate) fn new(index: u32) -> Result<VulkanDevice> {
+        let (context, choice) = Context::new(index)?;
+        let mut queues = Vec::new();
+        for i in 0..choice.count {
+            // SAFETY: the device was created with `choice.count` queues of this family.
+            let queue = unsafe { context.device.get_device_queue(choice.family, i) };
+            queues.push(VkQueue {
+                family: choice.family,
+                timeline: context.create_timeline(0)?,
+                state: Mutex::new(QueueState {
+                    queue,
+                    submitted: 0,
+                    in_flight: VecDeque::new(),
+                }),
+                pools: Mutex::new(Vec::new()),
+            });
+        }
+        let core = Arc::new(Core {
+            context: context.clone(),
+            queues,
+        });
+        let parker = VulkanParker {
+            core: core.clone(),
+            control_seen: 0,
+        };
+        let reactor = Reactor::with_parker(format!("vulkan{index}"), Box::new(parker))?;
+        let actions = (0..choice.count)
+            .map(|_| ActionQueue::new(reactor.handle()))
+            .collect();
+        let transfer = match choice.transfer_family {
+            Some(f) => format!(", dedicated transfer family {f} unused"),
+            None => String::new(),
+        };
+        Ok(VulkanDevice {
+            info: DeviceInfo {
+                id: context.id.clone(),
+                name: format!(
+                    "{} (Vulkan {}, queue family {} x{}{transfer})",
+                    context.name,
+                    crate::instance::version_string(context.api_version),
+                    choice.family,
+                    choice.count
+                ),
+                driver: crate::DRIVER_ID.into(),
+                features: DeviceFeatures::empty(),
+            },
+            reactor,
+            actions,
+            core,
+        })
+    }
+}
+
+impl DeviceBackend for VulkanDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn query(&self, key: &str) -> Option<i64> {
+        let context = &self.core.context;
+        let stats = &context.stats;
+        Some(match key {
+            keys::CONCURRENCY => 1,
+            keys::BINDING_ALIGNMENT => context.limits.min_storage_buffer_offset_alignment as i64,
+            "vulkan.native_waits" => context.stat(&stats.native_waits),
+            "vulkan.host_waits" => context.stat(&stats.host_waits),
+            "vulkan.reactor_parks" => context.stat(&stats.parks),
+            "vulkan.watch_interrupts" => context.stat(&stats.watch_interrupts),
+            "vulkan.completed" => context.stat(&stats.completed),
+            "vulkan.submits" => context.stat(&stats.submits),
+            "vulkan.reactor_wakeups" => self.reactor.handle().stats().wakeups as i64,
+            "vulkan.reactor_polls" => self.reactor.handle().stats().polls as i64,
+            "vulkan.non_coherent_host_memory_types" => (0..context.memory.memory_type_count)
+                .filter(|&i| {
+                    let f = context.memory.memory_types[i as usize].property_flags;
+                    f.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+                        && !f.contains(vk::MemoryPropertyFlags::HOST_COHERENT)
+                })
+                .count() as i64,
+            "vulkan.non_coherent_atom_size" => context.limits.non_coherent_atom_size as i64,
+            _ => return None,
+        })
+    }
+
+    fn queue_count(&self) -> u32 {
+        self.actions.len() as u32
+    }
+
+    fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {
+        Ok(Arc::new(VulkanMemory::new(
+            &self.core.context,
+            size,
+            vk_properties(params.memory),
+        )?))
+    }
+
+    fn executable_formats(&self) -> Vec<String> {
+        vec![FORMAT_SPIRV.into()]
+    }
+
+    fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>> {
+        Ok(Box::new(VulkanExecutable::load(&self.core.context, spec)?))
+    }
+
+    fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
+        let native = VulkanSemaphore::new(&self.core.context, initial_value)?;
+        Ok(Semaphore::with_native(initial_value, Box::new(native)))
+    }
+
+    fn submit(&self, queue: u32, wait: Fence, signal: Fence, work: Work) {
+        let Some(actions) = self.actions.get(queue as usize) else {
+            signal.fail(Error::new(
+                StatusCode::OutOfRange,
+                format!(
+                    "{} has {} queues; queue {queue} does not exist",
+                    self.info.id,
+                    self.actions.len()
+                ),
+            ));
+            return;
+        };
+        if let Work::HostCall(call) = work {
+            self.core
+                .context
+                .stats
+                .host_waits
+                .fetch_add(!wait.is_empty() as u64, Ordering::Relaxed);
+            return actions.submit(
+                wait,
+                signal,
+                Box::new(move |signal: &Fence| {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                        .unwrap_or_else(|_| {
+                            Err(Error::new(
+                                StatusCode::Internal,
+                                "a queue host_call panicked",
+                            ))
+                        });
+                    result.and_then(|()| signal.signal())
+                }),
+            );
+        }
+        // Waits this device can honour in vkQueueSubmit: values of its own timelines that work
+        // already submitted will signal. Everything else waits on the host.
+        let mut host = Fence::new();
+        let mut native = Vec::new();
+        for (semaphore, value) in wait.iter() {
+            match semaphore.query() {
+                Ok(current) if current >= value => continue,
+                Ok(_) => {}
+                Err(_) => {
+                    host.insert(semaphore, value);
+                    continue;
+                }
+            }
+            let covered = self
+                .core
+                .own_native(semaphore)
+                .is_some_and(|n| n.device_max.load(Ordering::Acquire) >= value);
+            if covered {
+                native.push((semaphore.clone(), value));
+            } else {
+                host.insert(semaphore, value);
+            }
+        }
+        if !host.is_empty() {
+            self.core
+                .context
+                .stats
+                .host_waits
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let core = self.core.clone();
+        let index = queue as usize;
+        actions.submit(
+            host,
+            signal,
+            Box::new(move |signal: &Fence| core.execute(index, native, signal.clone(), work)),
+        );
+    }
+}

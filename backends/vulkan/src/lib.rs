@@ -1,0 +1,95 @@
+//! # halcyon-vulkan
+//!
+//! halcyon's Vulkan device, built on [ash] with the loader opened at run time: nothing Vulkan
+//! is needed to build it, and with no loader or no device, enumeration and creation return
+//! [`StatusCode::Unavailable`] saying what is missing.
+//!
+//! * Semaphores are Vulkan 1.2 timeline semaphores behind the core's semaphores; waits on this
+//!   device's timelines that submitted work will signal go straight into `vkQueueSubmit`.
+//! * The completion reactor blocks in `vkWaitSemaphores(ANY)` over the queues' internal
+//!   timelines, the values someone awaits, and a control semaphore that interrupts it.
+//! * Kernels are SPIR-V compute shaders ([`SpirvModule`], format `"spirv"`): storage buffers in
+//!   set 0 (binding `i` = dispatch binding `i`) and `u32` push constants.
+//!
+//! ```no_run
+//! let registry = halcyon::DriverRegistry::new();
+//! halcyon_vulkan::register(&registry)?;
+//! let device = registry.create_device("vulkan://0")?;
+//! println!("{}", device.info().name);
+//! # Ok::<(), halcyon::Error>(())
+//! ```
+
+mod context;
+mod device;
+mod executable;
+mod instance;
+mod memory;
+mod record;
+mod semaphore;
+
+use std::sync::Arc;
+
+use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
+
+pub use executable::{SpirvModule, FORMAT_SPIRV};
+pub use memory::atom_range;
+
+/// The driver id and URI scheme: `vulkan`, `vulkan://0`.
+pub const DRIVER_ID: &str = "vulkan";
+
+/// Creates Vulkan device `index` (`vulkan://index`).
+pub fn create_device(index: u32) -> Result<halcyon::Device> {
+    Ok(halcyon::Device::from_backend(Arc::new(
+        device::VulkanDevice::new(index)?,
+    )))
+}
+
+/// The Vulkan driver, for a [`DriverRegistry`].
+#[derive(Clone, Debug, Default)]
+pub struct VulkanDriver;
+
+impl Driver for VulkanDriver {
+    fn info(&self) -> DriverInfo {
+        DriverInfo {
+            id: DRIVER_ID.into(),
+            name: "Vulkan".into(),
+            full_name: format!(
+                "halcyon-vulkan {} (ash {}, Vulkan 1.2+ with timeline semaphores, SPIR-V)",
+                env!("CARGO_PKG_VERSION"),
+                "0.38"
+            ),
+        }
+    }
+
+    fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
+        let instance = instance::Instance::new()?;
+        let devices = instance.physical_devices()?;
+        if devices.is_empty() {
+            return Err(Error::new(
+                StatusCode::Unavailable,
+                "the Vulkan loader found no physical devices (no driver installed?)",
+            ));
+        }
+        Ok(devices
+            .into_iter()
+            .enumerate()
+            .map(|(i, physical)| {
+                let (name, version) = instance.describe(physical);
+                DeviceEntry {
+                    index: i as u32,
+                    uri: format!("{DRIVER_ID}://{i}"),
+                    name: format!("{name} (Vulkan {})", instance::version_string(version)),
+                }
+            })
+            .collect())
+    }
+
+    fn create_device(&self, index: u32) -> Result<halcyon::Device> {
+        create_device(index)
+    }
+}
+
+/// Registers the Vulkan driver in `registry`.
+pub fn register(registry: &DriverRegistry) -> Result<()> {
+    registry.register(Arc::new(VulkanDriver))
+}

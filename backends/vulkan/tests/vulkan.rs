@@ -1,0 +1,312 @@
+//! Vulkan-specific tests: the driver, native device-to-device waits, the reactor's native wait,
+//! memory mapping paths, SPIR-V validation, and the idle reactor's CPU use.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use halcyon::{BufferParams, Device, Fence, Semaphore, StatusCode, Timepoints};
+use halcyon_conformance::harness::{block_on, bytes_u32, done, u32_bytes};
+use halcyon_conformance::StandardKernels;
+use halcyon_vulkan::SpirvModule;
+
+use common::{device_or_skip, standard_module, VulkanKernels};
+
+fn stat(device: &Device, key: &str) -> i64 {
+    device.query(key).unwrap()
+}
+
+#[test]
+fn driver_enumerates_and_creates_devices() {
+    let registry = halcyon::DriverRegistry::new();
+    halcyon_vulkan::register(&registry).unwrap();
+    let devices = match registry.enumerate_devices("vulkan") {
+        Ok(devices) => devices,
+        Err(error) if error.code() == StatusCode::Unavailable => {
+            eprintln!("skipping: no Vulkan: {error}");
+            return;
+        }
+        Err(error) => panic!("enumerate_devices: {error}"),
+    };
+    assert!(!devices.is_empty());
+    assert_eq!(devices[0].uri, "vulkan://0");
+    assert!(!devices[0].name.is_empty());
+    let device = registry.create_device("vulkan://0").unwrap();
+    assert_eq!(device.info().id, "vulkan://0");
+    assert_eq!(device.info().driver, "vulkan");
+    assert!(device.queue_count() >= 1);
+    assert_eq!(device.supported_formats(), ["spirv"]);
+    let missing = registry
+        .create_device(&format!("vulkan://{}", devices.len() + 5))
+        .unwrap_err();
+    assert_eq!(missing.code(), StatusCode::NotFound, "{missing}");
+}
+
+/// A chain of dispatches, each waiting on the previous one's device semaphore, is handed to
+/// the GPU entirely through `vkQueueSubmit` waits: no submission waits on the host, and the
+/// host sees only the final value.
+#[test]
+fn device_to_device_waits_chain_without_host_wakes() {
+    let Some(device) = device_or_skip("device_to_device_waits_chain_without_host_wakes") else {
+        return;
+    };
+    const N: u32 = 256;
+    const CHAIN: usize = 50;
+    block_on(async {
+        let kernels = StandardKernels::load(&device, &VulkanKernels)?;
+        let queue = device.queue(0)?;
+        let buffer = device
+            .allocator()
+            .allocate(N as u64 * 4, BufferParams::DEVICE)?;
+        let sems: Vec<Semaphore> = (0..CHAIN)
+            .map(|_| device.create_semaphore(0))
+            .collect::<halcyon::Result<_>>()?;
+        let host_before = stat(&device, "vulkan.host_waits");
+        let native_before = stat(&device, "vulkan.native_waits");
+        let polls_before = stat(&device, "vulkan.reactor_polls");
+        let mut submissions = vec![queue.fill(
+            Timepoints::new(Fence::new(), Fence::at(&sems[0], 1)),
+            &buffer.whole(),
+            &0u32.to_le_bytes(),
+        )];
+        for i in 1..CHAIN {
+            submissions.push(kernels.add_one(
+                &queue,
+                Timepoints::new(Fence::at(&sems[i - 1], 1), Fence::at(&sems[i], 1)),
+                &buffer.whole(),
+                N,
+            ));
+        }
+        assert_eq!(
+            stat(&device, "vulkan.host_waits") - host_before,
+            0,
+            "a device-to-device wait went through the host"
+        );
+        // A link whose predecessor already finished when it was submitted needs no wait at
+        // all; every other link waits in vkQueueSubmit.
+        let native = stat(&device, "vulkan.native_waits") - native_before;
+        eprintln!("{native} of {} links waited on the device", CHAIN - 1);
+        assert!((1..CHAIN as i64).contains(&native), "{native} native waits");
+        done("the chain", sems[CHAIN - 1].wait(1)).await?;
+        assert_eq!(
+            stat(&device, "vulkan.reactor_polls") - polls_before,
+            0,
+            "a link of the chain became a pending action on the reactor"
+        );
+        for s in submissions {
+            done("a link", s).await?;
+        }
+        let bytes = done("read", queue.read(Timepoints::default(), &buffer.whole())).await?;
+        assert!(bytes_u32(&bytes)?.iter().all(|&v| v == CHAIN as u32 - 1));
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// A wait on a host semaphore goes through the pending-action executor, and a host semaphore
+/// in a signal fence is signalled by the reactor once the device completes.
+#[test]
+fn host_semaphores_wait_on_the_host() {
+    let Some(device) = device_or_skip("host_semaphores_wait_on_the_host") else {
+        return;
+    };
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::HOST)?;
+        let (gate, after) = (Semaphore::new(0), Semaphore::new(0));
+        let before = stat(&device, "vulkan.host_waits");
+        let fill = queue.fill(
+            Timepoints::new(Fence::at(&gate, 1), Fence::at(&after, 1)),
+            &buffer.whole(),
+            &[7],
+        );
+        assert_eq!(stat(&device, "vulkan.host_waits") - before, 1);
+        gate.signal(1)?;
+        done("host-signalled fill", fill).await?;
+        assert_eq!(after.query()?, 1);
+        assert!(buffer.map_read(..)?.iter().all(|&b| b == 7));
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Waiting on a new value of a device semaphore interrupts the reactor's vkWaitSemaphores
+/// (through the control semaphore) so it waits on that value; a host signal then releases it.
+#[test]
+fn reactor_is_interrupted_when_a_new_value_is_watched() {
+    let Some(device) = device_or_skip("reactor_is_interrupted_when_a_new_value_is_watched") else {
+        return;
+    };
+    // Let the reactor settle into its park.
+    std::thread::sleep(Duration::from_millis(50));
+    let sem = device.create_semaphore(0).unwrap();
+    let interrupts = stat(&device, "vulkan.watch_interrupts");
+    let parks = stat(&device, "vulkan.reactor_parks");
+    let mut wait = Box::pin(sem.wait(5));
+    assert!((&mut wait).now_or_never().is_none());
+    assert_eq!(stat(&device, "vulkan.watch_interrupts") - interrupts, 1);
+    // A second waiter on a higher value does not interrupt again.
+    let mut higher = Box::pin(sem.wait(9));
+    assert!((&mut higher).now_or_never().is_none());
+    assert_eq!(stat(&device, "vulkan.watch_interrupts") - interrupts, 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stat(&device, "vulkan.reactor_parks") == parks {
+        assert!(Instant::now() < deadline, "the reactor was not interrupted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    sem.signal(5).unwrap();
+    futures::executor::block_on(wait).unwrap();
+    drop(higher);
+}
+
+/// Host-visible memory round trips through mappings and queue operations. lavapipe only has
+/// coherent memory types, so flush/invalidate are exercised as far as they go there (no-ops);
+/// the range arithmetic for non-coherent memory is tested directly.
+#[test]
+fn mapping_and_flush_paths() {
+    assert_eq!(halcyon_vulkan::atom_range(5, 10, 64, 4096), (0, 64));
+    assert_eq!(halcyon_vulkan::atom_range(64, 64, 64, 4096), (64, 64));
+    assert_eq!(halcyon_vulkan::atom_range(100, 100, 64, 4096), (64, 192));
+    assert_eq!(
+        halcyon_vulkan::atom_range(4000, 96, 64, 4096),
+        (3968, ash_whole_size())
+    );
+    let Some(device) = device_or_skip("mapping_and_flush_paths") else {
+        return;
+    };
+    let non_coherent = stat(&device, "vulkan.non_coherent_host_memory_types");
+    if non_coherent == 0 {
+        eprintln!(
+            "note: {} has no non-coherent host-visible memory type; flush/invalidate are no-ops \
+             here",
+            device.info().name
+        );
+    }
+    block_on(async {
+        let queue = device.queue(0)?;
+        for params in [
+            BufferParams::HOST,
+            BufferParams {
+                memory: halcyon::MemoryType::HOST_VISIBLE | halcyon::MemoryType::HOST_CACHED,
+                usage: halcyon::BufferUsage::all(),
+            },
+        ] {
+            let buffer = device.allocator().allocate(1000, params)?;
+            {
+                let mut guard = buffer.map_write(..)?;
+                for (i, b) in guard.iter_mut().enumerate() {
+                    *b = i as u8;
+                }
+            }
+            let bytes = done("read", queue.read(Timepoints::default(), &buffer.whole())).await?;
+            assert!(bytes.iter().enumerate().all(|(i, &b)| b == i as u8));
+            done(
+                "fill",
+                queue.fill(Timepoints::default(), &buffer.slice(3..999)?, &[0xEE]),
+            )
+            .await?;
+            let guard = buffer.map_read(..)?;
+            assert_eq!(&guard[..3], &[0, 1, 2]);
+            assert!(guard[3..999].iter().all(|&b| b == 0xEE));
+            assert_eq!(guard[999], 999u32 as u8);
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+fn ash_whole_size() -> u64 {
+    !0
+}
+
+#[test]
+fn spirv_executables_are_validated() {
+    let Some(device) = device_or_skip("spirv_executables_are_validated") else {
+        return;
+    };
+    let module = standard_module().unwrap();
+    // The byte form with the metadata header loads like the native form.
+    let loaded = device
+        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", module.to_bytes()))
+        .unwrap();
+    assert_eq!(loaded.entry_points(), module.entry_points.as_slice());
+
+    let load = |m: SpirvModule| device.load_executable(&m.spec()).map(drop);
+    let mut bad_magic = module.clone();
+    bad_magic.words[0] = 0xdead_beef;
+    let error = load(bad_magic).unwrap_err();
+    assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+    assert!(error.message().contains("magic"), "{error}");
+
+    let mut missing = module.clone();
+    missing.entry_points[0].name = "no_such_kernel".into();
+    let error = load(missing).unwrap_err();
+    assert_eq!(error.code(), StatusCode::NotFound, "{error}");
+    assert!(error.message().contains("no_such_kernel"), "{error}");
+
+    let mut wrong_size = module.clone();
+    wrong_size.entry_points[0].workgroup_size = [32, 1, 1];
+    let error = load(wrong_size).unwrap_err();
+    assert!(error.message().contains("LocalSize"), "{error}");
+
+    let mut odd = module.to_bytes();
+    odd.push(0);
+    let error = device
+        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", odd))
+        .unwrap_err();
+    assert!(error.message().contains("multiple of 4"), "{error}");
+
+    let raw: Vec<u8> = module.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let error = device
+        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", raw))
+        .unwrap_err();
+    assert!(error.message().contains("SpirvModule"), "{error}");
+}
+
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name (which is in parentheses): utime is field 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ
+}
+
+/// An idle device's reactor blocks in vkWaitSemaphores: the process uses (almost) no CPU over
+/// an idle second. The measured figure is printed.
+#[test]
+fn idle_reactor_does_not_spin() {
+    let Some(device) = device_or_skip("idle_reactor_does_not_spin") else {
+        return;
+    };
+    // Some work first, so the reactor has parked after completions too.
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::HOST)?;
+        done(
+            "write",
+            queue.write(Timepoints::default(), &u32_bytes(&[1; 16]), &buffer.whole()),
+        )
+        .await
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (cpu, wall) = (cpu_seconds(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_seconds() - cpu;
+    let fraction = used / wall.elapsed().as_secs_f64();
+    eprintln!(
+        "idle reactor: {:.1} ms CPU over {:.2} s ({:.2}%)",
+        used * 1000.0,
+        wall.elapsed().as_secs_f64(),
+        fraction * 100.0
+    );
+    // Other tests of this binary may run concurrently, so allow some slack above the 1% goal.
+    assert!(
+        fraction < 0.05,
+        "the idle reactor used {:.1}% CPU",
+        fraction * 100.0
+    );
+    drop(device);
+}
