@@ -20,6 +20,8 @@ pub(crate) struct Stats {
     pub(crate) host_waits: AtomicU64,
     /// Returns from the reactor's `vkWaitSemaphores`.
     pub(crate) parks: AtomicU64,
+    /// Returns from a queue completion thread's `vkWaitSemaphores` with the value reached.
+    pub(crate) completion_wakes: AtomicU64,
     /// Times `NativeSemaphore::watch` interrupted the reactor.
     pub(crate) watch_interrupts: AtomicU64,
     /// Submissions completed by the reactor.

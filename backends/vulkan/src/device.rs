@@ -8,14 +8,15 @@
 //! | wait on host / foreign semaphores | pending action on the reactor ([`ActionQueue`])            |
 //! | signal of a device semaphore  | `vkQueueSubmit` signal; core payload advanced by the reactor   |
 //! | signal of a host semaphore    | signalled by the reactor when the queue's timeline passes it   |
-//! | reactor park                  | `vkWaitSemaphores(ANY)` over queue timelines, watched values, control |
+//! | reactor park                  | `vkWaitSemaphores` on the control semaphore only                |
+//! | queue completion              | a thread per queue blocked in `vkWaitSemaphores` on its timeline |
 //! | command list                  | a `VkCommandBuffer` ([`crate::record`])                        |
 //! | queue read                    | copy into a host-visible staging buffer, copied out on completion |
 //! | host call                     | run by the core's pending-action executor                      |
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use ash::vk;
@@ -60,12 +61,18 @@ struct QueueState {
     /// The last value handed to a `vkQueueSubmit` on `timeline`.
     submitted: u64,
     in_flight: VecDeque<InFlight>,
+    /// Set (with a host signal past `submitted`) to end the queue's completion thread.
+    stop: bool,
 }
 
 pub(crate) struct VkQueue {
     pub(crate) family: u32,
     timeline: vk::Semaphore,
     state: Mutex<QueueState>,
+    /// Wakes the completion thread when work is submitted to an idle queue.
+    work: Condvar,
+    /// Held while completing this queue's submissions, so they complete in order.
+    processing: Mutex<()>,
     /// Reset command pools ready for reuse.
     pub(crate) pools: Mutex<Vec<vk::CommandPool>>,
 }
@@ -182,31 +189,48 @@ impl Core {
         drop(state);
         drop(keep_natives);
         if was_idle {
-            // The reactor may be blocked without this queue's timeline in its wait set.
-            self.context.interrupt();
+            // The completion thread sleeps on `work` while the queue is idle: it only ever
+            // waits in Vulkan for values already submitted (lavapipe spin-polls a timeline
+            // wait that precedes its signal).
+            queue.work.notify_one();
         }
         Ok(())
     }
 
-    /// Completes every submission whose queue timeline value the GPU reached. Reactor thread
-    /// (or shutdown) only.
+    /// Completes every submission of every queue whose queue timeline value the GPU reached.
     fn process(&self) {
         for queue in &self.queues {
-            let Ok(reached) = self.context.counter(queue.timeline) else {
-                continue;
-            };
-            loop {
-                let done = {
-                    let mut state = lock(&queue.state);
-                    match state.in_flight.front() {
-                        Some(f) if f.value <= reached => state.in_flight.pop_front(),
-                        _ => None,
-                    }
-                };
-                let Some(done) = done else { break };
-                self.complete(queue, done);
-            }
+            self.process_queue(queue, None);
         }
+        self.prune_watched();
+    }
+
+    /// Completes, in order, the submissions of `queue` whose value the GPU reached (`reached`,
+    /// or the timeline's counter).
+    fn process_queue(&self, queue: &VkQueue, reached: Option<u64>) {
+        let _in_order = lock(&queue.processing);
+        let reached = match reached {
+            Some(value) => value,
+            None => match self.context.counter(queue.timeline) {
+                Ok(value) => value,
+                Err(_) => return,
+            },
+        };
+        loop {
+            let done = {
+                let mut state = lock(&queue.state);
+                match state.in_flight.front() {
+                    Some(f) if f.value <= reached => state.in_flight.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(done) = done else { break };
+            self.complete(queue, done);
+        }
+    }
+
+    /// Forgets watched values that were reached or whose semaphore is gone.
+    fn prune_watched(&self) {
         let mut watched = lock(&self.context.watched);
         watched.retain(|_, (inner, value)| {
             Arc::strong_count(inner) > 1
@@ -260,42 +284,86 @@ impl Core {
         drop(keep);
     }
 
-    /// Blocks until a queue timeline, a watched semaphore or the control semaphore moves.
-    fn wait(&self, control_seen: u64) {
-        let context = &self.context;
-        let mut handles = vec![context.control];
-        let mut values = vec![control_seen + 1];
-        for queue in &self.queues {
-            let state = lock(&queue.state);
-            if let Some(front) = state.in_flight.front() {
-                handles.push(queue.timeline);
-                values.push(front.value);
-            }
-        }
-        // Hold the watched semaphores while waiting on them.
-        let watched: Vec<(Arc<SemInner>, u64)> = lock(&context.watched).values().cloned().collect();
-        for (inner, value) in &watched {
-            handles.push(inner.handle);
-            values.push(*value);
-        }
+    /// Blocks in `vkWaitSemaphores` on one timeline semaphore until it reaches `value` (or
+    /// the safety-net timeout). Always a single semaphore: drivers without a native wait-any
+    /// (Mesa's emulated timelines, lavapipe) spin-poll a multi-semaphore `ANY` wait.
+    fn wait_one(&self, semaphore: vk::Semaphore, value: u64, timeout_ns: u64) -> bool {
+        let handles = [semaphore];
+        let values = [value];
         let info = vk::SemaphoreWaitInfo::default()
-            .flags(vk::SemaphoreWaitFlags::ANY)
             .semaphores(&handles)
             .values(&values);
-        // SAFETY: every handle is a live timeline semaphore of this device (the control and
-        // queue timelines live as long as `self`, watched ones are held by `watched`).
-        let result = unsafe {
-            context
-                .device
-                .wait_semaphores(&info, PARK_TIMEOUT.as_nanos() as u64)
-        };
-        if let Err(r) = result {
-            if r != vk::Result::TIMEOUT {
+        // SAFETY: the handle is a live timeline semaphore of this device (the control and
+        // queue timelines live as long as `self`).
+        let result = unsafe { self.context.device.wait_semaphores(&info, timeout_ns) };
+        match result {
+            Ok(()) => true,
+            Err(vk::Result::TIMEOUT) => false,
+            Err(_) => {
                 // A lost device: do not spin on an erroring wait.
                 std::thread::sleep(Duration::from_millis(10));
+                false
             }
         }
-        context.stats.parks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reactor's sleep: until the control semaphore moves.
+    ///
+    /// Queue timelines are watched by the queues' completion threads, so the reactor waits on
+    /// nothing else. Watched native semaphores need no wait of their own either: a `VkSemaphore`
+    /// of this device only moves through this device's submissions (completed by the
+    /// completion threads, which advance it) or a host signal through the core semaphore
+    /// (which wakes its waiters itself).
+    fn wait(&self, control_seen: u64) {
+        self.wait_one(
+            self.context.control,
+            control_seen + 1,
+            PARK_TIMEOUT.as_nanos() as u64,
+        );
+        self.context.stats.parks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A queue's completion thread: blocks on the queue timeline's next unfinished value and
+    /// completes what finished, until [`VulkanDevice`]'s drop stops it.
+    fn complete_loop(&self, index: usize) {
+        let queue = &self.queues[index];
+        loop {
+            let target = {
+                let mut state = lock(&queue.state);
+                loop {
+                    if state.stop {
+                        return;
+                    }
+                    if let Some(front) = state.in_flight.front() {
+                        break front.value;
+                    }
+                    state = queue.work.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            if self.wait_one(queue.timeline, target, u64::MAX) {
+                self.context
+                    .stats
+                    .completion_wakes
+                    .fetch_add(1, Ordering::Relaxed);
+                self.process_queue(queue, None);
+            }
+        }
+    }
+
+    /// Stops the completion threads: waits for the device to go idle, then moves every queue
+    /// timeline past its last submission so a blocked thread returns and sees `stop`.
+    fn stop_completion(&self) {
+        // SAFETY: the device is live; after waiting idle no submission signals a queue timeline
+        // any more, so a host signal above `submitted` keeps each timeline increasing (later
+        // submissions, if any, take values above it).
+        let _ = unsafe { self.context.device.device_wait_idle() };
+        for queue in &self.queues {
+            let mut state = lock(&queue.state);
+            state.stop = true;
+            state.submitted += 1;
+            let _ = self.context.host_signal(queue.timeline, state.submitted);
+            queue.work.notify_all();
+        }
     }
 }
 
@@ -328,12 +396,11 @@ struct VulkanParker {
 
 impl Parker for VulkanParker {
     fn park(&mut self) {
-        self.core.process();
         self.core.wait(self.control_seen);
         if let Ok(seen) = self.core.context.counter(self.core.context.control) {
             self.control_seen = seen;
         }
-        self.core.process();
+        self.core.prune_watched();
     }
 
     fn unparker(&self) -> Box<dyn Unpark> {
@@ -357,6 +424,8 @@ impl Unpark for ControlUnpark {
 }
 
 pub(crate) struct VulkanDevice {
+    /// One per queue: blocks on the queue timeline and completes submissions (see `Drop`).
+    completers: Vec<std::thread::JoinHandle<()>>,
     // Dropped first: its shutdown fails the actions still pending and settles in-flight work.
     reactor: Reactor,
     actions: Vec<ActionQueue>,
@@ -378,7 +447,10 @@ impl VulkanDevice {
                     queue,
                     submitted: 0,
                     in_flight: VecDeque::new(),
+                    stop: false,
                 }),
+                work: Condvar::new(),
+                processing: Mutex::new(()),
                 pools: Mutex::new(Vec::new()),
             });
         }
@@ -391,6 +463,27 @@ impl VulkanDevice {
             control_seen: 0,
         };
         let reactor = Reactor::with_parker(format!("vulkan{index}"), Box::new(parker))?;
+        let mut completers = Vec::new();
+        for i in 0..core.queues.len() {
+            let thread_core = core.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("halcyon-vulkan{index}-q{i}"))
+                .spawn(move || thread_core.complete_loop(i));
+            match spawned {
+                Ok(handle) => completers.push(handle),
+                Err(e) => {
+                    core.stop_completion();
+                    for handle in completers {
+                        let _ = handle.join();
+                    }
+                    return Err(Error::with_source(
+                        StatusCode::ResourceExhausted,
+                        format!("cannot spawn the completion thread of vulkan://{index} queue {i}"),
+                        e,
+                    ));
+                }
+            }
+        }
         let actions = (0..choice.count)
             .map(|_| ActionQueue::new(reactor.handle()))
             .collect();
@@ -411,10 +504,22 @@ impl VulkanDevice {
                 driver: crate::DRIVER_ID.into(),
                 features: DeviceFeatures::empty(),
             },
+            completers,
             reactor,
             actions,
             core,
         })
+    }
+}
+
+impl Drop for VulkanDevice {
+    fn drop(&mut self) {
+        // The completion threads hold the core; stop and join them first. What is still in
+        // flight afterwards is completed by the reactor's shutdown (it waits idle and processes).
+        self.core.stop_completion();
+        for handle in self.completers.drain(..) {
+            let _ = handle.join();
+        }
     }
 }
 
@@ -432,6 +537,7 @@ impl DeviceBackend for VulkanDevice {
             "vulkan.native_waits" => context.stat(&stats.native_waits),
             "vulkan.host_waits" => context.stat(&stats.host_waits),
             "vulkan.reactor_parks" => context.stat(&stats.parks),
+            "vulkan.completion_wakes" => context.stat(&stats.completion_wakes),
             "vulkan.watch_interrupts" => context.stat(&stats.watch_interrupts),
             "vulkan.completed" => context.stat(&stats.completed),
             "vulkan.submits" => context.stat(&stats.submits),

@@ -97,6 +97,13 @@ impl NativeSemaphore for VulkanSemaphore {
     fn watch(&self, value: u64) {
         let inner = &self.inner;
         let context = &inner.context;
+        // Work already submitted signals `value` (or more): the queue completion threads see it
+        // finish and advance the core semaphore, so nothing needs watching or interrupting.
+        if inner.in_flight.load(Ordering::Acquire) > 0
+            && inner.device_max.load(Ordering::Acquire) >= value
+        {
+            return;
+        }
         let interrupt = {
             let mut watched = context.watched.lock().unwrap_or_else(|p| p.into_inner());
             match watched.get_mut(&inner.id) {
