@@ -59,6 +59,14 @@ pub trait Kernels {
     /// Loads, on `device`, one executable with the entry points [`add_one_u32`],
     /// [`saxpy_f32`] and [`fail`].
     fn load(&self, device: &Device) -> Result<Executable>;
+
+    /// Whether the backend's [`FAIL`] kernel really fails its dispatch. A backend whose kernels
+    /// have no way to report failure (a Vulkan compute shader has no return code) returns
+    /// `false`: its `fail` entry point must still exist, and the failing-dispatch case prints
+    /// why and skips instead of asserting.
+    fn can_fail(&self) -> bool {
+        true
+    }
 }
 
 impl<F: Fn(&Device) -> Result<Executable>> Kernels for F {

@@ -71,6 +71,12 @@ impl halcyon_conformance::Kernels for VulkanKernels {
     fn load(&self, device: &Device) -> Result<Executable> {
         device.load_executable(&standard_module()?.spec())
     }
+
+    /// A Vulkan compute shader has no return code; a device-side failure channel (a status
+    /// buffer the backend checks on completion) is future work.
+    fn can_fail(&self) -> bool {
+        false
+    }
 }
 
 /// Device `vulkan://0`, or `None` (with the reason printed) when Vulkan is unavailable.
