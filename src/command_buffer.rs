@@ -27,6 +27,22 @@ use crate::executable::Executable;
 /// limit); larger uploads go through a queue `write` or a staging buffer copy.
 pub const MAX_UPDATE_SIZE: u64 = 65536;
 
+/// The number of binding-table slots a command buffer may use (slots `0..MAX_BINDING_SLOTS`).
+pub const MAX_BINDING_SLOTS: u32 = 4096;
+
+fn check_slot(slot: u32, what: &str) -> Result<()> {
+    if slot < MAX_BINDING_SLOTS {
+        Ok(())
+    } else {
+        Err(Error::new(
+            StatusCode::OutOfRange,
+            format!(
+                "{what} uses binding-table slot {slot}; slots must be below {MAX_BINDING_SLOTS}"
+            ),
+        ))
+    }
+}
+
 /// Whether a command buffer may be submitted once or many times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommandBufferMode {
@@ -197,14 +213,15 @@ impl BindingTable {
         Self::default()
     }
 
-    /// Puts `range` in `slot`.
-    pub fn set(&mut self, slot: u32, range: BufferRef) -> &mut Self {
+    /// Puts `range` in `slot`; `OutOfRange` for a slot at or above [`MAX_BINDING_SLOTS`].
+    pub fn set(&mut self, slot: u32, range: BufferRef) -> Result<&mut Self> {
+        check_slot(slot, "BindingTable::set")?;
         let slot = slot as usize;
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, None);
         }
         self.slots[slot] = Some(range);
-        self
+        Ok(self)
     }
 
     /// A table with `ranges` in slots 0, 1, 2...
@@ -373,6 +390,7 @@ impl CommandBufferBuilder {
                 offset,
                 length,
             } => {
+                check_slot(*slot, what)?;
                 if self.mode == CommandBufferMode::OneShot {
                     return Err(Error::new(
                         StatusCode::InvalidArgument,
@@ -580,5 +598,47 @@ impl CommandBufferBuilder {
                 submitted: AtomicBool::new(false),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::{BufferMemory, BufferParams};
+    use crate::Buffer;
+
+    /// Memory with no host mapping: enough to build a `BufferRef`.
+    struct NoMemory;
+
+    impl BufferMemory for NoMemory {
+        fn len(&self) -> u64 {
+            16
+        }
+        fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+            None
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn slots_above_the_limit_are_refused_without_allocating() {
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        let error = builder
+            .fill(Binding::slot(u32::MAX, 0, 4), &[0])
+            .err()
+            .expect("slot u32::MAX must be refused");
+        assert_eq!(error.code(), StatusCode::OutOfRange);
+        assert!(error.message().contains(&u32::MAX.to_string()), "{error}");
+        assert_eq!(builder.finish().slot_count(), 0);
+
+        let error = BindingTable::new()
+            .set(
+                MAX_BINDING_SLOTS,
+                Buffer::from_memory(Arc::new(NoMemory), 16, BufferParams::DEVICE).whole(),
+            )
+            .unwrap_err();
+        assert_eq!(error.code(), StatusCode::OutOfRange);
     }
 }

@@ -128,7 +128,7 @@ pub fn empty_binding_table_slot(device: &Device, _: &dyn Kernels) -> Result<()> 
         let command_buffer = builder.finish();
 
         let mut table = BindingTable::new();
-        table.set(0, a.whole());
+        table.set(0, a.whole())?;
         let execute = |t| queue.execute(t, &command_buffer, Some(&table));
         let mentions = ["slot", "1"];
         assert_rejected(
@@ -141,7 +141,7 @@ pub fn empty_binding_table_slot(device: &Device, _: &dyn Kernels) -> Result<()> 
         .await?;
 
         let b = device.allocator().allocate(128, BufferParams::DEVICE)?;
-        table.set(1, b.whole());
+        table.set(1, b.whole())?;
         let execute = |t| queue.execute(t, &command_buffer, Some(&table));
         let mentions = ["128", "256"];
         assert_rejected(
