@@ -27,6 +27,10 @@ use crate::executable::Executable;
 /// limit); larger uploads go through a queue `write` or a staging buffer copy.
 pub const MAX_UPDATE_SIZE: u64 = 65536;
 
+/// The most workgroups one dispatch may have in total (`x * y * z`); devices may allow fewer
+/// per dimension.
+pub const MAX_WORKGROUPS: u64 = u32::MAX as u64;
+
 /// The number of binding-table slots a command buffer may use (slots `0..MAX_BINDING_SLOTS`).
 pub const MAX_BINDING_SLOTS: u32 = 4096;
 
@@ -548,6 +552,17 @@ impl CommandBufferBuilder {
                 ),
             ));
         }
+        let total: u128 = workgroups.iter().map(|&n| u128::from(n)).product();
+        if total > u128::from(MAX_WORKGROUPS) {
+            return Err(Error::new(
+                StatusCode::OutOfRange,
+                format!(
+                    "dispatch of '{}' asks for {workgroups:?} = {total} workgroups; at most \
+                     {MAX_WORKGROUPS} are allowed in one dispatch",
+                    entry.name
+                ),
+            ));
+        }
         let name = entry.name.clone();
         for (i, binding) in bindings.iter().enumerate() {
             self.binding(
@@ -640,5 +655,39 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(error.code(), StatusCode::OutOfRange);
+    }
+
+    struct OneEntry(Vec<crate::EntryPoint>);
+
+    impl crate::executable::ExecutableBackend for OneEntry {
+        fn entry_points(&self) -> &[crate::EntryPoint] {
+            &self.0
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn too_many_workgroups_are_refused() {
+        let entry = crate::EntryPoint {
+            name: "k".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 0,
+            constant_count: 0,
+        };
+        let executable =
+            Executable::from_backend("test", "test://0", Box::new(OneEntry(vec![entry])));
+        let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+        let error = builder
+            .dispatch(&executable, 0, [u32::MAX; 3], &[], [])
+            .err()
+            .map(|e| (e.code(), e.to_string()));
+        let (code, message) = error.expect("2^96 workgroups must be refused");
+        assert_eq!(code, StatusCode::OutOfRange);
+        assert!(message.contains("4294967295"), "{message}");
+        assert!(builder
+            .dispatch(&executable, 0, [65536, 65535, 1], &[], [])
+            .is_ok());
     }
 }
