@@ -28,6 +28,8 @@ pub(crate) struct Stats {
     pub(crate) completed: AtomicU64,
     /// `vkQueueSubmit` calls.
     pub(crate) submits: AtomicU64,
+    /// Command lists submitted again without re-recording (cached recordings).
+    pub(crate) recording_reuses: AtomicU64,
 }
 
 /// Watched native semaphores: native id -> (semaphore, lowest awaited value).

@@ -33,7 +33,7 @@ use crate::context::Context;
 use crate::executable::{VulkanExecutable, FORMAT_SPIRV};
 use crate::instance::vk_fail;
 use crate::memory::{vk_properties, VulkanMemory};
-use crate::record::Recording;
+use crate::record::{Recording, Recycler};
 use crate::semaphore::{SemInner, VulkanSemaphore};
 
 /// How long one reactor `vkWaitSemaphores` may block before it re-reads its wait set (a
@@ -56,13 +56,31 @@ pub(crate) struct InFlight {
     recording: Recording,
 }
 
+/// What a completed submission still owns: its recording (command pool, descriptor pool,
+/// staging, retained resources) and its semaphores.
+///
+/// Released one completion later, not at once: a timeline value being reached does not mean
+/// the driver is done with the batch (lavapipe's queue thread may still be signalling its other
+/// semaphores), and destroying or resetting objects it still touches crashed or deadlocked
+/// lavapipe. A queue executes its batches in order, so once a later batch completed, the earlier
+/// one is entirely finished; the last one is released when the device is dropped, after
+/// `vkDeviceWaitIdle`.
+struct Retired {
+    recording: Recording,
+    _signal: Fence,
+    _natives: Vec<Arc<SemInner>>,
+    _waited: Vec<Semaphore>,
+}
+
 struct QueueState {
     queue: vk::Queue,
     /// The last value handed to a `vkQueueSubmit` on `timeline`.
     submitted: u64,
     in_flight: VecDeque<InFlight>,
-    /// Set (with a host signal past `submitted`) to end the queue's completion thread.
+    /// Ends the queue's completion thread once `in_flight` is empty.
     stop: bool,
+    /// Completed submissions whose objects are not released yet (see [`Retired`]).
+    retired: Vec<Retired>,
 }
 
 pub(crate) struct VkQueue {
@@ -73,8 +91,8 @@ pub(crate) struct VkQueue {
     work: Condvar,
     /// Held while completing this queue's submissions, so they complete in order.
     processing: Mutex<()>,
-    /// Reset command pools ready for reuse.
-    pub(crate) pools: Mutex<Vec<vk::CommandPool>>,
+    /// Reset command slots and cached recordings of reused command lists.
+    pub(crate) recycler: Recycler,
 }
 
 /// Everything submissions and the reactor share.
@@ -252,11 +270,12 @@ impl Core {
             recording,
             ..
         } = done;
+        let mut recording = recording;
         let mut result = waited
             .iter()
             .try_for_each(|s| s.query().map(drop))
             .map_err(|e| e.context("a semaphore this submission waited on failed"));
-        let (keep, after) = recording.finish(queue);
+        let after = recording.take_after();
         if result.is_ok() {
             if let Some(after) = after {
                 result = after();
@@ -281,7 +300,27 @@ impl Core {
         for native in &natives {
             native.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
-        drop(keep);
+        recording.release_resources();
+        let older = {
+            let mut state = lock(&queue.state);
+            let older = std::mem::take(&mut state.retired);
+            state.retired.push(Retired {
+                recording,
+                _signal: signal,
+                _natives: natives,
+                _waited: waited,
+            });
+            older
+        };
+        Self::release(queue, older);
+    }
+
+    /// Recycles or destroys what retired submissions held.
+    fn release(queue: &VkQueue, retired: Vec<Retired>) {
+        for retired in retired {
+            let (keep, _after) = retired.recording.finish(queue);
+            drop(keep);
+        }
     }
 
     /// Blocks in `vkWaitSemaphores` on one timeline semaphore until it reaches `value` (or
@@ -331,11 +370,11 @@ impl Core {
             let target = {
                 let mut state = lock(&queue.state);
                 loop {
-                    if state.stop {
-                        return;
-                    }
                     if let Some(front) = state.in_flight.front() {
                         break front.value;
+                    }
+                    if state.stop {
+                        return;
                     }
                     state = queue.work.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
@@ -350,18 +389,15 @@ impl Core {
         }
     }
 
-    /// Stops the completion threads: waits for the device to go idle, then moves every queue
-    /// timeline past its last submission so a blocked thread returns and sees `stop`.
+    /// Stops the completion threads once they have completed everything already submitted.
+    ///
+    /// No `vkDeviceWaitIdle` and no host signal here: on lavapipe (Mesa 22.3) a
+    /// `vkDeviceWaitIdle` racing `vkWaitSemaphores` on other threads of the same device
+    /// occasionally deadlocks inside the driver. Draining is enough: device work only waits on
+    /// values that earlier device work signals, so every in-flight submission finishes.
     fn stop_completion(&self) {
-        // SAFETY: the device is live; after waiting idle no submission signals a queue timeline
-        // any more, so a host signal above `submitted` keeps each timeline increasing (later
-        // submissions, if any, take values above it).
-        let _ = unsafe { self.context.device.device_wait_idle() };
         for queue in &self.queues {
-            let mut state = lock(&queue.state);
-            state.stop = true;
-            state.submitted += 1;
-            let _ = self.context.host_signal(queue.timeline, state.submitted);
+            lock(&queue.state).stop = true;
             queue.work.notify_all();
         }
     }
@@ -377,13 +413,12 @@ impl Drop for Core {
             for f in leftovers {
                 self.complete(queue, f);
             }
-            // SAFETY: the device is idle and every recording returned its pool.
-            unsafe {
-                for pool in lock(&queue.pools).drain(..) {
-                    self.context.device.destroy_command_pool(pool, None);
-                }
-                self.context.device.destroy_semaphore(queue.timeline, None);
-            }
+            let retired = std::mem::take(&mut lock(&queue.state).retired);
+            Self::release(queue, retired);
+            // The device is idle and every recording returned its slot.
+            queue.recycler.destroy(&self.context.device);
+            // SAFETY: the device is idle; nothing waits on or signals the timeline any more.
+            unsafe { self.context.device.destroy_semaphore(queue.timeline, None) };
         }
     }
 }
@@ -448,10 +483,11 @@ impl VulkanDevice {
                     submitted: 0,
                     in_flight: VecDeque::new(),
                     stop: false,
+                    retired: Vec::new(),
                 }),
                 work: Condvar::new(),
                 processing: Mutex::new(()),
-                pools: Mutex::new(Vec::new()),
+                recycler: Recycler::default(),
             });
         }
         let core = Arc::new(Core {
@@ -541,6 +577,7 @@ impl DeviceBackend for VulkanDevice {
             "vulkan.watch_interrupts" => context.stat(&stats.watch_interrupts),
             "vulkan.completed" => context.stat(&stats.completed),
             "vulkan.submits" => context.stat(&stats.submits),
+            "vulkan.recording_reuses" => context.stat(&stats.recording_reuses),
             "vulkan.reactor_wakeups" => self.reactor.handle().stats().wakeups as i64,
             "vulkan.reactor_polls" => self.reactor.handle().stats().polls as i64,
             "vulkan.non_coherent_host_memory_types" => (0..context.memory.memory_type_count)

@@ -11,7 +11,7 @@
 //! * at the end, a barrier making device writes visible to host reads (mapped memory).
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use ash::vk;
 use halcyon::backend::{BufferMemory, ExecutableBackend, Work};
@@ -27,14 +27,155 @@ use crate::memory::VulkanMemory;
 /// Runs on the reactor when the submission completed, before its fence is signalled.
 pub(crate) type After = Box<dyn FnOnce() -> Result<()> + Send>;
 
-/// What a submission recorded and must keep until the GPU finished it.
-pub(crate) struct Recording {
-    context: Arc<Context>,
+/// Default descriptor pool capacity of a slot (grown when a recording needs more).
+const SLOT_SETS: u32 = 16;
+const SLOT_DESCRIPTORS: u32 = 64;
+/// Reset slots a queue keeps for reuse (more are destroyed).
+const MAX_FREE_SLOTS: usize = 64;
+/// Recorded reusable command lists a queue keeps (least recently used are recycled).
+const MAX_CACHED: usize = 64;
+
+/// A command pool with its one command buffer and a descriptor pool, recycled per queue.
+pub(crate) struct Slot {
     pool: vk::CommandPool,
     command_buffer: vk::CommandBuffer,
     descriptor_pool: vk::DescriptorPool,
+    /// The descriptor pool's capacity (sets, storage-buffer descriptors).
+    capacity: (u32, u32),
+}
+
+impl Slot {
+    const NULL: Slot = Slot {
+        pool: vk::CommandPool::null(),
+        command_buffer: vk::CommandBuffer::null(),
+        descriptor_pool: vk::DescriptorPool::null(),
+        capacity: (0, 0),
+    };
+
+    /// Destroys the pools (and with them the command buffer and descriptor sets).
+    pub(crate) fn destroy(&mut self, device: &ash::Device) {
+        // SAFETY: callers guarantee no pending submission uses the slot's command buffer or
+        // descriptor sets; null handles are ignored.
+        unsafe {
+            device.destroy_descriptor_pool(self.descriptor_pool, None);
+            device.destroy_command_pool(self.pool, None);
+        }
+        *self = Slot::NULL;
+    }
+}
+
+/// A recorded reusable command list, not in flight, ready to be submitted again.
+pub(crate) struct Cached {
+    /// The list it was recorded from (a `Weak` keeps the allocation, so the address cannot be
+    /// reused by another list while cached).
+    key: Weak<[Command]>,
+    slot: Slot,
+    /// Staging buffers the recording reads from (fill edges, large updates).
+    staging: Vec<VulkanMemory>,
+}
+
+/// Per-queue recycling: reset slots, and recorded reusable command lists.
+#[derive(Default)]
+pub(crate) struct Recycler {
+    free: Mutex<Vec<Slot>>,
+    cache: Mutex<Vec<Cached>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn same_list(key: &Weak<[Command]>, list: &Arc<[Command]>) -> bool {
+    std::ptr::addr_eq(key.as_ptr(), Arc::as_ptr(list))
+}
+
+impl Recycler {
+    /// Resets `slot` (its submission completed) and keeps it for reuse, or destroys it.
+    fn recycle(&self, device: &ash::Device, mut slot: Slot) {
+        if slot.pool == vk::CommandPool::null() {
+            return;
+        }
+        // SAFETY: the submission using the slot completed (or it was never submitted); the slot
+        // is owned here alone.
+        let reset = unsafe {
+            device
+                .reset_command_pool(slot.pool, vk::CommandPoolResetFlags::empty())
+                .and_then(|()| {
+                    if slot.descriptor_pool == vk::DescriptorPool::null() {
+                        Ok(())
+                    } else {
+                        device.reset_descriptor_pool(
+                            slot.descriptor_pool,
+                            vk::DescriptorPoolResetFlags::empty(),
+                        )
+                    }
+                })
+        };
+        let mut free = lock(&self.free);
+        if reset.is_ok() && free.len() < MAX_FREE_SLOTS {
+            free.push(slot);
+        } else {
+            drop(free);
+            slot.destroy(device);
+        }
+    }
+
+    /// The cached recording of `list`, taken out of the cache (it is in flight until completed).
+    fn take(&self, list: &Arc<[Command]>) -> Option<Cached> {
+        let mut cache = lock(&self.cache);
+        let at = cache.iter().position(|c| same_list(&c.key, list))?;
+        Some(cache.remove(at))
+    }
+
+    /// Caches a completed recording of a list that is still alive; recycles what is evicted.
+    fn insert(&self, device: &ash::Device, entry: Cached) {
+        let mut evicted = Vec::new();
+        {
+            let mut cache = lock(&self.cache);
+            let mut i = 0;
+            while i < cache.len() {
+                if cache[i].key.strong_count() == 0 {
+                    evicted.push(cache.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            if cache.iter().any(|c| c.key.ptr_eq(&entry.key)) {
+                evicted.push(entry);
+            } else {
+                if cache.len() >= MAX_CACHED {
+                    evicted.push(cache.remove(0));
+                }
+                cache.push(entry);
+            }
+        }
+        for e in evicted {
+            self.recycle(device, e.slot);
+        }
+    }
+
+    /// Destroys every slot (the device is idle).
+    pub(crate) fn destroy(&self, device: &ash::Device) {
+        for mut slot in lock(&self.free).drain(..) {
+            slot.destroy(device);
+        }
+        for mut cached in lock(&self.cache).drain(..) {
+            cached.slot.destroy(device);
+        }
+    }
+}
+
+/// What a submission recorded and must keep until the GPU finished it.
+pub(crate) struct Recording {
+    context: Arc<Context>,
+    slot: Slot,
     keep: Vec<Box<dyn Any + Send>>,
+    staging: Vec<VulkanMemory>,
+    /// The command list recorded (to cache the recording on completion if it is reused).
+    list: Option<Weak<[Command]>>,
     after: Option<After>,
+    /// Set by [`Recording::release_resources`]: the list's owner still held it then.
+    reusable: bool,
 }
 
 fn internal(message: String) -> Error {
@@ -42,14 +183,17 @@ fn internal(message: String) -> Error {
 }
 
 impl Recording {
-    /// Records `work` for queue `index` (nothing to record for an empty command list).
+    /// Records `work` for queue `index` (nothing to record for an empty command list), or
+    /// reuses the cached recording of a resubmitted command list.
     pub(crate) fn record(core: &Arc<Core>, index: usize, work: Work) -> Result<Recording> {
+        let queue = &core.queues[index];
         let mut rec = Recording {
             context: core.context.clone(),
-            pool: vk::CommandPool::null(),
-            command_buffer: vk::CommandBuffer::null(),
-            descriptor_pool: vk::DescriptorPool::null(),
+            slot: Slot::NULL,
             keep: Vec::new(),
+            staging: Vec::new(),
+            list: None,
+            reusable: false,
             after: None,
         };
         match work {
@@ -57,7 +201,32 @@ impl Recording {
                 if commands.is_empty() {
                     return Ok(rec);
                 }
-                rec.begin(&core.queues[index])?;
+                rec.list = Some(Arc::downgrade(&commands));
+                if let Some(cached) = queue.recycler.take(&commands) {
+                    // The recording stays valid while every buffer it uses still has its memory:
+                    // a buffer's memory never changes, it can only be released (queue dealloca).
+                    let mut memories = Vec::new();
+                    let mut released = false;
+                    for command in commands.iter() {
+                        command.for_each_binding(|range, _| match range.buffer().memory() {
+                            Ok(memory) => memories.push(memory),
+                            Err(_) => released = true,
+                        });
+                    }
+                    if !released {
+                        rec.slot = cached.slot;
+                        rec.staging = cached.staging;
+                        rec.keep.push(Box::new(memories));
+                        rec.keep.push(Box::new(commands));
+                        core.context
+                            .stats
+                            .recording_reuses
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Ok(rec);
+                    }
+                    queue.recycler.recycle(&core.context.device, cached.slot);
+                }
+                rec.begin(queue)?;
                 rec.descriptor_pool_for(&commands)?;
                 for command in commands.iter() {
                     rec.command(command)?;
@@ -65,7 +234,7 @@ impl Recording {
                 rec.keep.push(Box::new(commands));
             }
             Work::Read { source, sink } => {
-                rec.begin(&core.queues[index])?;
+                rec.begin(queue)?;
                 let len = source.len();
                 let staging = Arc::new(rec.host_memory(len, true)?);
                 let from = rec.buffer(&source)?;
@@ -79,7 +248,7 @@ impl Recording {
                     // `keep`) and the regions lie within them.
                     unsafe {
                         rec.context.device.cmd_copy_buffer(
-                            rec.command_buffer,
+                            rec.slot.command_buffer,
                             from,
                             staging.buffer,
                             &[region],
@@ -111,61 +280,82 @@ impl Recording {
     }
 
     pub(crate) fn command_buffers(&self) -> Vec<vk::CommandBuffer> {
-        if self.command_buffer == vk::CommandBuffer::null() {
+        if self.slot.command_buffer == vk::CommandBuffer::null() {
             Vec::new()
         } else {
-            vec![self.command_buffer]
+            vec![self.slot.command_buffer]
         }
     }
 
-    /// The GPU finished: recycles the command pool into `queue` and hands back what was kept
+    /// The GPU finished: caches the recording of a command list that is still alive (its
+    /// owner may submit it again), or recycles the slot into `queue`; hands back what was kept
     /// and the completion step.
+    /// Takes the completion step (a read's copy-out), to run as soon as the GPU finished.
+    pub(crate) fn take_after(&mut self) -> Option<After> {
+        self.after.take()
+    }
+
+    /// Drops the retained user resources (buffers, executables, the command list) as soon as
+    /// the GPU finished, so a deallocated block returns to its pool at once, while the Vulkan
+    /// objects wait for [`Recording::finish`]. Remembers whether the list's owner still holds it.
+    pub(crate) fn release_resources(&mut self) {
+        self.reusable = self.list.as_ref().is_some_and(|key| key.strong_count() > 1);
+        self.keep.clear();
+    }
+
     pub(crate) fn finish(mut self, queue: &VkQueue) -> (Vec<Box<dyn Any + Send>>, Option<After>) {
-        if self.pool != vk::CommandPool::null() {
-            // SAFETY: the submission using the pool's command buffer completed.
-            let reset = unsafe {
-                self.context
-                    .device
-                    .reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
-            };
-            if reset.is_ok() {
-                queue
-                    .pools
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(self.pool);
-                self.pool = vk::CommandPool::null();
-                self.command_buffer = vk::CommandBuffer::null();
+        let keep = std::mem::take(&mut self.keep);
+        let after = self.after.take();
+        let slot = std::mem::replace(&mut self.slot, Slot::NULL);
+        let device = &self.context.device;
+        // `keep` holds one reference to the list; another one means its owner still has it.
+        match self.list.take() {
+            Some(key)
+                if (self.reusable || key.strong_count() > 1)
+                    && slot.pool != vk::CommandPool::null() =>
+            {
+                let staging = std::mem::take(&mut self.staging);
+                queue.recycler.insert(device, Cached { key, slot, staging });
             }
+            _ => queue.recycler.recycle(device, slot),
         }
-        (std::mem::take(&mut self.keep), self.after.take())
+        (keep, after)
     }
 
     fn begin(&mut self, queue: &VkQueue) -> Result<()> {
         let device = &self.context.device;
-        let recycled = queue.pools.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        self.pool = match recycled {
-            Some(pool) => pool,
+        let recycled = lock(&queue.recycler.free).pop();
+        self.slot = match recycled {
+            Some(slot) => slot,
             None => {
                 let info = vk::CommandPoolCreateInfo::default()
                     .queue_family_index(queue.family)
                     .flags(vk::CommandPoolCreateFlags::TRANSIENT);
                 // SAFETY: the device is live; the info lives across the call.
-                unsafe { device.create_command_pool(&info, None) }
-                    .map_err(|r| vk_fail("vkCreateCommandPool", r))?
+                let pool = unsafe { device.create_command_pool(&info, None) }
+                    .map_err(|r| vk_fail("vkCreateCommandPool", r))?;
+                // Owned by `self` from here: dropped (destroyed) on error.
+                self.slot = Slot { pool, ..Slot::NULL };
+                let info = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                // SAFETY: the pool is ours alone (just created).
+                let command_buffer = unsafe { device.allocate_command_buffers(&info) }
+                    .map_err(|r| vk_fail("vkAllocateCommandBuffers", r))?[0];
+                Slot {
+                    pool,
+                    command_buffer,
+                    ..Slot::NULL
+                }
             }
         };
-        let info = vk::CommandBufferAllocateInfo::default()
-            .command_pool(self.pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool is ours alone (taken out of the queue's free list).
-        self.command_buffer = unsafe { device.allocate_command_buffers(&info) }
-            .map_err(|r| vk_fail("vkAllocateCommandBuffers", r))?[0];
-        let begin = vk::CommandBufferBeginInfo::default()
-            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: a freshly allocated command buffer in the initial state.
-        unsafe { device.begin_command_buffer(self.command_buffer, &begin) }
+        // Not ONE_TIME_SUBMIT: a reused command list's recording is submitted again (never
+        // while still pending: it is cached only once its submission completed).
+        let begin = vk::CommandBufferBeginInfo::default();
+        // SAFETY: the command buffer is in the initial state (freshly allocated, or its pool was
+        // reset when the slot was recycled) and its pool is ours alone.
+        unsafe { device.begin_command_buffer(self.slot.command_buffer, &begin) }
             .map_err(|r| vk_fail("vkBeginCommandBuffer", r))
     }
 
@@ -176,7 +366,7 @@ impl Recording {
         // SAFETY: recording into our command buffer.
         unsafe {
             self.context.device.cmd_pipeline_barrier(
-                self.command_buffer,
+                self.slot.command_buffer,
                 vk::PipelineStageFlags::ALL_COMMANDS,
                 vk::PipelineStageFlags::HOST,
                 vk::DependencyFlags::empty(),
@@ -184,7 +374,9 @@ impl Recording {
                 &[],
                 &[],
             );
-            self.context.device.end_command_buffer(self.command_buffer)
+            self.context
+                .device
+                .end_command_buffer(self.slot.command_buffer)
         }
         .map_err(|r| vk_fail("vkEndCommandBuffer", r))
     }
@@ -201,6 +393,11 @@ impl Recording {
         if sets == 0 {
             return Ok(());
         }
+        let (have_sets, have_descriptors) = self.slot.capacity;
+        if sets <= have_sets && descriptors <= have_descriptors {
+            return Ok(());
+        }
+        let (sets, descriptors) = (sets.max(SLOT_SETS), descriptors.max(SLOT_DESCRIPTORS));
         let sizes = [vk::DescriptorPoolSize {
             ty: vk::DescriptorType::STORAGE_BUFFER,
             descriptor_count: descriptors,
@@ -208,9 +405,16 @@ impl Recording {
         let info = vk::DescriptorPoolCreateInfo::default()
             .max_sets(sets)
             .pool_sizes(&sizes);
+        let device = &self.context.device;
+        // SAFETY: the slot is ours alone and its (too small) pool's sets are unused: it was
+        // reset when the slot was recycled. Null is ignored.
+        unsafe { device.destroy_descriptor_pool(self.slot.descriptor_pool, None) };
+        self.slot.descriptor_pool = vk::DescriptorPool::null();
+        self.slot.capacity = (0, 0);
         // SAFETY: the device is live; the info lives across the call.
-        self.descriptor_pool = unsafe { self.context.device.create_descriptor_pool(&info, None) }
+        self.slot.descriptor_pool = unsafe { device.create_descriptor_pool(&info, None) }
             .map_err(|r| vk_fail("vkCreateDescriptorPool", r))?;
+        self.slot.capacity = (sets, descriptors);
         Ok(())
     }
 
@@ -239,7 +443,7 @@ impl Recording {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), bytes.len()) };
         memory.flush(0, bytes.len() as u64)?;
         let handle = memory.buffer;
-        self.keep.push(Box::new(memory));
+        self.staging.push(memory);
         Ok(handle)
     }
 
@@ -281,13 +485,13 @@ impl Recording {
         unsafe {
             self.context
                 .device
-                .cmd_copy_buffer(self.command_buffer, from, to, &[region])
+                .cmd_copy_buffer(self.slot.command_buffer, from, to, &[region])
         }
     }
 
     fn command(&mut self, command: &Command) -> Result<()> {
         let device = self.context.device.clone();
-        let cb = self.command_buffer;
+        let cb = self.slot.command_buffer;
         match command {
             Command::Fill {
                 target,
@@ -423,11 +627,11 @@ impl Recording {
             return Ok(());
         }
         let device = self.context.device.clone();
-        let cb = self.command_buffer;
+        let cb = self.slot.command_buffer;
         if !infos.is_empty() {
             let layouts = [pipeline.set_layout];
             let info = vk::DescriptorSetAllocateInfo::default()
-                .descriptor_pool(self.descriptor_pool)
+                .descriptor_pool(self.slot.descriptor_pool)
                 .set_layouts(&layouts);
             // SAFETY: the pool was sized for every dispatch of this recording and is ours.
             let set = unsafe { device.allocate_descriptor_sets(&info) }
@@ -483,13 +687,8 @@ impl Recording {
 
 impl Drop for Recording {
     fn drop(&mut self) {
-        // SAFETY: a recording is dropped either unsubmitted (an error) or after its submission
-        // completed; either way the GPU no longer uses its pools. Null handles are ignored.
-        unsafe {
-            self.context
-                .device
-                .destroy_descriptor_pool(self.descriptor_pool, None);
-            self.context.device.destroy_command_pool(self.pool, None);
-        }
+        // A recording still holding its slot is dropped unsubmitted (an error) or after its
+        // submission completed: the GPU no longer uses it.
+        self.slot.destroy(&self.context.device);
     }
 }
