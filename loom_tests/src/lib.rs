@@ -139,6 +139,24 @@ mod support {
         }
     }
 
+    /// Signals `sem` to `value` on a new loom thread.
+    pub fn spawn_signal(
+        sem: &halcyon::Semaphore,
+        value: u64,
+    ) -> loom::thread::JoinHandle<halcyon::Result<()>> {
+        let sem = sem.clone();
+        loom::thread::spawn(move || sem.signal(value))
+    }
+
+    /// Fails `sem` with `error` on a new loom thread.
+    pub fn spawn_fail(
+        sem: &halcyon::Semaphore,
+        error: &halcyon::Error,
+    ) -> loom::thread::JoinHandle<()> {
+        let (sem, error) = (sem.clone(), error.clone());
+        loom::thread::spawn(move || sem.fail(error))
+    }
+
     /// Polls `future` once with `waker`.
     pub fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
         future.poll(&mut Context::from_waker(waker))

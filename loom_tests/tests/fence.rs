@@ -1,28 +1,15 @@
 #![cfg(loom)]
 //! Model checks of fence waits over two semaphores moved by two other threads.
 
-use halcyon::{Error, Fence, Result, Semaphore, StatusCode};
+use halcyon::{Error, Fence, Semaphore, StatusCode};
 use loom::future::block_on;
-use loom::thread::{self, JoinHandle};
-use loom_tests::model;
+use loom_tests::{model, spawn_fail, spawn_signal};
 
 /// Two fresh semaphores and the fence `{a >= 1, b >= 1}`.
 fn two_entry_fence() -> (Semaphore, Semaphore, Fence) {
     let (a, b) = (Semaphore::new(0), Semaphore::new(0));
     let fence = [(&a, 1), (&b, 1)].into_iter().collect();
     (a, b, fence)
-}
-
-/// Signals `sem` to `value` on a new thread.
-fn spawn_signal(sem: &Semaphore, value: u64) -> JoinHandle<Result<()>> {
-    let sem = sem.clone();
-    thread::spawn(move || sem.signal(value))
-}
-
-/// Fails `sem` with `error` on a new thread.
-fn spawn_fail(sem: &Semaphore, error: &Error) -> JoinHandle<()> {
-    let (sem, error) = (sem.clone(), error.clone());
-    thread::spawn(move || sem.fail(error))
 }
 
 /// `wait_all` while two threads each signal one entry: it completes (no lost wakeup from either

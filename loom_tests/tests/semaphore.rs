@@ -8,22 +8,10 @@
 use std::sync::Arc;
 use std::task::Poll;
 
-use halcyon::{Error, Result, Semaphore, StatusCode};
+use halcyon::{Error, Semaphore, StatusCode};
 use loom::future::block_on;
-use loom::thread::{self, JoinHandle};
-use loom_tests::{counting_waker, model, poll_once};
-
-/// Signals `sem` to `value` on a new thread.
-fn spawn_signal(sem: &Semaphore, value: u64) -> JoinHandle<Result<()>> {
-    let sem = sem.clone();
-    thread::spawn(move || sem.signal(value))
-}
-
-/// Fails `sem` with `error` on a new thread.
-fn spawn_fail(sem: &Semaphore, error: &Error) -> JoinHandle<()> {
-    let (sem, error) = (sem.clone(), error.clone());
-    thread::spawn(move || sem.fail(error))
-}
+use loom::thread;
+use loom_tests::{counting_waker, model, poll_once, spawn_fail, spawn_signal};
 
 /// A wait that registers (inside `block_on`) while another thread signals its value is woken:
 /// no lost wakeup, and nothing stays registered.
