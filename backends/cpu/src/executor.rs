@@ -129,9 +129,9 @@ impl Run {
         match command {
             Command::Barrier => Ok(true),
             Command::Update { target, data } => {
-                let update = Update {
+                let update = Copy {
+                    source: Source::Bytes(data.clone()),
                     target: host(target)?,
-                    data: data.clone(),
                 };
                 self.transfer(Box::new(update), target.len(), next)
             }
@@ -149,7 +149,7 @@ impl Run {
             }
             Command::Copy { source, target } => {
                 let copy = Copy {
-                    source: host(source)?,
+                    source: Source::Buffer(host(source)?),
                     target: host(target)?,
                 };
                 self.transfer(Box::new(copy), target.len(), next)
@@ -399,36 +399,24 @@ impl Chunked for Fill {
     }
 }
 
-struct Update {
-    target: Host,
-    data: Arc<[u8]>,
+/// Where a copy reads from: a buffer range, or bytes captured by an update or queue write.
+enum Source {
+    Buffer(Host),
+    Bytes(Arc<[u8]>),
 }
 
-impl Chunked for Update {
-    fn count(&self) -> u32 {
-        chunk_count(self.target.len)
-    }
-
-    fn run(&self, index: u32) -> std::result::Result<(), String> {
-        let Some(range) = chunk_range(index, self.target.len) else {
-            return Ok(());
-        };
-        let (start, len) = (range.start, range.len());
-        // SAFETY: the target is live memory exactly as long as `data` (checked when recorded);
-        // chunks are disjoint, and `data` is a private copy that cannot overlap it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.data.as_ptr().add(start),
-                self.target.ptr.as_ptr().add(start),
-                len,
-            )
-        };
-        Ok(())
+impl Source {
+    fn ptr(&self) -> *const u8 {
+        match self {
+            Source::Buffer(host) => host.ptr.as_ptr(),
+            Source::Bytes(bytes) => bytes.as_ptr(),
+        }
     }
 }
 
+/// Copies a buffer range or captured bytes into a target range of the same length.
 struct Copy {
-    source: Host,
+    source: Source,
     target: Host,
 }
 
@@ -442,12 +430,13 @@ impl Chunked for Copy {
             return Ok(());
         };
         let (start, len) = (range.start, range.len());
-        // SAFETY: both ranges are live memory of the same length and chunks are disjoint.
+        // SAFETY: source and target are live memory of the same length (checked when recorded;
+        // `source` keeps the buffer memory or captured bytes alive) and chunks are disjoint.
         // Recording rejects overlapping direct ranges, but binding-table slots are only known
         // at submit, so use `copy` (memmove), which is defined for overlap too.
         unsafe {
             std::ptr::copy(
-                self.source.ptr.as_ptr().add(start),
+                self.source.ptr().add(start),
                 self.target.ptr.as_ptr().add(start),
                 len,
             )
