@@ -3,12 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use ash::vk;
 use halcyon::{Error, Result, StatusCode};
 
 use crate::instance::{version_string, vk_error, vk_fail, Instance};
+use crate::options::VulkanDeviceOptions;
 use crate::semaphore::SemInner;
 
 /// Diagnostics counters, readable through device queries (`vulkan.*` keys).
@@ -44,11 +46,18 @@ pub(crate) struct Context {
     pub(crate) control: vk::Semaphore,
     /// The last value signalled on `control` (the lock keeps signals increasing).
     pub(crate) control_value: Mutex<u64>,
+    /// Wakes the reactor once the device is lost (the control semaphore no longer can).
+    lost_wake: Condvar,
+    /// Set once when the device is lost: every later submission fails with it.
+    lost: OnceLock<Error>,
     pub(crate) watched: Mutex<Watched>,
     pub(crate) stats: Stats,
+    /// Buffer memory blocks (freed in `Drop`, before the device).
+    pub(crate) allocator: crate::suballoc::Allocator,
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) api_version: u32,
+    pub(crate) options: VulkanDeviceOptions,
     // Dropped after the device (declared last; see `Drop`).
     _instance: Instance,
 }
@@ -60,11 +69,11 @@ pub(crate) struct QueueChoice {
     pub(crate) transfer_family: Option<u32>,
 }
 
-/// At most this many core queues are exposed (each one Vulkan queue of the compute family).
-const MAX_QUEUES: u32 = 4;
-
 impl Context {
-    pub(crate) fn new(index: u32) -> Result<(Arc<Context>, QueueChoice)> {
+    pub(crate) fn new(
+        index: u32,
+        options: VulkanDeviceOptions,
+    ) -> Result<(Arc<Context>, QueueChoice)> {
         let instance = Instance::new()?;
         let physicals = instance.physical_devices()?;
         let Some(&physical) = physicals.get(index as usize) else {
@@ -135,7 +144,9 @@ impl Context {
                         .intersects(vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
             })
             .map(|f| f as u32);
-        let count = families[compute as usize].queue_count.clamp(1, MAX_QUEUES);
+        let count = families[compute as usize]
+            .queue_count
+            .clamp(1, options.max_queues.max(1));
         let priorities = vec![1.0f32; count as usize];
         let queue_infos = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(compute)
@@ -169,11 +180,15 @@ impl Context {
             pipeline_cache: vk::PipelineCache::null(),
             control: vk::Semaphore::null(),
             control_value: Mutex::new(0),
+            lost_wake: Condvar::new(),
+            lost: OnceLock::new(),
             watched: Mutex::new(HashMap::new()),
             stats: Stats::default(),
+            allocator: crate::suballoc::Allocator::new(&memory),
             id: format!("vulkan://{index}"),
             name,
             api_version,
+            options,
             _instance: instance,
         };
         let mut context = context;
@@ -223,12 +238,60 @@ impl Context {
         unsafe { self.device.signal_semaphore(&info) }.map_err(|r| vk_fail("vkSignalSemaphore", r))
     }
 
-    /// Ends the reactor's current (or next) `vkWaitSemaphores`: bumps the control timeline.
+    /// Ends the reactor's current (or next) park: bumps the control timeline (and, once the
+    /// device is lost, the condition variable the reactor sleeps on instead).
     pub(crate) fn interrupt(&self) {
         let mut value = self.control_value.lock().unwrap_or_else(|p| p.into_inner());
         *value += 1;
-        // An error here means a lost device; the reactor's bounded wait recovers from it.
-        let _ = self.host_signal(self.control, *value);
+        // The reactor may still be inside a Vulkan wait that began before a loss: signal the
+        // control semaphore regardless (a truly lost driver fails it, and its wait then fails
+        // too), and wake the condition variable it sleeps on after a loss.
+        let signalled = self.host_signal(self.control, *value);
+        if self.lost.get().is_some() || signalled.is_err() {
+            self.lost_wake.notify_all();
+        }
+    }
+
+    /// The reactor's sleep: until [`Context::interrupt`] moves the control value past `seen`
+    /// (or `timeout`). Returns the control value it saw last.
+    ///
+    /// While the device works this blocks in `vkWaitSemaphores` on the control semaphore; once
+    /// the device is lost (that wait would fail at once) it sleeps on a condition variable.
+    pub(crate) fn park(&self, seen: u64, timeout: Duration) -> u64 {
+        if self.lost.get().is_none() {
+            let handles = [self.control];
+            let values = [seen + 1];
+            let info = vk::SemaphoreWaitInfo::default()
+                .semaphores(&handles)
+                .values(&values);
+            // SAFETY: `control` is a live timeline semaphore of this device.
+            let waited = unsafe {
+                self.device
+                    .wait_semaphores(&info, timeout.as_nanos() as u64)
+            };
+            if !matches!(waited, Err(r) if r != vk::Result::TIMEOUT) {
+                return self.counter(self.control).unwrap_or(seen);
+            }
+        }
+        let value = self.control_value.lock().unwrap_or_else(|p| p.into_inner());
+        let (value, _) = self
+            .lost_wake
+            .wait_timeout_while(value, timeout, |v| *v <= seen)
+            .unwrap_or_else(|p| p.into_inner());
+        *value
+    }
+
+    /// The error the device was lost with, if it was.
+    pub(crate) fn lost(&self) -> Option<&Error> {
+        self.lost.get()
+    }
+
+    /// Marks the device lost with `error` (the first loss wins) and wakes the reactor so it
+    /// stops waiting on Vulkan. Returns the error the device is lost with.
+    pub(crate) fn lose(&self, error: Error) -> Error {
+        let error = self.lost.get_or_init(|| error).clone();
+        self.interrupt();
+        error
     }
 
     pub(crate) fn stat(&self, counter: &AtomicU64) -> i64 {
@@ -250,6 +313,7 @@ impl Drop for Context {
             if self.control != vk::Semaphore::null() {
                 self.device.destroy_semaphore(self.control, None);
             }
+            self.allocator.release_all(&self.device);
             self.device.destroy_device(None);
         }
     }

@@ -33,6 +33,7 @@ use crate::context::Context;
 use crate::executable::{VulkanExecutable, FORMAT_SPIRV};
 use crate::instance::vk_fail;
 use crate::memory::{vk_properties, VulkanMemory};
+use crate::options::VulkanDeviceOptions;
 use crate::record::{Recording, Recycler};
 use crate::semaphore::{SemInner, VulkanSemaphore};
 
@@ -81,6 +82,8 @@ struct QueueState {
     stop: bool,
     /// Completed submissions whose objects are not released yet (see [`Retired`]).
     retired: Vec<Retired>,
+    /// Submissions failed by a device loss: released only when the device is dropped.
+    lost: Vec<InFlight>,
 }
 
 pub(crate) struct VkQueue {
@@ -123,6 +126,9 @@ impl Core {
         signal: Fence,
         work: Work,
     ) -> Result<()> {
+        if let Some(lost) = self.context.lost() {
+            return Err(lost.clone());
+        }
         let recording = Recording::record(self, index, work)?;
         let queue = &self.queues[index];
         let mut wait_handles = Vec::new();
@@ -172,19 +178,28 @@ impl Core {
             .command_buffers(&command_buffers)
             .signal_semaphores(&signal_handles)
             .push_next(&mut timeline_info);
-        // SAFETY: the queue is externally synchronised by `state`'s lock; every handle in the
-        // submit info is live (semaphores are kept by `natives`/`keep_natives`, the command
-        // buffer and resources by `recording`, which stays alive until the reactor sees the
-        // queue timeline reach `value`); wait values are signalled by work already submitted.
-        let submitted = unsafe {
-            self.context
-                .device
-                .queue_submit(state.queue, &[submit], vk::Fence::null())
+        let injected = self.context.options.faults.as_ref();
+        let submitted = match injected.and_then(|f| f.take_submit()) {
+            Some(injected) => Err(injected),
+            // SAFETY: the queue is externally synchronised by `state`'s lock; every handle in
+            // the submit info is live (semaphores are kept by `natives`/`keep_natives`, the
+            // command buffer and resources by `recording`, which stays alive until the
+            // completion thread sees the queue timeline reach `value`); wait values are
+            // signalled by work already submitted.
+            None => unsafe {
+                self.context
+                    .device
+                    .queue_submit(state.queue, &[submit], vk::Fence::null())
+            },
         };
         if let Err(r) = submitted {
             drop(state);
             undo(&natives);
-            return Err(vk_fail("vkQueueSubmit", r));
+            let error = vk_fail("vkQueueSubmit", r);
+            if r == vk::Result::ERROR_DEVICE_LOST {
+                return Err(self.lose(error));
+            }
+            return Err(error);
         }
         self.context.stats.submits.fetch_add(1, Ordering::Relaxed);
         self.context
@@ -323,43 +338,55 @@ impl Core {
         }
     }
 
-    /// Blocks in `vkWaitSemaphores` on one timeline semaphore until it reaches `value` (or
-    /// the safety-net timeout). Always a single semaphore: drivers without a native wait-any
-    /// (Mesa's emulated timelines, lavapipe) spin-poll a multi-semaphore `ANY` wait.
-    fn wait_one(&self, semaphore: vk::Semaphore, value: u64, timeout_ns: u64) -> bool {
+    /// Blocks in `vkWaitSemaphores` on one timeline semaphore until it reaches `value`
+    /// (`Ok(true)`), the timeout passes (`Ok(false)`) or the driver reports an error. Always a
+    /// single semaphore: drivers without a native wait-any (Mesa's emulated timelines,
+    /// lavapipe) spin-poll a multi-semaphore `ANY` wait.
+    fn wait_one(
+        &self,
+        semaphore: vk::Semaphore,
+        value: u64,
+        timeout_ns: u64,
+    ) -> std::result::Result<bool, vk::Result> {
         let handles = [semaphore];
         let values = [value];
         let info = vk::SemaphoreWaitInfo::default()
             .semaphores(&handles)
             .values(&values);
-        // SAFETY: the handle is a live timeline semaphore of this device (the control and
-        // queue timelines live as long as `self`).
+        // SAFETY: the handle is a live timeline semaphore of this device (the queue timelines
+        // live as long as `self`).
         let result = unsafe { self.context.device.wait_semaphores(&info, timeout_ns) };
         match result {
-            Ok(()) => true,
-            Err(vk::Result::TIMEOUT) => false,
-            Err(_) => {
-                // A lost device: do not spin on an erroring wait.
-                std::thread::sleep(Duration::from_millis(10));
-                false
-            }
+            Ok(()) => Ok(true),
+            Err(vk::Result::TIMEOUT) => Ok(false),
+            Err(r) => Err(r),
         }
     }
 
-    /// The reactor's sleep: until the control semaphore moves.
+    /// The device is lost (`error` names the call and the `VkResult`): from now on every
+    /// submission fails with it, and every submission in flight fails now.
     ///
-    /// Queue timelines are watched by the queues' completion threads, so the reactor waits on
-    /// nothing else. Watched native semaphores need no wait of their own either: a `VkSemaphore`
-    /// of this device only moves through this device's submissions (completed by the
-    /// completion threads, which advance it) or a host signal through the core semaphore
-    /// (which wakes its waiters itself).
-    fn wait(&self, control_seen: u64) {
-        self.wait_one(
-            self.context.control,
-            control_seen + 1,
-            PARK_TIMEOUT.as_nanos() as u64,
-        );
-        self.context.stats.parks.fetch_add(1, Ordering::Relaxed);
+    /// What the failed submissions hold (command buffers, staging, the user's buffers) is kept
+    /// until the device is dropped: after a loss the driver may still be touching it, and only
+    /// `vkDeviceWaitIdle` returning (with `VK_ERROR_DEVICE_LOST`) makes freeing it valid.
+    fn lose(&self, error: Error) -> Error {
+        let error = self.context.lose(error.context(format!(
+            "{} is lost: every submission in flight and every later one fails; drop the \
+             device and create it again",
+            self.context.id
+        )));
+        for queue in &self.queues {
+            let _in_order = lock(&queue.processing);
+            let failed: Vec<InFlight> = lock(&queue.state).in_flight.drain(..).collect();
+            for done in &failed {
+                done.signal.fail(error.clone());
+                for native in &done.natives {
+                    native.in_flight.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            lock(&queue.state).lost.extend(failed);
+        }
+        error
     }
 
     /// A queue's completion thread: blocks on the queue timeline's next unfinished value and
@@ -379,12 +406,28 @@ impl Core {
                     state = queue.work.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            if self.wait_one(queue.timeline, target, u64::MAX) {
-                self.context
-                    .stats
-                    .completion_wakes
-                    .fetch_add(1, Ordering::Relaxed);
-                self.process_queue(queue, None);
+            let waited = self.wait_one(queue.timeline, target, u64::MAX);
+            let faults = self.context.options.faults.as_ref();
+            match faults
+                .and_then(|f| f.take_completion_wait())
+                .map_or(waited, Err)
+            {
+                Ok(true) => {
+                    self.context
+                        .stats
+                        .completion_wakes
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.process_queue(queue, None);
+                }
+                Ok(false) => {}
+                Err(vk::Result::ERROR_DEVICE_LOST) => {
+                    self.lose(vk_fail("vkWaitSemaphores", vk::Result::ERROR_DEVICE_LOST));
+                }
+                Err(_) => {
+                    // Out of host or device memory inside the wait: transient, so retry
+                    // shortly (a wait that keeps failing at once must not become a spin).
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
         }
     }
@@ -415,6 +458,12 @@ impl Drop for Core {
             }
             let retired = std::mem::take(&mut lock(&queue.state).retired);
             Self::release(queue, retired);
+            // Failed by a device loss; the wait above returned, so nothing uses them now.
+            let lost = std::mem::take(&mut lock(&queue.state).lost);
+            for f in lost {
+                let (keep, _after) = f.recording.finish(queue);
+                drop(keep);
+            }
             // The device is idle and every recording returned its slot.
             queue.recycler.destroy(&self.context.device);
             // SAFETY: the device is idle; nothing waits on or signals the timeline any more.
@@ -423,7 +472,13 @@ impl Drop for Core {
     }
 }
 
-/// The reactor's sleep: `vkWaitSemaphores` over what the device may complete.
+/// The reactor's sleep: `vkWaitSemaphores` on the control semaphore only.
+///
+/// Queue timelines are watched by the queues' completion threads, so the reactor waits on
+/// nothing else. Watched native semaphores need no wait of their own either: a `VkSemaphore` of
+/// this device only moves through this device's submissions (completed by the completion
+/// threads, which advance it) or a host signal through the core semaphore (which wakes its
+/// waiters itself).
 struct VulkanParker {
     core: Arc<Core>,
     control_seen: u64,
@@ -431,10 +486,12 @@ struct VulkanParker {
 
 impl Parker for VulkanParker {
     fn park(&mut self) {
-        self.core.wait(self.control_seen);
-        if let Ok(seen) = self.core.context.counter(self.core.context.control) {
-            self.control_seen = seen;
-        }
+        self.control_seen = self.core.context.park(self.control_seen, PARK_TIMEOUT);
+        self.core
+            .context
+            .stats
+            .parks
+            .fetch_add(1, Ordering::Relaxed);
         self.core.prune_watched();
     }
 
@@ -469,8 +526,8 @@ pub(crate) struct VulkanDevice {
 }
 
 impl VulkanDevice {
-    pub(crate) fn new(index: u32) -> Result<VulkanDevice> {
-        let (context, choice) = Context::new(index)?;
+    pub(crate) fn new(index: u32, options: VulkanDeviceOptions) -> Result<VulkanDevice> {
+        let (context, choice) = Context::new(index, options)?;
         let mut queues = Vec::new();
         for i in 0..choice.count {
             // SAFETY: the device was created with `choice.count` queues of this family.
@@ -484,6 +541,7 @@ impl VulkanDevice {
                     in_flight: VecDeque::new(),
                     stop: false,
                     retired: Vec::new(),
+                    lost: Vec::new(),
                 }),
                 work: Condvar::new(),
                 processing: Mutex::new(()),

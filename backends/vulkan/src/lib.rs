@@ -6,8 +6,12 @@
 //!
 //! * Semaphores are Vulkan 1.2 timeline semaphores behind the core's semaphores; waits on this
 //!   device's timelines that submitted work will signal go straight into `vkQueueSubmit`.
-//! * The completion reactor blocks in `vkWaitSemaphores(ANY)` over the queues' internal
-//!   timelines, the values someone awaits, and a control semaphore that interrupts it.
+//! * Completion never spins: each queue has a thread blocked in a single-semaphore
+//!   `vkWaitSemaphores` on its internal timeline's next submitted value, and the reactor
+//!   blocks on a control semaphore the host signals to interrupt it.
+//! * Driver failures fail what they affect, with the `VkResult` named: a failed
+//!   `vkQueueSubmit` fails that submission; a lost device fails everything in flight and every
+//!   later submission ([`FaultInjector`] simulates both, for testing).
 //! * Kernels are SPIR-V compute shaders ([`SpirvModule`], format `"spirv"`): storage buffers in
 //!   set 0 (binding `i` = dispatch binding `i`) and `u32` push constants.
 //!
@@ -24,8 +28,10 @@ mod device;
 mod executable;
 mod instance;
 mod memory;
+mod options;
 mod record;
 mod semaphore;
+mod suballoc;
 
 use std::sync::Arc;
 
@@ -33,14 +39,20 @@ use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, St
 
 pub use executable::{SpirvModule, FORMAT_SPIRV};
 pub use memory::atom_range;
+pub use options::{FaultInjector, VulkanDeviceOptions};
 
 /// The driver id and URI scheme: `vulkan`, `vulkan://0`.
 pub const DRIVER_ID: &str = "vulkan";
 
-/// Creates Vulkan device `index` (`vulkan://index`).
+/// Creates Vulkan device `index` (`vulkan://index`) with the default options.
 pub fn create_device(index: u32) -> Result<halcyon::Device> {
+    create_device_with(index, VulkanDeviceOptions::default())
+}
+
+/// Creates Vulkan device `index` (`vulkan://index`) with `options`.
+pub fn create_device_with(index: u32, options: VulkanDeviceOptions) -> Result<halcyon::Device> {
     Ok(halcyon::Device::from_backend(Arc::new(
-        device::VulkanDevice::new(index)?,
+        device::VulkanDevice::new(index, options)?,
     )))
 }
 
