@@ -30,6 +30,21 @@ bitflags::bitflags! {
     }
 }
 
+bitflags::bitflags! {
+    /// What a queue can run. Every queue runs host calls, barriers and `alloca`/`dealloca`.
+    ///
+    /// GPUs often have queues that only move memory (Vulkan's dedicated transfer families, a
+    /// copy engine): those have [`QueueCapabilities::TRANSFER`] alone. Pick queues by what they
+    /// must run with [`Device::queue_affinity`].
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct QueueCapabilities: u32 {
+        /// Kernel dispatches (`dispatch`, and `execute` of command buffers that dispatch).
+        const DISPATCH = 1 << 0;
+        /// Fill, update, copy, read and write.
+        const TRANSFER = 1 << 1;
+    }
+}
+
 /// What a device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -109,6 +124,13 @@ pub trait DeviceBackend: Send + Sync + 'static {
     /// Creates a semaphore; backends with native timelines return natively backed ones.
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
         Ok(Semaphore::new(initial_value))
+    }
+
+    /// What queue `queue` can run (every capability unless the backend says otherwise). The
+    /// core refuses work a queue cannot run before it reaches [`DeviceBackend::submit`].
+    fn queue_capabilities(&self, queue: u32) -> QueueCapabilities {
+        let _ = queue;
+        QueueCapabilities::all()
     }
 
     /// Submits `work` on queue `queue` (see the trait docs for the contract).
@@ -199,6 +221,14 @@ impl Device {
             ));
         }
         Ok(queues)
+    }
+
+    /// The affinity mask (bit `i` = queue `i`, as [`Device::queues`] takes) of the queues that
+    /// can run everything in `required`; 0 if none can.
+    pub fn queue_affinity(&self, required: QueueCapabilities) -> u64 {
+        (0..self.queue_count().min(64))
+            .filter(|&i| self.inner.backend.queue_capabilities(i).contains(required))
+            .fold(0, |mask, i| mask | 1u64 << i)
     }
 
     /// Creates a timeline semaphore (device-native where the backend has one).

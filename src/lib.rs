@@ -66,7 +66,7 @@ pub use buffer::{
 pub use command_buffer::{
     Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
 };
-pub use device::{Device, DeviceFeatures, DeviceInfo};
+pub use device::{Device, DeviceFeatures, DeviceInfo, QueueCapabilities};
 pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec};

@@ -24,7 +24,7 @@ use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
 use crate::command_buffer::{
     check_usage, Binding, BindingTable, Command, CommandBuffer, CommandBufferMode,
 };
-use crate::device::{Device, Work};
+use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Executable;
 use crate::fence::Fence;
@@ -225,6 +225,11 @@ impl Queue {
         self.index
     }
 
+    /// What this queue can run.
+    pub fn capabilities(&self) -> QueueCapabilities {
+        self.device.backend().queue_capabilities(self.index)
+    }
+
     /// A new in-order timeline for this queue (a fresh device semaphore at 0).
     pub fn timeline(&self) -> Result<Timeline> {
         Ok(Timeline {
@@ -263,12 +268,41 @@ impl Queue {
         }
     }
 
+    /// The error for work that needs `missing` capabilities this queue lacks.
+    fn cannot_run(&self, missing: QueueCapabilities) -> Error {
+        Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "queue {} of {} cannot run {missing:?} work (it has {:?}); pick a queue from \
+                 device.queue_affinity({missing:?})",
+                self.index,
+                self.device.info().id,
+                self.capabilities()
+            ),
+        )
+    }
+
     fn reject<T>(timepoints: &Timepoints, error: Error) -> Submission<T> {
         timepoints.signal.fail(error.clone());
         Submission::failed(error)
     }
 
     fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
+        let capabilities = self.capabilities();
+        let needs = |c: &Command| match c {
+            Command::Dispatch(_) => QueueCapabilities::DISPATCH,
+            Command::Barrier => QueueCapabilities::empty(),
+            _ => QueueCapabilities::TRANSFER,
+        };
+        if capabilities != QueueCapabilities::all() {
+            let missing = commands
+                .iter()
+                .fold(QueueCapabilities::empty(), |m, c| m | needs(c))
+                - capabilities;
+            if !missing.is_empty() {
+                return Self::reject(&timepoints, self.cannot_run(missing));
+            }
+        }
         let mut touched = Touched::default();
         for command in commands.iter() {
             command.for_each_binding(|range, access| touched.add(range.buffer(), access));
@@ -401,6 +435,9 @@ impl Queue {
         source: &BufferRef,
     ) -> Submission<Vec<u8>> {
         let timepoints = timepoints.into();
+        if !self.capabilities().contains(QueueCapabilities::TRANSFER) {
+            return Self::reject(&timepoints, self.cannot_run(QueueCapabilities::TRANSFER));
+        }
         if let Err(error) = check_usage(source, BufferUsage::TRANSFER_SOURCE, "read source") {
             return Self::reject(&timepoints, error);
         }
