@@ -41,6 +41,8 @@ pub(crate) struct Context {
     pub(crate) device: ash::Device,
     pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
     pub(crate) limits: vk::PhysicalDeviceLimits,
+    /// Identity and limits of the physical device (answers the `vulkan.*` queries).
+    pub(crate) properties: vk::PhysicalDeviceProperties,
     pub(crate) pipeline_cache: vk::PipelineCache,
     /// The reactor's control timeline: `Unpark` signals it to end a `vkWaitSemaphores`.
     pub(crate) control: vk::Semaphore,
@@ -58,15 +60,20 @@ pub(crate) struct Context {
     pub(crate) name: String,
     pub(crate) api_version: u32,
     pub(crate) options: VulkanDeviceOptions,
+    /// The queue families queues were created from: buffers are shared `CONCURRENT`ly between
+    /// them when there are two.
+    pub(crate) queue_families: Vec<u32>,
     // Dropped after the device (declared last; see `Drop`).
     _instance: Instance,
 }
 
-/// What device creation found: the queue family used and how many queues of it.
+/// What device creation found: the compute family and how many queues of it, then the
+/// dedicated transfer family (if any) and how many of its queues were created (0: unused).
 pub(crate) struct QueueChoice {
     pub(crate) family: u32,
     pub(crate) count: u32,
     pub(crate) transfer_family: Option<u32>,
+    pub(crate) transfer_count: u32,
 }
 
 impl Context {
@@ -147,10 +154,24 @@ impl Context {
         let count = families[compute as usize]
             .queue_count
             .clamp(1, options.max_queues.max(1));
-        let priorities = vec![1.0f32; count as usize];
-        let queue_infos = [vk::DeviceQueueCreateInfo::default()
+        let transfer_count = transfer_family.map_or(0, |f| {
+            families[f as usize]
+                .queue_count
+                .min(options.transfer_queues)
+        });
+        let priorities = vec![1.0f32; count.max(transfer_count) as usize];
+        let mut queue_infos = vec![vk::DeviceQueueCreateInfo::default()
             .queue_family_index(compute)
-            .queue_priorities(&priorities)];
+            .queue_priorities(&priorities[..count as usize])];
+        let mut queue_families = vec![compute];
+        if let (Some(family), 1..) = (transfer_family, transfer_count) {
+            queue_infos.push(
+                vk::DeviceQueueCreateInfo::default()
+                    .queue_family_index(family)
+                    .queue_priorities(&priorities[..transfer_count as usize]),
+            );
+            queue_families.push(family);
+        }
         let mut enable12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let device_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
@@ -177,6 +198,7 @@ impl Context {
             device,
             memory,
             limits: props.limits,
+            properties: props,
             pipeline_cache: vk::PipelineCache::null(),
             control: vk::Semaphore::null(),
             control_value: Mutex::new(0),
@@ -189,6 +211,7 @@ impl Context {
             name,
             api_version,
             options,
+            queue_families,
             _instance: instance,
         };
         let mut context = context;
@@ -206,6 +229,7 @@ impl Context {
                 family: compute,
                 count,
                 transfer_family,
+                transfer_count,
             },
         ))
     }

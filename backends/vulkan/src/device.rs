@@ -2,7 +2,8 @@
 //!
 //! | core                          | Vulkan device                                                 |
 //! |-------------------------------|---------------------------------------------------------------|
-//! | queue `i`                     | queue `i` of the first compute family (up to 4)                |
+//! | queues `0..c`                 | queues of the first compute family (up to `max_queues`)        |
+//! | queues `c..`, `TRANSFER` only | queues of a dedicated transfer family (`transfer_queues`)      |
 //! | semaphore                     | timeline `VkSemaphore` behind the core semaphore               |
 //! | wait on this device's timeline, signalled by submitted work | `VkTimelineSemaphoreSubmitInfo` wait (no host round trip) |
 //! | wait on host / foreign semaphores | pending action on the reactor ([`ActionQueue`])            |
@@ -25,8 +26,8 @@ use halcyon::device::keys;
 use halcyon::queue::ActionQueue;
 use halcyon::reactor::{Parker, Reactor, Unpark};
 use halcyon::{
-    BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, Result, Semaphore,
-    StatusCode,
+    BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, QueueCapabilities,
+    Result, Semaphore, StatusCode,
 };
 
 use crate::context::Context;
@@ -88,6 +89,8 @@ struct QueueState {
 
 pub(crate) struct VkQueue {
     pub(crate) family: u32,
+    /// `all()` for a compute-family queue, `TRANSFER` for a transfer-family one.
+    capabilities: QueueCapabilities,
     timeline: vk::Semaphore,
     state: Mutex<QueueState>,
     /// Wakes the completion thread when work is submitted to an idle queue.
@@ -145,9 +148,13 @@ impl Core {
         let mut signal_values = Vec::new();
         let mut device_signalled = Vec::new();
         let mut natives = Vec::new();
+        // A kernel that can fail its dispatch is checked on the host before anything it
+        // signals moves: then every signal is a host signal, made after the check.
+        let on_device = !recording.reports_status();
         for (semaphore, value) in signal.iter() {
-            let native = self
-                .own_native(semaphore)
+            let native = Some(semaphore)
+                .filter(|_| on_device)
+                .and_then(|s| self.own_native(s))
                 .filter(|n| n.device_max.load(Ordering::Acquire) < value)
                 .filter(|_| matches!(semaphore.query(), Ok(current) if current < value));
             device_signalled.push(native.is_some());
@@ -291,6 +298,9 @@ impl Core {
             .try_for_each(|s| s.query().map(drop))
             .map_err(|e| e.context("a semaphore this submission waited on failed"));
         let after = recording.take_after();
+        if result.is_ok() {
+            result = recording.check_status();
+        }
         if result.is_ok() {
             if let Some(after) = after {
                 result = after();
@@ -529,11 +539,17 @@ impl VulkanDevice {
     pub(crate) fn new(index: u32, options: VulkanDeviceOptions) -> Result<VulkanDevice> {
         let (context, choice) = Context::new(index, options)?;
         let mut queues = Vec::new();
-        for i in 0..choice.count {
-            // SAFETY: the device was created with `choice.count` queues of this family.
-            let queue = unsafe { context.device.get_device_queue(choice.family, i) };
+        let compute = (0..choice.count).map(|i| (choice.family, i, QueueCapabilities::all()));
+        let transfer = choice.transfer_family.into_iter().flat_map(|family| {
+            (0..choice.transfer_count).map(move |i| (family, i, QueueCapabilities::TRANSFER))
+        });
+        for (family, i, capabilities) in compute.chain(transfer) {
+            // SAFETY: the device was created with `choice.count` queues of the compute family
+            // and `choice.transfer_count` of the transfer family.
+            let queue = unsafe { context.device.get_device_queue(family, i) };
             queues.push(VkQueue {
-                family: choice.family,
+                family,
+                capabilities,
                 timeline: context.create_timeline(0)?,
                 state: Mutex::new(QueueState {
                     queue,
@@ -578,12 +594,13 @@ impl VulkanDevice {
                 }
             }
         }
-        let actions = (0..choice.count)
+        let actions = (0..core.queues.len())
             .map(|_| ActionQueue::new(reactor.handle()))
             .collect();
-        let transfer = match choice.transfer_family {
-            Some(f) => format!(", dedicated transfer family {f} unused"),
-            None => String::new(),
+        let transfer = match (choice.transfer_family, choice.transfer_count) {
+            (Some(f), 0) => format!(", transfer family {f} unused"),
+            (Some(f), n) => format!(", transfer family {f} x{n}"),
+            (None, _) => String::new(),
         };
         Ok(VulkanDevice {
             info: DeviceInfo {
@@ -646,12 +663,23 @@ impl DeviceBackend for VulkanDevice {
                 })
                 .count() as i64,
             "vulkan.non_coherent_atom_size" => context.limits.non_coherent_atom_size as i64,
-            _ => return None,
+            "vulkan.memory_blocks" => context.allocator.blocks(),
+            "vulkan.memory_block_bytes" => context.allocator.block_bytes(),
+            "vulkan.dedicated_allocations" => context.allocator.dedicated_allocations(),
+            "vulkan.suballocations" => context.allocator.suballocations(),
+            _ => return physical_query(context, key),
         })
     }
 
     fn queue_count(&self) -> u32 {
         self.actions.len() as u32
+    }
+
+    fn queue_capabilities(&self, queue: u32) -> QueueCapabilities {
+        self.core
+            .queues
+            .get(queue as usize)
+            .map_or(QueueCapabilities::all(), |q| q.capabilities)
     }
 
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {
@@ -746,4 +774,42 @@ impl DeviceBackend for VulkanDevice {
             Box::new(move |signal: &Fence| core.execute(index, native, signal.clone(), work)),
         );
     }
+}
+
+/// Facts about the physical device (`vkGetPhysicalDeviceProperties`, memory properties).
+fn physical_query(context: &Context, key: &str) -> Option<i64> {
+    let p = &context.properties;
+    let l = &context.limits;
+    let xyz = |v: [u32; 3], axis: &str| match axis {
+        "x" => Some(v[0] as i64),
+        "y" => Some(v[1] as i64),
+        "z" => Some(v[2] as i64),
+        _ => None,
+    };
+    if let Some(axis) = key.strip_prefix("vulkan.max_compute_workgroup_count.") {
+        return xyz(l.max_compute_work_group_count, axis);
+    }
+    if let Some(axis) = key.strip_prefix("vulkan.max_compute_workgroup_size.") {
+        return xyz(l.max_compute_work_group_size, axis);
+    }
+    let heaps = &context.memory.memory_heaps[..context.memory.memory_heap_count as usize];
+    Some(match key {
+        "vulkan.api_version" => p.api_version as i64,
+        "vulkan.driver_version" => p.driver_version as i64,
+        "vulkan.vendor_id" => p.vendor_id as i64,
+        "vulkan.device_id" => p.device_id as i64,
+        "vulkan.device_type" => p.device_type.as_raw() as i64,
+        "vulkan.max_compute_workgroup_invocations" => l.max_compute_work_group_invocations as i64,
+        "vulkan.max_compute_shared_memory_size" => l.max_compute_shared_memory_size as i64,
+        "vulkan.max_push_constants_size" => l.max_push_constants_size as i64,
+        "vulkan.max_storage_buffer_range" => l.max_storage_buffer_range as i64,
+        "vulkan.max_memory_allocation_count" => l.max_memory_allocation_count as i64,
+        "vulkan.device_local_bytes" => heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size as i64)
+            .sum(),
+        "vulkan.timestamp_period_ps" => (p.limits.timestamp_period * 1000.0) as i64,
+        _ => return None,
+    })
 }

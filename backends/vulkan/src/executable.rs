@@ -10,6 +10,21 @@
 //!
 //! Every entry point's bindings are storage buffers in descriptor set 0, bindings `0..n` in
 //! order; its constants are `u32` push constants at offsets `0, 4, ...`.
+//!
+//! **Failing a dispatch.** A compute shader has no return code, so a kernel reports failure
+//! through a status word: a `uint` storage buffer at descriptor set 1, binding 0
+//! ([`STATUS_SET`], [`STATUS_BINDING`]). halcyon binds a zeroed word there for every dispatch of
+//! an entry point that uses it; a nonzero value when the submission completes fails the
+//! submission (`StatusCode::Internal`, naming the entry point and the value), and with it
+//! everything waiting on its signal. Such submissions signal their semaphores from the host
+//! after the check, never on the device, so work waiting on them cannot start before the check
+//! (their dependents wait on the host). Entry points that do not use the word keep the fully
+//! device-side path. In WGSL:
+//!
+//! ```text
+//! @group(1) @binding(0) var<storage, read_write> status: atomic<u32>;
+//! // ... on an error: atomicMax(&status, 1u);
+//! ```
 
 use std::any::Any;
 use std::ffi::CString;
@@ -27,6 +42,11 @@ pub const FORMAT_SPIRV: &str = "spirv";
 
 const HEADER_MAGIC: &[u8; 8] = b"HLCNSPV1";
 const SPIRV_MAGIC: u32 = 0x0723_0203;
+/// The descriptor set of the status word a kernel writes to fail its dispatch.
+pub const STATUS_SET: u32 = 1;
+/// The binding of the status word in [`STATUS_SET`].
+pub const STATUS_BINDING: u32 = 0;
+
 /// Push-constant range size declared by every pipeline layout that takes constants (the
 /// minimum `maxPushConstantsSize` Vulkan guarantees).
 const PUSH_CONSTANT_BYTES: u32 = 128;
@@ -216,6 +236,91 @@ impl SpirvModule {
     }
 }
 
+/// Which of `module`'s declared entry points use the status word (set [`STATUS_SET`],
+/// binding [`STATUS_BINDING`]): those whose function, or a function it calls, names the
+/// variable. Conservative: an operand word that merely equals the variable's id also counts,
+/// which costs that entry point the device-side signal path, never correctness.
+fn status_users(module: &SpirvModule) -> Vec<bool> {
+    let words = &module.words;
+    let (mut sets, mut bindings) = (Vec::new(), Vec::new());
+    let mut entries = Vec::new();
+    // Function id -> (functions it calls, whether it names the status variable's id); the
+    // variable is known only after the decorations, so operands are kept per function.
+    let mut functions: Vec<(u32, Vec<u32>, Vec<u32>)> = Vec::new();
+    let mut i = 5;
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        let opcode = words[i] & 0xffff;
+        if count == 0 || i + count > words.len() {
+            break;
+        }
+        let operands = &words[i + 1..i + count];
+        match opcode {
+            // OpEntryPoint GLCompute %id "name"
+            15 if operands.len() >= 3 && operands[0] == 5 => {
+                entries.push((operands[1], literal_string(&operands[2..])));
+            }
+            // OpDecorate %id DescriptorSet n / Binding n
+            71 if operands.len() >= 3 && operands[1] == 34 => sets.push((operands[0], operands[2])),
+            71 if operands.len() >= 3 && operands[1] == 33 => {
+                bindings.push((operands[0], operands[2]))
+            }
+            // OpFunction %type %id ...
+            54 if operands.len() >= 2 => functions.push((operands[1], Vec::new(), Vec::new())),
+            // OpFunctionCall %type %result %function ...
+            57 if operands.len() >= 3 => {
+                if let Some(f) = functions.last_mut() {
+                    f.1.push(operands[2]);
+                    f.2.extend_from_slice(&operands[3..]);
+                }
+            }
+            _ => {
+                if let Some(f) = functions.last_mut() {
+                    if opcode != 56 {
+                        f.2.extend_from_slice(operands);
+                    }
+                }
+            }
+        }
+        i += count;
+    }
+    let status: Vec<u32> = sets
+        .iter()
+        .filter(|(id, set)| *set == STATUS_SET && bindings.contains(&(*id, STATUS_BINDING)))
+        .map(|(id, _)| *id)
+        .collect();
+    let uses = |root: u32| {
+        let mut seen = vec![root];
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            let Some((_, calls, operands)) = functions.iter().find(|f| f.0 == id) else {
+                continue;
+            };
+            if operands.iter().any(|w| status.contains(w)) {
+                return true;
+            }
+            for &callee in calls {
+                if !seen.contains(&callee) {
+                    seen.push(callee);
+                    stack.push(callee);
+                }
+            }
+        }
+        false
+    };
+    module
+        .entry_points
+        .iter()
+        .map(|declared| {
+            !status.is_empty()
+                && entries
+                    .iter()
+                    .find(|(_, name)| *name == declared.name)
+                    .is_some_and(|(id, _)| uses(*id))
+        })
+        .collect()
+}
+
 fn literal_string(words: &[u32]) -> String {
     let bytes: Vec<u8> = words
         .iter()
@@ -228,8 +333,17 @@ fn literal_string(words: &[u32]) -> String {
 /// One entry point's pipeline objects.
 pub(crate) struct Pipeline {
     pub(crate) set_layout: vk::DescriptorSetLayout,
+    /// The status word's set layout, for an entry point that uses it (else null).
+    pub(crate) status_layout: vk::DescriptorSetLayout,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) pipeline: vk::Pipeline,
+}
+
+impl Pipeline {
+    /// Whether the entry point writes the status word (its dispatches can fail).
+    pub(crate) fn uses_status(&self) -> bool {
+        self.status_layout != vk::DescriptorSetLayout::null()
+    }
 }
 
 pub(crate) struct VulkanExecutable {
@@ -269,14 +383,14 @@ impl VulkanExecutable {
         // across the call.
         executable.module = unsafe { device.create_shader_module(&info, None) }
             .map_err(|r| vk_fail("vkCreateShaderModule", r))?;
-        for entry in &module.entry_points {
-            let pipeline = executable.pipeline(entry)?;
+        for (entry, status) in module.entry_points.iter().zip(status_users(module)) {
+            let pipeline = executable.pipeline(entry, status)?;
             executable.pipelines.push(pipeline);
         }
         Ok(executable)
     }
 
-    fn pipeline(&self, entry: &EntryPoint) -> Result<Pipeline> {
+    fn pipeline(&self, entry: &EntryPoint, status: bool) -> Result<Pipeline> {
         let device = &self.context.device;
         let bindings: Vec<_> = (0..entry.binding_count)
             .map(|i| {
@@ -290,19 +404,37 @@ impl VulkanExecutable {
         let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
         let mut pipeline = Pipeline {
             set_layout: vk::DescriptorSetLayout::null(),
+            status_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
         };
         // SAFETY: the device is live; the info lives across the call.
         pipeline.set_layout = unsafe { device.create_descriptor_set_layout(&info, None) }
             .map_err(|r| vk_fail("vkCreateDescriptorSetLayout", r))?;
-        let set_layouts = [pipeline.set_layout];
+        if status {
+            let word = [vk::DescriptorSetLayoutBinding::default()
+                .binding(STATUS_BINDING)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)];
+            let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&word);
+            // SAFETY: the device is live; the info lives across the call.
+            match unsafe { device.create_descriptor_set_layout(&info, None) } {
+                Ok(layout) => pipeline.status_layout = layout,
+                Err(r) => {
+                    destroy_pipeline(device, &pipeline);
+                    return Err(vk_fail("vkCreateDescriptorSetLayout (status word)", r));
+                }
+            }
+        }
+        let both = [pipeline.set_layout, pipeline.status_layout];
+        let set_layouts = if status { &both[..] } else { &both[..1] };
         let ranges = [vk::PushConstantRange {
             stage_flags: vk::ShaderStageFlags::COMPUTE,
             offset: 0,
             size: PUSH_CONSTANT_BYTES,
         }];
-        let mut info = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+        let mut info = vk::PipelineLayoutCreateInfo::default().set_layouts(set_layouts);
         if entry.constant_count > 0 {
             info = info.push_constant_ranges(&ranges);
         }
@@ -353,6 +485,7 @@ fn destroy_pipeline(device: &ash::Device, p: &Pipeline) {
         device.destroy_pipeline(p.pipeline, None);
         device.destroy_pipeline_layout(p.layout, None);
         device.destroy_descriptor_set_layout(p.set_layout, None);
+        device.destroy_descriptor_set_layout(p.status_layout, None);
     }
 }
 

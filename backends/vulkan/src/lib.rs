@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
-pub use executable::{SpirvModule, FORMAT_SPIRV};
+pub use executable::{SpirvModule, FORMAT_SPIRV, STATUS_BINDING, STATUS_SET};
 pub use memory::atom_range;
 pub use options::{FaultInjector, VulkanDeviceOptions};
 

@@ -13,6 +13,13 @@ pub struct VulkanDeviceOptions {
     /// The most compute queues to expose (each one Vulkan queue of the compute family); at
     /// least 1 is always used. Default 4.
     pub max_queues: u32,
+    /// How many queues of a dedicated transfer family (one with `TRANSFER` but neither
+    /// `COMPUTE` nor `GRAPHICS`, a GPU's copy engine) to expose after the compute queues, where
+    /// the device has one. They run fills, updates, copies, reads and writes, not dispatches
+    /// ([`halcyon::QueueCapabilities::TRANSFER`]; find them with
+    /// [`halcyon::Device::queue_affinity`]). While they are in use, buffers are shared
+    /// `VK_SHARING_MODE_CONCURRENT` between the two families. Default 1; 0 uses none.
+    pub transfer_queues: u32,
     /// Treat every host-visible memory type as non-coherent: mapping guards flush and
     /// invalidate (in `nonCoherentAtomSize` steps) even where the driver's memory is coherent.
     /// Flushing coherent memory is valid Vulkan, so this exercises the non-coherent path on
@@ -26,6 +33,7 @@ impl Default for VulkanDeviceOptions {
     fn default() -> Self {
         VulkanDeviceOptions {
             max_queues: 4,
+            transfer_queues: 1,
             force_non_coherent: false,
             faults: None,
         }

@@ -20,7 +20,7 @@ use halcyon::{BufferRef, Error, Result, StatusCode};
 
 use crate::context::Context;
 use crate::device::{Core, VkQueue};
-use crate::executable::VulkanExecutable;
+use crate::executable::{Pipeline, VulkanExecutable};
 use crate::instance::vk_fail;
 use crate::memory::VulkanMemory;
 
@@ -72,6 +72,39 @@ pub(crate) struct Cached {
     slot: Slot,
     /// Staging buffers the recording reads from (fill edges, large updates).
     staging: Vec<VulkanMemory>,
+    status: Option<StatusWord>,
+}
+
+/// The status word bound to the dispatches of entry points that can fail (see
+/// [`crate::executable`]): zeroed before each submission, checked on completion.
+pub(crate) struct StatusWord {
+    memory: VulkanMemory,
+    /// The entry points bound to it, for the error message.
+    entry_points: Vec<String>,
+}
+
+impl StatusWord {
+    /// Zeroes the word for the next submission (the previous one, if any, completed).
+    fn reset(&self) -> Result<()> {
+        let ptr = self.host_ptr()?;
+        // SAFETY: the word is mapped, 4 bytes long and aligned; no submission uses it now.
+        unsafe { ptr.cast::<u32>().write_volatile(0) };
+        self.memory.flush(0, 4)
+    }
+
+    /// The value the kernels left, after the submission completed.
+    fn read(&self) -> Result<u32> {
+        self.memory.invalidate(0, 4)?;
+        let ptr = self.host_ptr()?;
+        // SAFETY: as in `reset`; the GPU finished writing it and it was invalidated.
+        Ok(unsafe { ptr.cast::<u32>().read_volatile() })
+    }
+
+    fn host_ptr(&self) -> Result<std::ptr::NonNull<u8>> {
+        self.memory
+            .host_ptr()
+            .ok_or_else(|| Error::new(StatusCode::Internal, "status word memory is not mapped"))
+    }
 }
 
 /// Per-queue recycling: reset slots, and recorded reusable command lists.
@@ -176,6 +209,10 @@ pub(crate) struct Recording {
     after: Option<After>,
     /// Set by [`Recording::release_resources`]: the list's owner still held it then.
     reusable: bool,
+    /// The status word of dispatches that can fail, if the recording has any.
+    status: Option<StatusWord>,
+    /// The status word's descriptor set (bound at set 1 for those dispatches).
+    status_set: vk::DescriptorSet,
 }
 
 fn internal(message: String) -> Error {
@@ -195,6 +232,8 @@ impl Recording {
             list: None,
             reusable: false,
             after: None,
+            status: None,
+            status_set: vk::DescriptorSet::null(),
         };
         match work {
             Work::Commands(commands) => {
@@ -214,8 +253,12 @@ impl Recording {
                         });
                     }
                     if !released {
+                        if let Some(status) = &cached.status {
+                            status.reset()?;
+                        }
                         rec.slot = cached.slot;
                         rec.staging = cached.staging;
+                        rec.status = cached.status;
                         rec.keep.push(Box::new(memories));
                         rec.keep.push(Box::new(commands));
                         core.context
@@ -295,6 +338,38 @@ impl Recording {
         self.after.take()
     }
 
+    /// Whether a dispatch of this recording can fail through the status word: then its
+    /// signals are made from the host, after [`Recording::check_status`].
+    pub(crate) fn reports_status(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// After completion: an error naming the entry points if a kernel set the status word.
+    pub(crate) fn check_status(&self) -> Result<()> {
+        let Some(status) = &self.status else {
+            return Ok(());
+        };
+        match status.read()? {
+            0 => Ok(()),
+            value => Err(Error::new(
+                StatusCode::Internal,
+                format!(
+                    "a dispatch of kernel {} on {} failed: it set its status word (descriptor \
+                     set {}, binding {}) to {value}",
+                    status
+                        .entry_points
+                        .iter()
+                        .map(|e| format!("'{e}'"))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                    self.context.id,
+                    crate::STATUS_SET,
+                    crate::STATUS_BINDING,
+                ),
+            )),
+        }
+    }
+
     /// Drops the retained user resources (buffers, executables, the command list) as soon as
     /// the GPU finished, so a deallocated block returns to its pool at once, while the Vulkan
     /// objects wait for [`Recording::finish`]. Remembers whether the list's owner still holds it.
@@ -315,7 +390,16 @@ impl Recording {
                     && slot.pool != vk::CommandPool::null() =>
             {
                 let staging = std::mem::take(&mut self.staging);
-                queue.recycler.insert(device, Cached { key, slot, staging });
+                let status = self.status.take();
+                queue.recycler.insert(
+                    device,
+                    Cached {
+                        key,
+                        slot,
+                        staging,
+                        status,
+                    },
+                );
             }
             _ => queue.recycler.recycle(device, slot),
         }
@@ -383,13 +467,22 @@ impl Recording {
 
     /// A descriptor pool with room for every dispatch of `commands`.
     fn descriptor_pool_for(&mut self, commands: &[Command]) -> Result<()> {
-        let (sets, descriptors) = commands
+        let (mut sets, mut descriptors) = commands
             .iter()
             .filter_map(|c| match c {
                 Command::Dispatch(d) if !d.bindings.is_empty() => Some(d.bindings.len() as u32),
                 _ => None,
             })
             .fold((0u32, 0u32), |(s, n), b| (s + 1, n + b));
+        let status = commands.iter().any(|c| match c {
+            Command::Dispatch(d) => pipeline_of(d).is_some_and(|p| p.uses_status()),
+            _ => false,
+        });
+        if status {
+            // One set with the one status word, shared by every such dispatch.
+            sets += 1;
+            descriptors += 1;
+        }
         if sets == 0 {
             return Ok(());
         }
@@ -660,6 +753,21 @@ impl Recording {
                 );
             }
         }
+        if pipeline.uses_status() {
+            let set = self.status_set(&entry.name, pipeline)?;
+            // SAFETY: recording into our command buffer; the set holds the live status word and
+            // matches the layout's set 1.
+            unsafe {
+                device.cmd_bind_descriptor_sets(
+                    cb,
+                    vk::PipelineBindPoint::COMPUTE,
+                    pipeline.layout,
+                    crate::STATUS_SET,
+                    &[set],
+                    &[],
+                )
+            };
+        }
         let constants: Vec<u8> = dispatch
             .constants
             .iter()
@@ -683,6 +791,61 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+impl Recording {
+    /// The status word's descriptor set, made on first use (with the word itself); records
+    /// `entry` as one of the kernels that may set it.
+    fn status_set(&mut self, entry: &str, pipeline: &Pipeline) -> Result<vk::DescriptorSet> {
+        if self.status.is_none() {
+            let memory = self.host_memory(4, false)?;
+            let status = StatusWord {
+                memory,
+                entry_points: Vec::new(),
+            };
+            status.reset()?;
+            self.status = Some(status);
+        }
+        let status = self.status.as_mut().expect("created above");
+        if !status.entry_points.iter().any(|e| e == entry) {
+            status.entry_points.push(entry.to_string());
+        }
+        if self.status_set == vk::DescriptorSet::null() {
+            let device = &self.context.device;
+            let layouts = [pipeline.status_layout];
+            let info = vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(self.slot.descriptor_pool)
+                .set_layouts(&layouts);
+            // SAFETY: the pool was sized with one set for the status word and is ours.
+            let set = unsafe { device.allocate_descriptor_sets(&info) }
+                .map_err(|r| vk_fail("vkAllocateDescriptorSets (status word)", r))?[0];
+            let word = [vk::DescriptorBufferInfo {
+                buffer: status.memory.buffer,
+                offset: 0,
+                range: 4,
+            }];
+            let write = vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(crate::STATUS_BINDING)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&word);
+            // SAFETY: the set is fresh and unused; the word's buffer is live (owned by `self`).
+            unsafe { device.update_descriptor_sets(&[write], &[]) };
+            self.status_set = set;
+        }
+        Ok(self.status_set)
+    }
+}
+
+/// The Vulkan pipeline of a dispatch, if its executable is a Vulkan one.
+fn pipeline_of(dispatch: &Dispatch<BufferRef>) -> Option<&Pipeline> {
+    dispatch
+        .executable
+        .backend()
+        .as_any()
+        .downcast_ref::<VulkanExecutable>()?
+        .pipelines
+        .get(dispatch.entry_point as usize)
 }
 
 impl Drop for Recording {

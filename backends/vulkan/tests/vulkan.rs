@@ -310,3 +310,174 @@ fn idle_reactor_does_not_spin() {
     );
     drop(device);
 }
+
+/// Device queries answer from the physical device's properties and limits.
+#[test]
+fn queries_report_physical_device_properties() {
+    let Some(device) = device_or_skip("queries_report_physical_device_properties") else {
+        return;
+    };
+    let api = stat(&device, "vulkan.api_version");
+    assert!(api >= ash::vk::API_VERSION_1_2 as i64, "api {api:#x}");
+    // The spec's minimum limits for every conformant compute device.
+    assert!(stat(&device, "vulkan.max_compute_workgroup_invocations") >= 128);
+    assert!(stat(&device, "vulkan.max_compute_workgroup_size.x") >= 128);
+    assert!(stat(&device, "vulkan.max_compute_workgroup_count.z") >= 65535);
+    assert!(stat(&device, "vulkan.max_push_constants_size") >= 128);
+    assert!(stat(&device, "vulkan.max_memory_allocation_count") >= 4096);
+    assert!(stat(&device, "vulkan.device_local_bytes") > 0);
+    assert!((0..=4).contains(&stat(&device, "vulkan.device_type")));
+    assert!(device.query("vulkan.max_compute_workgroup_size.w").is_err());
+    assert!(device.query("vulkan.no_such_key").is_err());
+}
+
+/// Queues of a dedicated transfer family (where the device has one) move memory and refuse
+/// dispatches; every other queue runs everything.
+#[test]
+fn transfer_queues_move_memory_and_refuse_dispatches() {
+    use halcyon::QueueCapabilities;
+    let Some(device) = device_or_skip("transfer_queues_move_memory_and_refuse_dispatches") else {
+        return;
+    };
+    let all = (1u64 << device.queue_count()) - 1;
+    assert_eq!(device.queue_affinity(QueueCapabilities::TRANSFER), all);
+    let dispatch = device.queue_affinity(QueueCapabilities::DISPATCH);
+    assert_ne!(dispatch, 0, "no queue can dispatch");
+    let transfer_only = all & !dispatch;
+    if transfer_only == 0 {
+        eprintln!(
+            "note: {} has no dedicated transfer family; all {} queues run everything",
+            device.info().name,
+            device.queue_count()
+        );
+    }
+    block_on(async {
+        let kernels = StandardKernels::load(&device, &VulkanKernels)?;
+        for queue in device.queues(all)? {
+            let buffer = device.allocator().allocate(1024, BufferParams::DEVICE)?;
+            let copy = device.allocator().allocate(1024, BufferParams::DEVICE)?;
+            done(
+                "fill",
+                queue.fill(Timepoints::default(), &buffer.whole(), &[0x5a]),
+            )
+            .await?;
+            done(
+                "copy",
+                queue.copy(Timepoints::default(), &buffer.whole(), &copy.whole()),
+            )
+            .await?;
+            let bytes = done("read", queue.read(Timepoints::default(), &copy.whole())).await?;
+            assert!(bytes.iter().all(|&b| b == 0x5a), "queue {}", queue.index());
+            let add = kernels.add_one(&queue, Timepoints::default(), &buffer.whole(), 256);
+            if transfer_only & (1 << queue.index()) != 0 {
+                let error = add.await.unwrap_err();
+                assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+            } else {
+                done("dispatch", add).await?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+const CHECK_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> flag: array<u32>;
+@group(1) @binding(0) var<storage, read_write> status: atomic<u32>;
+
+@compute @workgroup_size(1, 1, 1)
+fn check() {
+    if (flag[0] != 0u) {
+        atomicMax(&status, flag[0]);
+    }
+}
+"#;
+
+/// A kernel fails its dispatch through the status word: the submission fails naming the entry
+/// point and the value, dependents wait on the host (never on the device), and a reused
+/// recording starts each submission with the word cleared.
+#[test]
+fn kernels_fail_dispatches_through_the_status_word() {
+    use halcyon::{Binding, CommandBuffer, CommandBufferMode, EntryPoint};
+    let Some(device) = device_or_skip("kernels_fail_dispatches_through_the_status_word") else {
+        return;
+    };
+    block_on(async {
+        let entry = EntryPoint {
+            name: "check".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 1,
+            constant_count: 0,
+        };
+        let module = SpirvModule::new(common::spirv(CHECK_WGSL)?, vec![entry]);
+        let executable = device.load_executable(&module.spec())?;
+        let queue = device.queue(0)?;
+        let flag = device.allocator().allocate(16, BufferParams::DEVICE)?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.dispatch(
+            &executable,
+            0,
+            [1, 1, 1],
+            &[],
+            [Binding::from(flag.whole())],
+        )?;
+        let check = builder.finish();
+
+        done(
+            "a passing check",
+            queue.execute(Timepoints::default(), &check, None),
+        )
+        .await?;
+        done(
+            "flag = 7",
+            queue.fill(Timepoints::default(), &flag.whole(), &7u32.to_le_bytes()),
+        )
+        .await?;
+        let sem = device.create_semaphore(0)?;
+        let host_waits = stat(&device, "vulkan.host_waits");
+        let failing = queue.execute(
+            Timepoints::new(Fence::new(), Fence::at(&sem, 1)),
+            &check,
+            None,
+        );
+        let dependent = queue.fill(
+            Timepoints::new(Fence::at(&sem, 1), Fence::new()),
+            &flag.whole(),
+            &[0],
+        );
+        assert_eq!(
+            stat(&device, "vulkan.host_waits") - host_waits,
+            1,
+            "the dependent must wait on the host check, not on the device"
+        );
+        let error = failing.await.unwrap_err();
+        assert_eq!(error.code(), StatusCode::Internal, "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("'check'") && message.contains("to 7"),
+            "{message}"
+        );
+        assert_eq!(sem.query().unwrap_err().code(), StatusCode::Internal);
+        assert_eq!(dependent.await.unwrap_err().code(), StatusCode::Internal);
+        let bytes = done("read", queue.read(Timepoints::default(), &flag.whole())).await?;
+        assert_eq!(&bytes[..4], &7u32.to_le_bytes(), "the dependent fill ran");
+
+        done(
+            "flag = 0",
+            queue.fill(Timepoints::default(), &flag.whole(), &[0]),
+        )
+        .await?;
+        let reuses = stat(&device, "vulkan.recording_reuses");
+        done(
+            "a passing check again",
+            queue.execute(Timepoints::default(), &check, None),
+        )
+        .await?;
+        assert!(
+            stat(&device, "vulkan.recording_reuses") > reuses,
+            "the recording was not reused, so its status reset went untested"
+        );
+        Ok(())
+    })
+    .unwrap();
+}

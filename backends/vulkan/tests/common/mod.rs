@@ -7,8 +7,8 @@ use halcyon_conformance::kernels;
 use halcyon_vulkan::SpirvModule;
 
 /// `add_one_u32` and `saxpy_f32` share the two storage bindings (both `u32` arrays; saxpy
-/// bit-casts) and one push-constant block; `fail` does nothing: a Vulkan kernel has no way to
-/// return an error (see the conformance test file).
+/// bit-casts) and one push-constant block; `fail` sets the status word (set 1, binding 0),
+/// which fails its dispatch.
 pub const STANDARD_WGSL: &str = r#"
 struct Constants { c0: u32, c1: u32 }
 var<push_constant> constants: Constants;
@@ -32,8 +32,11 @@ fn saxpy_f32(@builtin(global_invocation_id) id: vec3<u32>) {
     }
 }
 
+@group(1) @binding(0) var<storage, read_write> status: atomic<u32>;
+
 @compute @workgroup_size(1, 1, 1)
 fn fail() {
+    atomicMax(&status, 1u);
 }
 "#;
 
@@ -70,12 +73,6 @@ pub struct VulkanKernels;
 impl halcyon_conformance::Kernels for VulkanKernels {
     fn load(&self, device: &Device) -> Result<Executable> {
         device.load_executable(&standard_module()?.spec())
-    }
-
-    /// A Vulkan compute shader has no return code; a device-side failure channel (a status
-    /// buffer the backend checks on completion) is future work.
-    fn can_fail(&self) -> bool {
-        false
     }
 }
 
