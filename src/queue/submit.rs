@@ -152,17 +152,16 @@ impl<T> Future for Submission<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = &mut *self;
-        this.unsettled
-            .retain_mut(|wait| match Pin::new(wait).poll(cx) {
-                Poll::Pending => true,
-                Poll::Ready(Ok(())) => false,
-                Poll::Ready(Err(error)) => {
-                    this.failed.get_or_insert(error);
-                    false
-                }
-            });
-        if !this.unsettled.is_empty() {
-            return Poll::Pending;
+        // Backends settle signal entries in fence order, so the last entry settles last: wait
+        // on it alone (one wake per completion, not one per entry), then collect the others,
+        // which are settled by then. The earliest entry's error wins.
+        while let Some(last) = this.unsettled.last_mut() {
+            match Pin::new(last).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(error)) => this.failed = Some(error),
+            }
+            this.unsettled.pop();
         }
         if let Some(error) = this.failed.take() {
             this.output = None;
