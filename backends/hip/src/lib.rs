@@ -1,0 +1,224 @@
+//! # halcyon-hip
+//!
+//! halcyon's HIP (AMD ROCm) backend. The HIP runtime, `libamdhip64`, is opened at run time
+//! with [`libloading`]: nothing from ROCm is needed to build this crate, and with no runtime or
+//! no AMD GPU, enumeration and creation return [`StatusCode::Unavailable`] saying what is
+//! missing, with the HIP error named.
+//!
+//! Layers, bottom up (as in cudarc):
+//!
+//! * [`sys`]: the raw symbol table ([`sys::HipApi`]) and FFI types of `hip_runtime_api.h`,
+//!   loaded from `libamdhip64.so`, `.so.6` or `.so.5`. Symbols newer than HIP 5.2
+//!   (`hipLaunchHostFunc`, ...) are optional.
+//! * [`result`]: [`result::Hip`], one checked method per call, returning [`halcyon::Result`]
+//!   with messages such as `hipMalloc(1048576 bytes) failed: hipErrorOutOfMemory (2)`.
+//! * [`HipDriver`]: the [`Driver`] for a [`DriverRegistry`]. Devices are `hip://N`.
+//!
+//! Device creation is not wired to halcyon's stream layer yet: with a GPU present,
+//! [`Driver::create_device`] returns `Unavailable` saying so.
+//!
+//! ```no_run
+//! let registry = halcyon::DriverRegistry::new();
+//! halcyon_hip::register(&registry)?;
+//! match registry.enumerate_devices("hip") {
+//!     Ok(devices) => devices.iter().for_each(|d| println!("{}: {}", d.uri, d.name)),
+//!     Err(e) => println!("no HIP devices: {e}"),
+//! }
+//! # Ok::<(), halcyon::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod result;
+pub mod sys;
+
+use std::sync::{Arc, OnceLock};
+
+use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
+
+use result::Hip;
+
+/// The driver id and URI scheme: `hip`, `hip://0`.
+pub const DRIVER_ID: &str = "hip";
+
+/// Formats a HIP version number (`major * 10_000_000 + minor * 100_000 + patch`), for example
+/// `50221153` as `5.2.21153`.
+///
+/// ```
+/// assert_eq!(halcyon_hip::version_string(50221153), "5.2.21153");
+/// ```
+pub fn version_string(version: i32) -> String {
+    format!(
+        "{}.{}.{}",
+        version / 10_000_000,
+        (version / 100_000) % 100,
+        version % 100_000
+    )
+}
+
+/// The HIP driver, for a [`DriverRegistry`].
+///
+/// The runtime is loaded on first use and kept for the life of the process.
+#[derive(Debug)]
+pub struct HipDriver {
+    sonames: Option<Vec<String>>,
+    hip: OnceLock<Result<Hip>>,
+}
+
+impl Default for HipDriver {
+    fn default() -> Self {
+        HipDriver::new()
+    }
+}
+
+impl HipDriver {
+    /// A driver loading [`sys::DEFAULT_SONAMES`].
+    pub fn new() -> Self {
+        HipDriver {
+            sonames: None,
+            hip: OnceLock::new(),
+        }
+    }
+
+    /// A driver loading the first of `sonames` that opens (names or paths, for example
+    /// `/opt/rocm/lib/libamdhip64.so`).
+    pub fn with_sonames<S: Into<String>>(sonames: impl IntoIterator<Item = S>) -> Self {
+        HipDriver {
+            sonames: Some(sonames.into_iter().map(Into::into).collect()),
+            hip: OnceLock::new(),
+        }
+    }
+
+    /// The loaded runtime; `Unavailable` naming every soname tried when none opens.
+    pub fn hip(&self) -> Result<Hip> {
+        self.hip
+            .get_or_init(|| match &self.sonames {
+                None => Hip::load_default(),
+                Some(names) => {
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    Hip::load(&names)
+                }
+            })
+            .clone()
+    }
+
+    /// Initialises HIP and returns the device count; `Unavailable` naming the HIP errors when
+    /// there is no usable device.
+    fn devices(&self) -> Result<(Hip, i32)> {
+        let hip = self.hip()?;
+        let init = hip.init();
+        let count = hip.device_count();
+        if let (Ok(()), Ok(n)) = (&init, &count) {
+            if *n > 0 {
+                return Ok((hip, *n));
+            }
+        }
+        let init = match init {
+            Ok(()) => "hipInit(0) succeeded".to_string(),
+            Err(e) => e.message().to_string(),
+        };
+        let count = match count {
+            Ok(n) => format!("hipGetDeviceCount reports {n} devices"),
+            Err(e) => format!(
+                "hipGetDeviceCount reports 0 devices ({})",
+                e.message().trim_start_matches("hipGetDeviceCount failed: ")
+            ),
+        };
+        Err(Error::new(
+            StatusCode::Unavailable,
+            format!(
+                "no usable AMD GPU: {} is loaded, but {count} and {init}; {}",
+                hip.describe(),
+                kfd_hint()
+            ),
+        ))
+    }
+}
+
+/// What `/dev/kfd` (the ROCm kernel interface) says about why no GPU was found.
+fn kfd_hint() -> &'static str {
+    if std::path::Path::new("/dev/kfd").exists() {
+        "/dev/kfd exists: check that this user may open it and /dev/dri/renderD* (groups render, video)"
+    } else {
+        "/dev/kfd is absent: no amdgpu kernel driver or no AMD GPU"
+    }
+}
+
+/// Describes device `device` of `hip`: name, gfx version, compute units, memory.
+fn describe_device(hip: Hip, ordinal: i32) -> Result<String> {
+    let device = hip.device_get(ordinal)?;
+    let mut name = hip.device_name(device)?;
+    let attr = |a| hip.device_attribute(a, device).ok();
+    let mut details = Vec::new();
+    if let (Some(major), Some(minor)) = (
+        attr(sys::hipDeviceAttributeComputeCapabilityMajor),
+        attr(sys::hipDeviceAttributeComputeCapabilityMinor),
+    ) {
+        details.push(format!("compute {major}.{minor}"));
+    }
+    if let Some(cus) = attr(sys::hipDeviceAttributeMultiprocessorCount) {
+        details.push(format!("{cus} CUs"));
+    }
+    if let Ok(bytes) = hip.device_total_mem(device) {
+        details.push(format!("{} MiB", bytes >> 20));
+    }
+    if !details.is_empty() {
+        name = format!("{name} ({})", details.join(", "));
+    }
+    Ok(name)
+}
+
+impl Driver for HipDriver {
+    fn info(&self) -> DriverInfo {
+        let runtime = match self.hip() {
+            Ok(hip) => hip.describe(),
+            Err(e) => format!("runtime not loaded: {}", e.message()),
+        };
+        DriverInfo {
+            id: DRIVER_ID.into(),
+            name: "HIP".into(),
+            full_name: format!("halcyon-hip {} ({runtime})", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
+    fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
+        let (hip, count) = self.devices()?;
+        (0..count)
+            .map(|i| {
+                Ok(DeviceEntry {
+                    index: i as u32,
+                    uri: format!("{DRIVER_ID}://{i}"),
+                    name: describe_device(hip, i)?,
+                })
+            })
+            .collect()
+    }
+
+    fn create_device(&self, index: u32) -> Result<halcyon::Device> {
+        let (hip, count) = self.devices()?;
+        if i64::from(index) >= i64::from(count) {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!("{DRIVER_ID}://{index} does not exist: hipGetDeviceCount reports {count} devices"),
+            ));
+        }
+        let name = describe_device(hip, index as i32)?;
+        // The one line to replace once the stream layer lands (StreamDevice over a HIP StreamApi).
+        Err(not_wired(index, &name))
+    }
+}
+
+/// `Unavailable`: device `index` exists but there is no device implementation to create yet.
+fn not_wired(index: u32, name: &str) -> Error {
+    Error::new(
+        StatusCode::Unavailable,
+        format!(
+            "{DRIVER_ID}://{index} ({name}) is present, but halcyon-hip's stream device is not wired yet"
+        ),
+    )
+}
+
+/// Registers the HIP driver in `registry`.
+pub fn register(registry: &DriverRegistry) -> Result<()> {
+    registry.register(Arc::new(HipDriver::new()))
+}

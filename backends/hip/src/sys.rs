@@ -1,0 +1,511 @@
+//! Raw HIP runtime symbols, opened at run time with [`libloading`].
+//!
+//! [`HipApi`] is a table of `extern "C"` function pointers into `libamdhip64`, resolved once.
+//! Types and signatures follow `hip_runtime_api.h` of HIP 5.2 (ROCm 5.2.3, the version Debian
+//! ships as `libamdhip64-5`); every symbol used here has kept its signature in later releases.
+//! `hipDeviceProp_t` is deliberately absent: its layout changed between releases, so device
+//! properties are read with [`HipApi::hipDeviceGetAttribute`] and friends instead.
+//!
+//! Required symbols must all resolve or [`HipApi::load`] fails; optional ones (present only in
+//! newer runtimes, such as `hipLaunchHostFunc`, missing from HIP 5.2.3's library although its
+//! header declares it) are `Option`s.
+//!
+//! Everything here is `unsafe` to call and unchecked; [`crate::result`] wraps it.
+
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::fmt;
+use std::marker::{PhantomData, PhantomPinned};
+use std::mem::ManuallyDrop;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+/// A HIP status code (`hipError_t`, a C enum: `int`).
+pub type hipError_t = i32;
+
+/// `hipSuccess`.
+pub const hipSuccess: hipError_t = 0;
+/// `hipErrorInvalidValue`.
+pub const hipErrorInvalidValue: hipError_t = 1;
+/// `hipErrorOutOfMemory`.
+pub const hipErrorOutOfMemory: hipError_t = 2;
+/// `hipErrorNotInitialized`.
+pub const hipErrorNotInitialized: hipError_t = 3;
+/// `hipErrorDeinitialized`.
+pub const hipErrorDeinitialized: hipError_t = 4;
+/// `hipErrorInsufficientDriver`.
+pub const hipErrorInsufficientDriver: hipError_t = 35;
+/// `hipErrorNoDevice`: no HIP-capable device (what `hipGetDeviceCount` returns without one).
+pub const hipErrorNoDevice: hipError_t = 100;
+/// `hipErrorInvalidDevice` (what HIP 5.2's `hipInit` returns without an AMD GPU).
+pub const hipErrorInvalidDevice: hipError_t = 101;
+/// `hipErrorInvalidImage`.
+pub const hipErrorInvalidImage: hipError_t = 200;
+/// `hipErrorInvalidContext`.
+pub const hipErrorInvalidContext: hipError_t = 201;
+/// `hipErrorNoBinaryForGpu`.
+pub const hipErrorNoBinaryForGpu: hipError_t = 209;
+/// `hipErrorFileNotFound`.
+pub const hipErrorFileNotFound: hipError_t = 301;
+/// `hipErrorInvalidHandle`.
+pub const hipErrorInvalidHandle: hipError_t = 400;
+/// `hipErrorNotFound` (for example an unknown kernel name).
+pub const hipErrorNotFound: hipError_t = 500;
+/// `hipErrorNotReady`: the queried stream or event has not completed (not a failure).
+pub const hipErrorNotReady: hipError_t = 600;
+/// `hipErrorIllegalAddress`.
+pub const hipErrorIllegalAddress: hipError_t = 700;
+/// `hipErrorLaunchOutOfResources`.
+pub const hipErrorLaunchOutOfResources: hipError_t = 701;
+/// `hipErrorLaunchFailure`.
+pub const hipErrorLaunchFailure: hipError_t = 719;
+/// `hipErrorNotSupported`.
+pub const hipErrorNotSupported: hipError_t = 801;
+/// `hipErrorUnknown`.
+pub const hipErrorUnknown: hipError_t = 999;
+
+macro_rules! opaque {
+    ($($(#[$m:meta])* $name:ident => $ptr:ident;)*) => {$(
+        #[doc = concat!("The opaque object a [`", stringify!($ptr), "`] points to.")]
+        #[repr(C)]
+        pub struct $name {
+            _data: [u8; 0],
+            _marker: PhantomData<(*mut u8, PhantomPinned)>,
+        }
+        $(#[$m])*
+        pub type $ptr = *mut $name;
+    )*};
+}
+
+opaque! {
+    /// A stream (`hipStream_t`); null is the legacy default stream.
+    ihipStream_t => hipStream_t;
+    /// An event (`hipEvent_t`).
+    ihipEvent_t => hipEvent_t;
+    /// A loaded code object (`hipModule_t`).
+    ihipModule_t => hipModule_t;
+    /// A kernel in a module (`hipFunction_t`).
+    ihipModuleSymbol_t => hipFunction_t;
+    /// A graph (`hipGraph_t`).
+    ihipGraph => hipGraph_t;
+    /// An instantiated, launchable graph (`hipGraphExec_t`).
+    hipGraphExec => hipGraphExec_t;
+    /// A graph node (`hipGraphNode_t`).
+    hipGraphNode => hipGraphNode_t;
+}
+
+/// A device ordinal (`hipDevice_t` is `int`).
+pub type hipDevice_t = c_int;
+/// A device address (`hipDeviceptr_t` is `void*`).
+pub type hipDeviceptr_t = *mut c_void;
+/// A device attribute (`hipDeviceAttribute_t`, a C enum).
+pub type hipDeviceAttribute_t = c_int;
+/// A copy direction (`hipMemcpyKind`, a C enum).
+pub type hipMemcpyKind = c_int;
+/// A stream-capture mode (`hipStreamCaptureMode`, a C enum).
+pub type hipStreamCaptureMode = c_int;
+
+/// `hipStreamCallback_t`: runs on a runtime thread once preceding work completes; it must not
+/// call the HIP API.
+pub type hipStreamCallback_t =
+    unsafe extern "C" fn(stream: hipStream_t, status: hipError_t, user_data: *mut c_void);
+/// `hipHostFn_t` (for `hipLaunchHostFunc`): same rules as [`hipStreamCallback_t`].
+pub type hipHostFn_t = unsafe extern "C" fn(user_data: *mut c_void);
+
+/// `hipMemcpyHostToHost`.
+pub const hipMemcpyHostToHost: hipMemcpyKind = 0;
+/// `hipMemcpyHostToDevice`.
+pub const hipMemcpyHostToDevice: hipMemcpyKind = 1;
+/// `hipMemcpyDeviceToHost`.
+pub const hipMemcpyDeviceToHost: hipMemcpyKind = 2;
+/// `hipMemcpyDeviceToDevice`.
+pub const hipMemcpyDeviceToDevice: hipMemcpyKind = 3;
+/// `hipMemcpyDefault`: direction inferred from the (unified) addresses.
+pub const hipMemcpyDefault: hipMemcpyKind = 4;
+
+/// `hipStreamDefault` flag.
+pub const hipStreamDefault: c_uint = 0x0;
+/// `hipStreamNonBlocking`: no implicit synchronisation with the null stream.
+pub const hipStreamNonBlocking: c_uint = 0x1;
+
+/// `hipEventDefault` flag.
+pub const hipEventDefault: c_uint = 0x0;
+/// `hipEventBlockingSync`: `hipEventSynchronize` yields the CPU instead of spinning.
+pub const hipEventBlockingSync: c_uint = 0x1;
+/// `hipEventDisableTiming`: cheaper events with no timestamps.
+pub const hipEventDisableTiming: c_uint = 0x2;
+
+/// `hipHostMallocDefault` flag.
+pub const hipHostMallocDefault: c_uint = 0x0;
+/// `hipHostMallocPortable`: pinned for all devices.
+pub const hipHostMallocPortable: c_uint = 0x1;
+/// `hipHostMallocMapped`: mapped into the device address space.
+pub const hipHostMallocMapped: c_uint = 0x2;
+/// `hipHostMallocWriteCombined`.
+pub const hipHostMallocWriteCombined: c_uint = 0x4;
+/// `hipHostMallocCoherent`: fine-grained, coherent host memory.
+pub const hipHostMallocCoherent: c_uint = 0x4000_0000;
+/// `hipHostMallocNonCoherent`: coarse-grained host memory.
+pub const hipHostMallocNonCoherent: c_uint = 0x8000_0000;
+/// `hipMemAttachGlobal` (for `hipMallocManaged`): accessible from any stream on any device.
+pub const hipMemAttachGlobal: c_uint = 0x1;
+
+/// `hipStreamCaptureModeGlobal`.
+pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = 0;
+/// `hipStreamCaptureModeThreadLocal`.
+pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = 1;
+/// `hipStreamCaptureModeRelaxed`.
+pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = 2;
+
+/// `hipDeviceAttributeIntegrated`: the device shares memory with the host (APU).
+pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = 16;
+/// `hipDeviceAttributeComputeCapabilityMajor` (AMD: the gfx major version).
+pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t = 23;
+/// `hipDeviceAttributeManagedMemory`: `hipMallocManaged` is supported.
+pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = 24;
+/// `hipDeviceAttributeMaxThreadsPerBlock`.
+pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = 56;
+/// `hipDeviceAttributeComputeCapabilityMinor`.
+pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t = 61;
+/// `hipDeviceAttributeMultiprocessorCount` (compute units).
+pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t = 63;
+/// `hipDeviceAttributeMaxSharedMemoryPerBlock`.
+pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t = 74;
+/// `hipDeviceAttributeWarpSize` (wavefront size: 32 or 64).
+pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = 87;
+/// `hipDeviceAttributeMemoryPoolsSupported`: stream-ordered allocation is supported.
+pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = 88;
+
+/// The sonames [`HipApi::load_default`] tries, in order.
+pub const DEFAULT_SONAMES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
+
+/// Why the HIP runtime could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadError {
+    /// No candidate opened: `(soname, dlopen error)` for each one tried.
+    NotFound(Vec<(String, String)>),
+    /// A library opened but lacks a required symbol.
+    MissingSymbol {
+        /// The library that opened.
+        soname: String,
+        /// The missing symbol.
+        symbol: &'static str,
+        /// The dlsym error.
+        error: String,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::NotFound(tried) => {
+                f.write_str("no HIP runtime: ")?;
+                for (i, (soname, error)) in tried.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "dlopen {soname}: {error}")?;
+                }
+                if tried.is_empty() {
+                    f.write_str("no library names to try")?;
+                }
+                f.write_str(" (install ROCm, or Debian's libamdhip64-5)")
+            }
+            LoadError::MissingSymbol {
+                soname,
+                symbol,
+                error,
+            } => write!(
+                f,
+                "{soname} lacks the required symbol {symbol} ({error}); HIP 5.2 or later is needed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+macro_rules! hip_api {
+    (
+        required { $( $(#[$rm:meta])* fn $r:ident( $($ra:ident: $rt:ty),* $(,)? ) -> $rr:ty; )* }
+        optional { $( $(#[$om:meta])* fn $o:ident( $($oa:ident: $ot:ty),* $(,)? ) -> $or:ty; )* }
+    ) => {
+        /// The HIP runtime's entry points.
+        ///
+        /// Fields are raw function pointers: calling one is `unsafe` and unchecked. They are
+        /// valid for as long as this value lives; the library is never unloaded
+        /// (`dlclose` of a HIP runtime is not safe), so in practice they stay valid for the
+        /// whole process, and [`HipApi::load`] hands out `&'static` tables.
+        pub struct HipApi {
+            $( $(#[$rm])* pub $r: unsafe extern "C" fn($($rt),*) -> $rr, )*
+            $( $(#[$om])* pub $o: Option<unsafe extern "C" fn($($ot),*) -> $or>, )*
+            soname: String,
+            _library: ManuallyDrop<Library>,
+        }
+
+        impl HipApi {
+            /// Resolves every symbol from `library`, opened as `soname`.
+            ///
+            /// # Safety
+            /// `library` must be a HIP runtime whose symbols of these names have the
+            /// signatures of `hip_runtime_api.h` (HIP 5.2 or later).
+            unsafe fn resolve(library: Library, soname: &str) -> Result<Self, LoadError> {
+                $(
+                    // SAFETY: the caller guarantees the symbol has this C signature; the
+                    // pointer is copied out and stays valid because the library is kept
+                    // (and never unloaded) in the returned table.
+                    let $r = unsafe {
+                        *library
+                            .get::<unsafe extern "C" fn($($rt),*) -> $rr>(
+                                concat!(stringify!($r), "\0").as_bytes(),
+                            )
+                            .map_err(|e| LoadError::MissingSymbol {
+                                soname: soname.to_string(),
+                                symbol: stringify!($r),
+                                error: e.to_string(),
+                            })?
+                    };
+                )*
+                $(
+                    // SAFETY: as above; an absent optional symbol is `None`.
+                    let $o = unsafe {
+                        library
+                            .get::<unsafe extern "C" fn($($ot),*) -> $or>(
+                                concat!(stringify!($o), "\0").as_bytes(),
+                            )
+                            .ok()
+                            .map(|symbol| *symbol)
+                    };
+                )*
+                Ok(HipApi {
+                    $( $r, )*
+                    $( $o, )*
+                    soname: soname.to_string(),
+                    _library: ManuallyDrop::new(library),
+                })
+            }
+
+            /// The names of the optional symbols this library has.
+            pub fn optional_symbols(&self) -> Vec<&'static str> {
+                let mut present = Vec::new();
+                $( if self.$o.is_some() { present.push(stringify!($o)); } )*
+                present
+            }
+        }
+    };
+}
+
+hip_api! {
+    required {
+        /// `hipError_t hipInit(unsigned int flags)`.
+        fn hipInit(flags: c_uint) -> hipError_t;
+        /// `hipError_t hipGetDeviceCount(int* count)`.
+        fn hipGetDeviceCount(count: *mut c_int) -> hipError_t;
+        /// `hipError_t hipSetDevice(int deviceId)`.
+        fn hipSetDevice(device_id: c_int) -> hipError_t;
+        /// `hipError_t hipDeviceGet(hipDevice_t* device, int ordinal)`.
+        fn hipDeviceGet(device: *mut hipDevice_t, ordinal: c_int) -> hipError_t;
+        /// `hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device)`.
+        fn hipDeviceGetName(name: *mut c_char, len: c_int, device: hipDevice_t) -> hipError_t;
+        /// `hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId)`.
+        fn hipDeviceGetAttribute(
+            pi: *mut c_int,
+            attr: hipDeviceAttribute_t,
+            device_id: c_int,
+        ) -> hipError_t;
+        /// `hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device)`.
+        fn hipDeviceTotalMem(bytes: *mut usize, device: hipDevice_t) -> hipError_t;
+        /// `const char* hipGetErrorName(hipError_t)`: a static string.
+        fn hipGetErrorName(error: hipError_t) -> *const c_char;
+        /// `const char* hipGetErrorString(hipError_t)`: a static string.
+        fn hipGetErrorString(error: hipError_t) -> *const c_char;
+        /// `hipError_t hipDriverGetVersion(int* driverVersion)`.
+        fn hipDriverGetVersion(version: *mut c_int) -> hipError_t;
+        /// `hipError_t hipRuntimeGetVersion(int* runtimeVersion)`.
+        fn hipRuntimeGetVersion(version: *mut c_int) -> hipError_t;
+        /// `hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags)`.
+        fn hipStreamCreateWithFlags(stream: *mut hipStream_t, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipStreamDestroy(hipStream_t stream)`.
+        fn hipStreamDestroy(stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamSynchronize(hipStream_t stream)`.
+        fn hipStreamSynchronize(stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamQuery(hipStream_t stream)`: `hipErrorNotReady` while busy.
+        fn hipStreamQuery(stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamWaitEvent(hipStream_t, hipEvent_t, unsigned int flags)`.
+        fn hipStreamWaitEvent(stream: hipStream_t, event: hipEvent_t, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipStreamAddCallback(hipStream_t, hipStreamCallback_t, void*, unsigned)`.
+        fn hipStreamAddCallback(
+            stream: hipStream_t,
+            callback: hipStreamCallback_t,
+            user_data: *mut c_void,
+            flags: c_uint,
+        ) -> hipError_t;
+        /// `hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags)`.
+        fn hipEventCreateWithFlags(event: *mut hipEvent_t, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)`.
+        fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipEventQuery(hipEvent_t event)`: `hipErrorNotReady` while pending.
+        fn hipEventQuery(event: hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventSynchronize(hipEvent_t event)`.
+        fn hipEventSynchronize(event: hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventDestroy(hipEvent_t event)`.
+        fn hipEventDestroy(event: hipEvent_t) -> hipError_t;
+        /// `hipError_t hipMalloc(void** ptr, size_t size)`.
+        fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> hipError_t;
+        /// `hipError_t hipFree(void* ptr)`.
+        fn hipFree(ptr: *mut c_void) -> hipError_t;
+        /// `hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags)`.
+        fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipHostFree(void* ptr)`.
+        fn hipHostFree(ptr: *mut c_void) -> hipError_t;
+        /// `hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags)`.
+        fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipMemcpyAsync(void* dst, const void* src, size_t, hipMemcpyKind,
+        /// hipStream_t)`.
+        fn hipMemcpyAsync(
+            dst: *mut c_void,
+            src: *const c_void,
+            size: usize,
+            kind: hipMemcpyKind,
+            stream: hipStream_t,
+        ) -> hipError_t;
+        /// `hipError_t hipMemsetD8Async(hipDeviceptr_t, unsigned char, size_t count,
+        /// hipStream_t)`.
+        fn hipMemsetD8Async(
+            dst: hipDeviceptr_t,
+            value: u8,
+            count: usize,
+            stream: hipStream_t,
+        ) -> hipError_t;
+        /// `hipError_t hipMemsetD16Async(hipDeviceptr_t, unsigned short, size_t count,
+        /// hipStream_t)`.
+        fn hipMemsetD16Async(
+            dst: hipDeviceptr_t,
+            value: u16,
+            count: usize,
+            stream: hipStream_t,
+        ) -> hipError_t;
+        /// `hipError_t hipMemsetD32Async(hipDeviceptr_t, int value, size_t count, hipStream_t)`
+        /// (HIP takes a signed `int`, CUDA an `unsigned int`).
+        fn hipMemsetD32Async(
+            dst: hipDeviceptr_t,
+            value: c_int,
+            count: usize,
+            stream: hipStream_t,
+        ) -> hipError_t;
+        /// `hipError_t hipModuleLoadData(hipModule_t* module, const void* image)`.
+        fn hipModuleLoadData(module: *mut hipModule_t, image: *const c_void) -> hipError_t;
+        /// `hipError_t hipModuleUnload(hipModule_t module)`.
+        fn hipModuleUnload(module: hipModule_t) -> hipError_t;
+        /// `hipError_t hipModuleGetFunction(hipFunction_t*, hipModule_t, const char* kname)`.
+        fn hipModuleGetFunction(
+            function: *mut hipFunction_t,
+            module: hipModule_t,
+            name: *const c_char,
+        ) -> hipError_t;
+        /// `hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned gridDimX, gridDimY,
+        /// gridDimZ, blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes, hipStream_t,
+        /// void** kernelParams, void** extra)`.
+        fn hipModuleLaunchKernel(
+            function: hipFunction_t,
+            grid_x: c_uint,
+            grid_y: c_uint,
+            grid_z: c_uint,
+            block_x: c_uint,
+            block_y: c_uint,
+            block_z: c_uint,
+            shared_mem_bytes: c_uint,
+            stream: hipStream_t,
+            kernel_params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> hipError_t;
+    }
+    optional {
+        /// `hipError_t hipLaunchHostFunc(hipStream_t, hipHostFn_t, void* userData)`;
+        /// declared by HIP 5.2's header but not exported by its library.
+        fn hipLaunchHostFunc(
+            stream: hipStream_t,
+            function: hipHostFn_t,
+            user_data: *mut c_void,
+        ) -> hipError_t;
+        /// `hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream)`.
+        fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream)`.
+        fn hipFreeAsync(ptr: *mut c_void, stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode)`.
+        fn hipStreamBeginCapture(stream: hipStream_t, mode: hipStreamCaptureMode) -> hipError_t;
+        /// `hipError_t hipStreamEndCapture(hipStream_t, hipGraph_t* pGraph)`.
+        fn hipStreamEndCapture(stream: hipStream_t, graph: *mut hipGraph_t) -> hipError_t;
+        /// `hipError_t hipGraphInstantiate(hipGraphExec_t*, hipGraph_t, hipGraphNode_t*
+        /// pErrorNode, char* pLogBuffer, size_t bufferSize)`.
+        fn hipGraphInstantiate(
+            exec: *mut hipGraphExec_t,
+            graph: hipGraph_t,
+            error_node: *mut hipGraphNode_t,
+            log_buffer: *mut c_char,
+            buffer_size: usize,
+        ) -> hipError_t;
+        /// `hipError_t hipGraphLaunch(hipGraphExec_t, hipStream_t)`.
+        fn hipGraphLaunch(exec: hipGraphExec_t, stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipGraphDestroy(hipGraph_t)`.
+        fn hipGraphDestroy(graph: hipGraph_t) -> hipError_t;
+        /// `hipError_t hipGraphExecDestroy(hipGraphExec_t)`.
+        fn hipGraphExecDestroy(exec: hipGraphExec_t) -> hipError_t;
+    }
+}
+
+// SAFETY: the table holds plain function pointers into a library that is never unloaded, and
+// the HIP runtime API is thread-safe.
+unsafe impl Send for HipApi {}
+// SAFETY: as above; the table is immutable after loading.
+unsafe impl Sync for HipApi {}
+
+impl fmt::Debug for HipApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipApi")
+            .field("soname", &self.soname)
+            .field("optional_symbols", &self.optional_symbols())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HipApi {
+    /// Opens the first of `sonames` that `dlopen` accepts and resolves the HIP symbols from it.
+    ///
+    /// The table is leaked on purpose: the library is never unloaded, so the function pointers
+    /// are valid for the rest of the process. Call this once per library (see
+    /// [`HipApi::load_default`], which caches).
+    pub fn load(sonames: &[&str]) -> Result<&'static HipApi, LoadError> {
+        let mut tried = Vec::new();
+        for &soname in sonames {
+            // SAFETY: opening a library runs its initialisers; the HIP runtime's are sound to
+            // run at any time (they register the runtime, they do not touch the GPU).
+            match unsafe { Library::new(soname) } {
+                Ok(library) => {
+                    // SAFETY: a library named libamdhip64 is the HIP runtime, whose symbols
+                    // have the signatures declared above.
+                    let api = unsafe { HipApi::resolve(library, soname) }?;
+                    return Ok(Box::leak(Box::new(api)));
+                }
+                Err(e) => tried.push((soname.to_string(), e.to_string())),
+            }
+        }
+        Err(LoadError::NotFound(tried))
+    }
+
+    /// [`HipApi::load`] of [`DEFAULT_SONAMES`], once per process; later calls return the same
+    /// result.
+    pub fn load_default() -> Result<&'static HipApi, LoadError> {
+        static DEFAULT: OnceLock<Result<&'static HipApi, LoadError>> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| HipApi::load(DEFAULT_SONAMES))
+            .clone()
+    }
+
+    /// The soname that opened.
+    pub fn soname(&self) -> &str {
+        &self.soname
+    }
+}
