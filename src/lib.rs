@@ -10,7 +10,8 @@
 //! * [`Fence`]: a set of `(semaphore, value)` timepoints with `wait_all` / `wait_any` futures;
 //! * [`reactor`]: the per-device completion reactor that turns device completions into wakes;
 //! * [`queue`]: the pending-action executor that issues queue work once its waits are reached;
-//! * [`backend`]: the hooks device backends build on (native semaphores).
+//! * [`backend`]: the hooks device backends build on (native semaphores);
+//! * [`stream`]: the stream layer shared by CUDA and HIP (and its host implementation).
 //!
 //! Futures use std `Waker`s only, so they run under tokio, `futures::executor` or any executor.
 //!
@@ -56,6 +57,7 @@ mod fence;
 pub mod queue;
 pub mod reactor;
 mod semaphore;
+pub mod stream;
 mod sync;
 
 pub use allocator::{Allocator, AllocatorStats};

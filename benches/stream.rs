@@ -1,0 +1,230 @@
+//! Benchmarks of the stream layer on this machine, through the host stream API (a thread per
+//! stream): the round trip of an empty kernel from submit to await through the stream device,
+//! against the same host API used raw in the same run, for both completion strategies.
+//!
+//! Run with `cargo bench --bench stream` (about half a minute). Group `stream_round_trip`:
+//!
+//! * `raw/launch_record_sync`: the floor. One iteration is `launch_kernel` of an empty kernel
+//!   (one block of one thread, no parameters) on a stream, `record_event` after it and
+//!   `synchronize_event` on the bench thread (a blocking-sync event: the thread sleeps on a
+//!   condition variable until the stream's thread completes the record). Two cross-thread
+//!   wakes: bench thread → stream thread → bench thread.
+//! * `{host_callback,completion_thread}/execute_block_on`: one iteration is `queue.execute` of a
+//!   reusable command buffer holding the empty dispatch (recorded once), on a queue timeline
+//!   (wait for the previous value, signal the next: a wait the stream satisfies with no event
+//!   wait, since the previous value is reached), then `futures::executor::block_on` of the
+//!   `Submission`. The launch and the event record go to the queue's stream; then
+//!   * with host callbacks, the queue's callback stream waits on the event and runs a host
+//!     function that posts to the reactor, which settles the fence and wakes the bench thread:
+//!     four cross-thread wakes (stream, callback stream, reactor, bench thread);
+//!   * with a completion thread, that thread, blocked in `synchronize_event`, settles the fence
+//!     and wakes the bench thread: three wakes (stream, completion thread, bench thread).
+//! * `{host_callback,completion_thread}/dispatch_block_on`: the same with `queue.dispatch`, which
+//!   records, validates and resolves a one-shot command list inside the call.
+//!
+//! * `paired` (printed, not a criterion measurement): the three round trips above
+//!   (`raw/launch_record_sync` and both strategies' `execute_block_on`) interleaved, one of each
+//!   per round for 3000 rounds, with the median of each and the ratios to raw. On a shared 2-core
+//!   VM the cost of a cross-thread wake swings between about 2 µs and tens of µs depending on
+//!   whether the woken thread's CPU was idle (other load changes that from minute to minute), so
+//!   only measurements taken in the same time window compare; this one is. Pinning the process
+//!   to one CPU (`taskset -c 0 target/release/deps/stream-* --bench`) makes every wake a
+//!   same-CPU wake and the figures stable from run to run.
+//!
+//! The number of cross-thread wakes on the critical path dominates every figure here.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use futures::executor::block_on;
+use halcyon::stream::host::{HostModule, HostStreamApi};
+use halcyon::stream::{
+    create_device, CompletionStrategy, EventFlags, KernelParams, LaunchConfig, StreamApi,
+    StreamDeviceOptions,
+};
+use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
+
+fn empty_module() -> HostModule {
+    HostModule::new().kernel(
+        EntryPoint {
+            name: "empty".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 0,
+            constant_count: 0,
+        },
+        |_| Ok(()),
+    )
+}
+
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("stream_round_trip");
+    group
+        .sample_size(60)
+        .warm_up_time(Duration::from_millis(700))
+        .measurement_time(Duration::from_secs(3));
+
+    {
+        let api = HostStreamApi::new();
+        let stream = api.create_stream().expect("stream");
+        let event = api
+            .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+            .expect("event");
+        let module = api.load_module(&empty_module().spec()).expect("module");
+        let function = api.get_function(module.module, "empty").expect("function");
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_memory_bytes: 0,
+        };
+        let params = KernelParams {
+            bindings: &[],
+            constants: &[],
+        };
+        group.bench_function("raw/launch_record_sync", |b| {
+            b.iter(|| {
+                api.launch_kernel(function, &config, &params, stream)
+                    .expect("launch");
+                api.record_event(event, stream).expect("record");
+                api.synchronize_event(event).expect("sync");
+            })
+        });
+        api.destroy_event(event).expect("destroy event");
+        api.destroy_stream(stream).expect("destroy stream");
+    }
+
+    for (name, completion) in [
+        ("host_callback", CompletionStrategy::HostCallback),
+        ("completion_thread", CompletionStrategy::CompletionThread),
+    ] {
+        let device = create_device(
+            HostStreamApi::new(),
+            StreamDeviceOptions {
+                completion,
+                ..StreamDeviceOptions::default()
+            },
+        )
+        .expect("device");
+        let queue = device.queue(0).expect("queue");
+        let executable = device
+            .load_executable(&empty_module().spec())
+            .expect("executable");
+        let timeline = queue.timeline().expect("timeline");
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder
+            .dispatch(&executable, 0, [1, 1, 1], &[], [])
+            .expect("record");
+        let command_buffer = builder.finish();
+
+        group.bench_function(format!("{name}/execute_block_on"), |b| {
+            b.iter(|| block_on(queue.execute(timeline.next(), &command_buffer, None)).expect("run"))
+        });
+        group.bench_function(format!("{name}/dispatch_block_on"), |b| {
+            b.iter(|| {
+                block_on(queue.dispatch(timeline.next(), &executable, 0, [1, 1, 1], &[], &[]))
+                    .expect("run")
+            })
+        });
+    }
+    group.finish();
+}
+
+/// One queue of a stream device with the empty dispatch recorded in a reusable command buffer.
+struct DeviceLoop {
+    _device: Device,
+    queue: Queue,
+    timeline: Timeline,
+    command_buffer: CommandBuffer,
+}
+
+impl DeviceLoop {
+    fn new(completion: CompletionStrategy) -> DeviceLoop {
+        let device = create_device(
+            HostStreamApi::new(),
+            StreamDeviceOptions {
+                completion,
+                ..StreamDeviceOptions::default()
+            },
+        )
+        .expect("device");
+        let queue = device.queue(0).expect("queue");
+        let executable = device
+            .load_executable(&empty_module().spec())
+            .expect("executable");
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder
+            .dispatch(&executable, 0, [1, 1, 1], &[], [])
+            .expect("record");
+        DeviceLoop {
+            timeline: queue.timeline().expect("timeline"),
+            queue,
+            _device: device,
+            command_buffer: builder.finish(),
+        }
+    }
+
+    fn round_trip(&self) -> Duration {
+        let start = Instant::now();
+        block_on(
+            self.queue
+                .execute(self.timeline.next(), &self.command_buffer, None),
+        )
+        .expect("run");
+        start.elapsed()
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e6
+}
+
+/// The interleaved comparison (see the module docs); prints its medians.
+fn paired(_: &mut Criterion) {
+    const ROUNDS: usize = 3000;
+    let api = HostStreamApi::new();
+    let stream = api.create_stream().expect("stream");
+    let event = api
+        .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+        .expect("event");
+    let module = api.load_module(&empty_module().spec()).expect("module");
+    let function = api.get_function(module.module, "empty").expect("function");
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let params = KernelParams {
+        bindings: &[],
+        constants: &[],
+    };
+    let raw = || {
+        let start = Instant::now();
+        api.launch_kernel(function, &config, &params, stream)
+            .expect("launch");
+        api.record_event(event, stream).expect("record");
+        api.synchronize_event(event).expect("sync");
+        start.elapsed()
+    };
+    let callback = DeviceLoop::new(CompletionStrategy::HostCallback);
+    let thread = DeviceLoop::new(CompletionStrategy::CompletionThread);
+    let mut samples = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS + 300 {
+        let (r, c, t) = (raw(), callback.round_trip(), thread.round_trip());
+        if round >= 300 {
+            // The first rounds are warm-up.
+            samples.0.push(r);
+            samples.1.push(c);
+            samples.2.push(t);
+        }
+    }
+    let (r, c, t) = (median(samples.0), median(samples.1), median(samples.2));
+    println!(
+        "stream_round_trip/paired ({ROUNDS} interleaved rounds): medians raw {r:.1} µs, \
+         host_callback {c:.1} µs ({:.2}x raw), completion_thread {t:.1} µs ({:.2}x raw)",
+        c / r,
+        t / r
+    );
+}
+
+criterion_group!(benches, round_trip, paired);
+criterion_main!(benches);

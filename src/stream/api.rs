@@ -1,0 +1,389 @@
+//! [`StreamApi`]: the translation table a stream-based vendor API (CUDA, HIP, the host
+//! emulation) implements once, so that the stream layer above it is written once.
+//!
+//! The table is llaisys' `RuntimeAPI` idea: a small set of plain operations on streams, events,
+//! memory and modules, with no policy. Everything halcyon adds (timeline semaphores, pending
+//! actions, completion, resource lifetime) lives in the generic layer above
+//! ([`crate::stream::StreamDevice`]).
+//!
+//! # Handles
+//!
+//! Vendor objects are named by opaque `u64` newtypes ([`StreamHandle`], [`EventHandle`],
+//! [`DevicePtr`], ...), one type per kind. Why not associated types? The layer stores handles
+//! in pools, maps and in-flight records and moves them between threads; vendor handle types are
+//! raw pointers that are neither `Send` nor `Hash`, so every backend would wrap them in the same
+//! newtypes anyway. A `u64` per kind keeps the layer free of generic noise, keeps vendor types
+//! out of the core's public API (see `DESIGN.md`), still makes passing an event where a stream is
+//! expected a compile error, and costs a backend one cast at its boundary (`CUstream` ↔ `u64`,
+//! `CUdeviceptr` is a `u64` already). A handle means nothing to another `StreamApi` instance.
+//!
+//! # Errors
+//!
+//! Every method returns [`crate::Result`] with the vendor error already turned into an
+//! [`crate::Error`]: a [`crate::StatusCode`] programs can match on and a message naming the call,
+//! the vendor code and what to do. **Sticky device errors** (CUDA's illegal address, HIP's
+//! launch failure) make every later call that touches the device fail with the same error, and
+//! host functions already enqueued never run: the stream layer's probe relies on
+//! [`StreamApi::query_event`] reporting them.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result, StatusCode};
+use crate::executable::{EntryPoint, ExecutableSpec};
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u64);
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:#x})"), self.0)
+            }
+        }
+    };
+}
+
+handle!(
+    /// A stream: an in-order queue of device work (`CUstream`, `hipStream_t`).
+    StreamHandle
+);
+handle!(
+    /// An event: a binary marker recorded into a stream (`CUevent`, `hipEvent_t`).
+    EventHandle
+);
+handle!(
+    /// A loaded module (`CUmodule`, `hipModule_t`).
+    ModuleHandle
+);
+handle!(
+    /// A kernel function of a loaded module (`CUfunction`, `hipFunction_t`).
+    FunctionHandle
+);
+handle!(
+    /// An instantiated, launchable graph (`CUgraphExec`, `hipGraphExec_t`).
+    GraphHandle
+);
+handle!(
+    /// A device address (`CUdeviceptr`, `hipDeviceptr_t`). Kernels receive these as their
+    /// binding parameters.
+    DevicePtr
+);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: u64) -> DevicePtr {
+        DevicePtr(self.0.wrapping_add(bytes))
+    }
+}
+
+bitflags::bitflags! {
+    /// Optional parts of a [`StreamApi`]. The stream layer checks them before relying on the
+    /// corresponding methods, whose default implementations fail with
+    /// [`StatusCode::Unimplemented`].
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Capabilities: u32 {
+        /// [`StreamApi::launch_host_func`] works (`cuLaunchHostFunc`, or
+        /// `hipStreamAddCallback` on HIP 5.2, which has no `hipLaunchHostFunc`).
+        const HOST_FUNC = 1 << 0;
+        /// [`StreamApi::allocate_async`] and [`StreamApi::free_async`] work (stream-ordered
+        /// memory pools).
+        const STREAM_ORDERED_ALLOC = 1 << 1;
+        /// Graph capture and launch ([`StreamApi::begin_capture`] and the rest) work.
+        const GRAPHS = 1 << 2;
+    }
+}
+
+bitflags::bitflags! {
+    /// How an event is created.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct EventFlags: u32 {
+        /// [`StreamApi::synchronize_event`] blocks the thread in the OS instead of spinning
+        /// (`CU_EVENT_BLOCKING_SYNC`). Events a completion thread waits on are created with it.
+        const BLOCKING_SYNC = 1 << 0;
+        /// The event records no timestamp (`CU_EVENT_DISABLE_TIMING`), which makes recording and
+        /// querying cheaper. Every event the stream layer creates has it.
+        const DISABLE_TIMING = 1 << 1;
+    }
+}
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryPlacement {
+    /// Device memory the host cannot address (`cuMemAlloc`, `hipMalloc`).
+    Device,
+    /// Device memory the host can address too (`cuMemAllocManaged`, `hipMallocManaged`);
+    /// [`StreamApi::host_pointer`] returns its host address.
+    HostVisible,
+}
+
+/// What an API is and what it offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiInfo {
+    /// The driver id used in device URIs (`cuda`, `hip`, `host-stream`): a word of ASCII
+    /// letters, digits, `-` and `_`.
+    pub driver: String,
+    /// A human-readable device name (`NVIDIA H100`, `host threads`).
+    pub name: String,
+    /// Optional capabilities.
+    pub capabilities: Capabilities,
+    /// Minimum alignment of binding offsets, in bytes.
+    pub binding_alignment: u64,
+    /// How many blocks can run at once (a rough figure for `device.concurrency`).
+    pub concurrency: u32,
+}
+
+/// A module loaded by [`StreamApi::load_module`], with the metadata its format carries.
+#[derive(Clone, Debug)]
+pub struct LoadedModule {
+    /// The module.
+    pub module: ModuleHandle,
+    /// Entry points, in the order dispatches index them. Each name is looked up with
+    /// [`StreamApi::get_function`]; the workgroup size is the launch's block size.
+    pub entry_points: Vec<EntryPoint>,
+}
+
+/// The shape of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z (halcyon's workgroup count).
+    pub grid: [u32; 3],
+    /// Threads per block in x, y, z (the entry point's workgroup size).
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_memory_bytes: u32,
+}
+
+/// A kernel's parameters in halcyon's one dispatch model: every binding as a device pointer, in
+/// binding order, then every `u32` constant, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelParams<'a> {
+    /// One device address per binding (the buffer's address plus the binding's offset).
+    pub bindings: &'a [DevicePtr],
+    /// The push constants.
+    pub constants: &'a [u32],
+}
+
+/// A host function enqueued on a stream. It must not call the [`StreamApi`] (CUDA and HIP
+/// forbid calling their API from a host callback): the stream layer's only post to its reactor.
+pub type HostFunc = Box<dyn FnOnce() + Send + 'static>;
+
+/// The error the optional methods return by default.
+pub fn unimplemented(api: &str, what: &str) -> Error {
+    Error::new(
+        StatusCode::Unimplemented,
+        format!(
+            "the {api} stream API does not implement {what}; check \
+             StreamApi::info().capabilities before using it"
+        ),
+    )
+}
+
+/// The operations of a stream-based device API, in the order of the CUDA driver API manual.
+///
+/// Implementations are a translation table: each method calls the vendor function, converts its
+/// error, and adds no policy. All methods take `&self` and may be called from any thread (a
+/// CUDA backend binds its context on the calling thread first). None may block except the
+/// `synchronize_*` methods.
+///
+/// **Ordering.** Work enqueued on one stream runs in enqueue order, each operation after the
+/// previous one completed and its writes are visible. Streams are independent except through
+/// [`StreamApi::stream_wait_event`].
+pub trait StreamApi: Send + Sync + 'static {
+    /// Identity and capabilities. Cheap; called when a device is created.
+    fn info(&self) -> ApiInfo;
+
+    // ---------------------------------------------------------------- streams
+
+    /// Creates a stream that does not synchronise with the legacy default stream
+    /// (`CU_STREAM_NON_BLOCKING`). Fails with `ResourceExhausted` when the API is out of streams.
+    fn create_stream(&self) -> Result<StreamHandle>;
+
+    /// Destroys `stream`. Work already enqueued still runs to completion and releases its
+    /// resources afterwards (as `cuStreamDestroy` does); the handle is invalid on return.
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<()>;
+
+    /// Blocks until every operation enqueued on `stream` before the call completed. Returns the
+    /// sticky device error if the device faulted (at once, not after a hang).
+    fn synchronize_stream(&self, stream: StreamHandle) -> Result<()>;
+
+    // ---------------------------------------------------------------- events
+
+    /// Creates an event with `flags`. A new event counts as complete (nothing recorded).
+    fn create_event(&self, flags: EventFlags) -> Result<EventHandle>;
+
+    /// Destroys `event`. A record still pending on a stream completes harmlessly.
+    fn destroy_event(&self, event: EventHandle) -> Result<()>;
+
+    /// Enqueues a record of `event` on `stream`: the event completes once all work enqueued on
+    /// `stream` before it completed. Re-recording replaces the event's state: queries, waits and
+    /// synchronisations issued afterwards refer to the new record; waits enqueued earlier keep
+    /// waiting for the record they saw.
+    fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()>;
+
+    /// Without blocking: `Ok(true)` if the most recent record completed (or none was made),
+    /// `Ok(false)` if it is pending, `Err` with the error of the work it captured or the sticky
+    /// device error (then the work will never complete). The stream layer's fault probe.
+    fn query_event(&self, event: EventHandle) -> Result<bool>;
+
+    /// Blocks until the most recent record of `event` (at the time of the call) completed; like
+    /// [`StreamApi::query_event`] for errors. With [`EventFlags::BLOCKING_SYNC`] the thread sleeps
+    /// in the OS instead of spinning.
+    fn synchronize_event(&self, event: EventHandle) -> Result<()>;
+
+    /// Makes all work enqueued on `stream` after this call wait until the most recent record of
+    /// `event` (at the time of the call) completed, without involving the host. Waiting on an
+    /// event never recorded does not wait. The event may be re-recorded right after the call.
+    fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()>;
+
+    // ---------------------------------------------------------------- host functions
+
+    /// Enqueues `func` on `stream`: it runs on an API-owned thread once the work before it
+    /// completed, and the work after it waits for it to return. `func` must not call this API
+    /// (CUDA and HIP deadlock or fail if it does) and must be quick. After a sticky device error
+    /// enqueued host functions never run (they are dropped unrun). Optional
+    /// ([`Capabilities::HOST_FUNC`]).
+    fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
+        let _ = (stream, func);
+        Err(unimplemented(&self.info().driver, "host functions"))
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    /// Allocates `size` bytes (at least 256-byte aligned), synchronously. `ResourceExhausted`
+    /// when out of memory. The contents are unspecified.
+    fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr>;
+
+    /// Frees an allocation made by [`StreamApi::allocate`]. Work already enqueued that uses it
+    /// must have completed (the stream layer frees only after that).
+    fn free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// The host address of `ptr` if the host can access that memory directly (a
+    /// [`MemoryPlacement::HostVisible`] allocation), else `None`.
+    fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>>;
+
+    /// Allocates `size` bytes in stream order on `stream`: usable by work enqueued on `stream`
+    /// after this call. Optional ([`Capabilities::STREAM_ORDERED_ALLOC`]).
+    fn allocate_async(&self, size: u64, stream: StreamHandle) -> Result<DevicePtr> {
+        let _ = (size, stream);
+        Err(unimplemented(
+            &self.info().driver,
+            "stream-ordered allocation",
+        ))
+    }
+
+    /// Frees `ptr` in stream order: once the work enqueued on `stream` before it completed.
+    /// Optional ([`Capabilities::STREAM_ORDERED_ALLOC`]).
+    fn free_async(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<()> {
+        let _ = (ptr, stream);
+        Err(unimplemented(
+            &self.info().driver,
+            "stream-ordered allocation",
+        ))
+    }
+
+    /// Enqueues a copy of `len` bytes from host memory at `src` to device memory at `dst`.
+    ///
+    /// # Safety
+    /// `src..src + len` must stay valid and unmodified until the copy completed on `stream`
+    /// (the stream layer keeps the bytes alive until the submission's completion event).
+    unsafe fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    /// Enqueues a copy of `len` bytes from device memory at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must stay valid, and not be accessed by anything else, until the copy
+    /// completed on `stream`.
+    unsafe fn copy_device_to_host_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    /// Enqueues a copy of `len` bytes between device addresses. Invalid addresses are reported
+    /// as errors (synchronously, or as a device error), never as host memory corruption.
+    fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    /// Enqueues a fill of `len` bytes at `dst` with the little-endian `pattern` of `pattern_len`
+    /// bytes (1, 2 or 4: `cuMemsetD8/D16/D32Async`). `dst` and `len` must be multiples of
+    /// `pattern_len` (`InvalidArgument` otherwise).
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        pattern: u32,
+        pattern_len: u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    // ---------------------------------------------------------------- modules and kernels
+
+    /// The executable formats [`StreamApi::load_module`] understands (`cuda-ptx`, ...).
+    fn module_formats(&self) -> Vec<String>;
+
+    /// Loads a module from `spec` (one of [`StreamApi::module_formats`]), returning it with its
+    /// entry points' metadata (which the format must carry: device code alone does not say how
+    /// many bindings and constants a kernel takes). `InvalidArgument` for malformed input.
+    fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule>;
+
+    /// Unloads `module`. Kernels of it still running or enqueued must have completed (the stream
+    /// layer keeps executables alive until the work using them completed).
+    fn unload_module(&self, module: ModuleHandle) -> Result<()>;
+
+    /// The kernel called `name` in `module`; `NotFound` naming it otherwise.
+    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle>;
+
+    /// Enqueues a launch of `function` with `config` and `params` on `stream`. Argument errors
+    /// (a block too large, a bad address) are reported synchronously where the API can; errors
+    /// while the kernel runs complete the next recorded event with an error.
+    fn launch_kernel(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    // ---------------------------------------------------------------- graphs (optional)
+
+    /// Starts capturing the work enqueued on `stream` into a graph instead of running it.
+    /// Optional ([`Capabilities::GRAPHS`]).
+    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
+        let _ = stream;
+        Err(unimplemented(&self.info().driver, "graph capture"))
+    }
+
+    /// Ends the capture started on `stream` and instantiates it. Optional.
+    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
+        let _ = stream;
+        Err(unimplemented(&self.info().driver, "graph capture"))
+    }
+
+    /// Enqueues one run of `graph` on `stream`. Optional.
+    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+        let _ = (graph, stream);
+        Err(unimplemented(&self.info().driver, "graph launch"))
+    }
+
+    /// Destroys `graph` once its enqueued runs completed. Optional.
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        let _ = graph;
+        Err(unimplemented(&self.info().driver, "graphs"))
+    }
+}

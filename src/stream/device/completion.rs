@@ -1,0 +1,182 @@
+//! How a stream device learns that submissions completed, and the fault probe.
+//!
+//! Two strategies, chosen by [`crate::stream::CompletionStrategy`]:
+//!
+//! * **Host callbacks.** After a submission's completion event, the queue's dedicated callback
+//!   stream waits on that event and runs a host function. The host function only posts a
+//!   [`crate::reactor::Completion::Call`] to the device's reactor (vendor host callbacks may not
+//!   call the vendor API); the reactor settles the submission. A dedicated stream keeps the
+//!   host function, which blocks the stream it runs on, off the work stream.
+//! * **Completion threads.** One thread per queue takes the queue's submissions in order from a
+//!   [`Fifo`] and blocks in `synchronize_event` on each (events created with
+//!   [`crate::stream::EventFlags::BLOCKING_SYNC`], so it sleeps rather than spins), then settles
+//!   it. The thread is idle on a condition variable while the queue is empty.
+//!
+//! **The fault probe.** After a sticky device error host functions never run, so with host
+//! callbacks a fault would leave every fence in flight unsettled. The reactor therefore sleeps in
+//! a [`ProbeParker`]: while submissions are in flight (or were recently), its sleep has a
+//! timeout, and at most once per probe interval it queries the event of every submission in
+//! flight ([`super::core::Core::probe`]), settling those that completed and failing those whose
+//! event reports an error, with that error (whose message names the cause). With completion
+//! threads the blocked `synchronize_event` returns the error itself; the probe is a second line.
+//! An idle device's reactor sleeps without a timeout.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crate::reactor::{Parker, Unpark};
+use crate::stream::api::StreamApi;
+use crate::stream::device::core::{Core, Via};
+use crate::stream::event_pool::Event;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One queue's submissions for its completion thread, in stream order.
+#[derive(Default)]
+pub(crate) struct Fifo {
+    state: Mutex<FifoState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct FifoState {
+    pending: VecDeque<(u64, Event)>,
+    stop: bool,
+}
+
+impl Fifo {
+    /// Adds submission `id`, complete once `event` is.
+    pub(crate) fn push(&self, id: u64, event: Event) {
+        let mut state = lock(&self.state);
+        let was_empty = state.pending.is_empty();
+        state.pending.push_back((id, event));
+        drop(state);
+        if was_empty {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next submission, blocking while there is none; `None` once stopped and drained.
+    fn next(&self) -> Option<(u64, Event)> {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(next) = state.pending.pop_front() {
+                return Some(next);
+            }
+            if state.stop {
+                return None;
+            }
+            state = self.ready.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Ends the thread once the submissions already pushed are done.
+    pub(crate) fn stop(&self) {
+        lock(&self.state).stop = true;
+        self.ready.notify_all();
+    }
+}
+
+/// A completion thread: settles queue `index`'s submissions as their events complete.
+pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) {
+    let Some(fifo) = core.queues[index].fifo.as_ref() else {
+        return;
+    };
+    while let Some((id, event)) = fifo.next() {
+        let status = core.api.synchronize_event(event.handle());
+        core.complete(id, Some(status), Via::Thread);
+    }
+}
+
+/// The reactor's sleep: a flag and a condition variable, so the sleep can have a timeout.
+#[derive(Default)]
+pub(crate) struct ParkSignal {
+    woken: Mutex<bool>,
+    wake: Condvar,
+    /// Set while the reactor sleeps (or decides to) without a timeout.
+    indefinite: AtomicBool,
+}
+
+impl ParkSignal {
+    fn unpark(&self) {
+        *lock(&self.woken) = true;
+        self.wake.notify_one();
+    }
+
+    /// A submission went in flight: if the reactor sleeps without a timeout (the device was
+    /// idle), wake it so it sleeps with one and the probe covers the new work.
+    pub(crate) fn work_arrived(&self) {
+        // Pairs with the reactor's store of `indefinite` before its read of the in-flight count
+        // (both SeqCst): either the reactor sees the new submission, or this sees it sleeping.
+        if self.indefinite.load(Ordering::SeqCst) {
+            self.unpark();
+        }
+    }
+}
+
+struct ParkUnpark(Arc<ParkSignal>);
+
+impl Unpark for ParkUnpark {
+    fn unpark(&self) {
+        self.0.unpark();
+    }
+}
+
+/// The reactor's [`Parker`]: sleeps until posted to, with the probe interval as timeout while
+/// the device is busy, and runs the fault probe (see the [module docs](self)).
+pub(crate) struct ProbeParker<A: StreamApi> {
+    core: Arc<Core<A>>,
+    seen_epoch: u64,
+    last_probe: Instant,
+}
+
+impl<A: StreamApi> ProbeParker<A> {
+    pub(crate) fn new(core: Arc<Core<A>>) -> Self {
+        ProbeParker {
+            core,
+            seen_epoch: 0,
+            last_probe: Instant::now(),
+        }
+    }
+}
+
+impl<A: StreamApi> Parker for ProbeParker<A> {
+    fn park(&mut self) {
+        let core = &self.core;
+        let signal = &core.park;
+        let mut woken = lock(&signal.woken);
+        if !*woken {
+            signal.indefinite.store(true, Ordering::SeqCst);
+            let epoch = core.epoch.load(Ordering::SeqCst);
+            let busy = core.in_flight_count.load(Ordering::SeqCst) > 0 || epoch != self.seen_epoch;
+            self.seen_epoch = epoch;
+            if busy {
+                signal.indefinite.store(false, Ordering::SeqCst);
+                woken = signal
+                    .wake
+                    .wait_timeout(woken, core.probe_interval)
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            } else {
+                while !*woken {
+                    woken = signal.wake.wait(woken).unwrap_or_else(|p| p.into_inner());
+                }
+                signal.indefinite.store(false, Ordering::SeqCst);
+            }
+        }
+        *woken = false;
+        drop(woken);
+        if core.in_flight() > 0 && self.last_probe.elapsed() >= core.probe_interval {
+            self.last_probe = Instant::now();
+            core.probe();
+        }
+    }
+
+    fn unparker(&self) -> Box<dyn Unpark> {
+        Box::new(ParkUnpark(self.core.park.clone()))
+    }
+}

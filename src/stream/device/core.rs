@@ -1,0 +1,182 @@
+//! The state a stream device shares with its completion paths: its queues' streams, the event
+//! and timepoint pools, and the map of submissions in flight.
+//!
+//! A submission goes in flight when it is issued to a stream ([`super::issue`]) and leaves
+//! when it is settled ([`super::settle`]): exactly one path settles it, whoever removes it from
+//! the map (its host callback through the reactor, its completion thread, the fault probe, or the
+//! device's shutdown).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::reactor::ReactorHandle;
+use crate::semaphore::Semaphore;
+use crate::stream::api::{StreamApi, StreamHandle};
+use crate::stream::device::completion::{Fifo, ParkSignal};
+use crate::stream::device::CompletionStrategy;
+use crate::stream::event_pool::{Event, EventPool};
+use crate::stream::timeline::{StreamSemaphore, Timeline};
+use crate::stream::timepoint::{Timepoint, TimepointPool};
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counters behind the `stream.*` query keys.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) submissions: AtomicU64,
+    pub(crate) native_waits: AtomicU64,
+    pub(crate) host_waits: AtomicU64,
+    pub(crate) deferred_waits: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) callback_completions: AtomicU64,
+    pub(crate) thread_completions: AtomicU64,
+    pub(crate) probe_completions: AtomicU64,
+    pub(crate) probe_failures: AtomicU64,
+    pub(crate) probes: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+}
+
+/// Who settles a submission (for the statistics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    Callback,
+    Thread,
+    Probe,
+    Shutdown,
+}
+
+/// One device queue: its stream and how its completions are observed.
+pub(crate) struct QueueStreams {
+    pub(crate) stream: StreamHandle,
+    /// The dedicated stream its completion host functions run on (host-callback strategy), so
+    /// a waiting host function never blocks the work stream.
+    pub(crate) callback: Option<StreamHandle>,
+    /// Held while one submission is enqueued, so submissions reach the stream whole.
+    pub(crate) issue: Mutex<()>,
+    /// Submissions for the completion thread (completion-thread strategy).
+    pub(crate) fifo: Option<Fifo>,
+}
+
+/// The state a stream device shares with its completion paths.
+pub(crate) struct Core<A: StreamApi> {
+    pub(crate) api: Arc<A>,
+    /// Process-unique device id: semaphores, buffers and executables of other devices are
+    /// recognised by it.
+    pub(crate) id: u64,
+    /// The device URI, for messages.
+    pub(crate) name: String,
+    pub(crate) queues: Vec<QueueStreams>,
+    pub(crate) events: EventPool,
+    pub(crate) timepoints: TimepointPool,
+    in_flight: Mutex<HashMap<u64, Timepoint>>,
+    /// `in_flight.len()`, readable without the lock (the probe parker's decision).
+    pub(crate) in_flight_count: AtomicUsize,
+    /// Bumped by every registration: a reactor that saw it move keeps probing for a while.
+    pub(crate) epoch: AtomicU64,
+    next_id: AtomicU64,
+    pub(crate) reactor: OnceLock<ReactorHandle>,
+    pub(crate) strategy: CompletionStrategy,
+    pub(crate) park: Arc<ParkSignal>,
+    pub(crate) probe_interval: Duration,
+    pub(crate) stats: Stats,
+}
+
+impl<A: StreamApi> Core<A> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        api: Arc<A>,
+        id: u64,
+        name: String,
+        queues: Vec<QueueStreams>,
+        events: EventPool,
+        strategy: CompletionStrategy,
+        probe_interval: Duration,
+    ) -> Self {
+        Core {
+            api,
+            id,
+            name,
+            queues,
+            events,
+            timepoints: TimepointPool::default(),
+            in_flight: Mutex::new(HashMap::new()),
+            in_flight_count: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            reactor: OnceLock::new(),
+            strategy,
+            park: Arc::new(ParkSignal::default()),
+            probe_interval,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The timeline of `semaphore` if this device created it.
+    pub(crate) fn own_timeline<'a>(&self, semaphore: &'a Semaphore) -> Option<&'a Timeline> {
+        StreamSemaphore::timeline_of(semaphore).filter(|t| t.owner() == self.id)
+    }
+
+    /// Puts a submission in the in-flight map and tells the probe parker.
+    pub(super) fn register(&self, timepoint: Timepoint) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.in_flight).insert(id, timepoint);
+        self.in_flight_count.fetch_add(1, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.park.work_arrived();
+        id
+    }
+
+    /// Takes submission `id` out of flight (whoever gets it settles it).
+    pub(super) fn take(&self, id: u64) -> Option<Timepoint> {
+        let taken = lock(&self.in_flight).remove(&id);
+        if taken.is_some() {
+            self.in_flight_count.fetch_sub(1, Ordering::SeqCst);
+        }
+        taken
+    }
+
+    /// Puts a submission taken out too early (its event is still pending) back in flight.
+    pub(super) fn put_back(&self, id: u64, timepoint: Timepoint) {
+        lock(&self.in_flight).insert(id, timepoint);
+        self.in_flight_count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The submissions in flight and their completion events.
+    pub(super) fn in_flight_events(&self) -> Vec<(u64, Event)> {
+        lock(&self.in_flight)
+            .iter()
+            .filter_map(|(id, t)| t.event.clone().map(|e| (*id, e)))
+            .collect()
+    }
+
+    /// The ids of the submissions in flight.
+    pub(super) fn in_flight_ids(&self) -> Vec<u64> {
+        lock(&self.in_flight).keys().copied().collect()
+    }
+
+    /// How many submissions are in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight_count.load(Ordering::Relaxed)
+    }
+}
+
+impl<A: StreamApi> Drop for Core<A> {
+    fn drop(&mut self) {
+        for queue in &self.queues {
+            let _ = self.api.destroy_stream(queue.stream);
+            if let Some(callback) = queue.callback {
+                let _ = self.api.destroy_stream(callback);
+            }
+        }
+    }
+}

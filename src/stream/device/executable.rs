@@ -1,0 +1,63 @@
+//! Executables of a stream device: a loaded module and one function per entry point.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::executable::{EntryPoint, ExecutableBackend, ExecutableSpec};
+use crate::stream::api::{FunctionHandle, ModuleHandle, StreamApi};
+
+/// A module loaded through [`StreamApi::load_module`], unloaded when the last handle and the
+/// last submission dispatching it are gone.
+pub(crate) struct StreamExecutable<A: StreamApi> {
+    api: Arc<A>,
+    /// The device that loaded it.
+    pub(crate) owner: u64,
+    module: ModuleHandle,
+    entry_points: Vec<EntryPoint>,
+    /// Index-aligned with `entry_points`.
+    pub(crate) functions: Vec<FunctionHandle>,
+}
+
+impl<A: StreamApi> StreamExecutable<A> {
+    /// Loads `spec` and looks up every entry point's function.
+    pub(crate) fn load(api: &Arc<A>, owner: u64, spec: &ExecutableSpec) -> Result<Self> {
+        let loaded = api.load_module(spec)?;
+        let functions = loaded
+            .entry_points
+            .iter()
+            .map(|entry| api.get_function(loaded.module, &entry.name))
+            .collect::<Result<Vec<_>>>();
+        let functions = match functions {
+            Ok(functions) => functions,
+            Err(error) => {
+                let _ = api.unload_module(loaded.module);
+                return Err(error);
+            }
+        };
+        Ok(StreamExecutable {
+            api: api.clone(),
+            owner,
+            module: loaded.module,
+            entry_points: loaded.entry_points,
+            functions,
+        })
+    }
+}
+
+impl<A: StreamApi> ExecutableBackend for StreamExecutable<A> {
+    fn entry_points(&self) -> &[EntryPoint] {
+        &self.entry_points
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl<A: StreamApi> Drop for StreamExecutable<A> {
+    fn drop(&mut self) {
+        // Submissions dispatching it hold the executable until their fences settled.
+        let _ = self.api.unload_module(self.module);
+    }
+}

@@ -1,0 +1,315 @@
+//! Issuing a released submission to its queue's stream.
+//!
+//! In this order (on the submitting thread, or on the reactor for parked actions):
+//! 1. resolve every wait: reached (nothing to do), or an event of this device's timeline at or
+//!    above the value (`stream_wait_event`); the action was parked until one of the two held;
+//! 2. enqueue the work's operations (resolving buffers to device addresses and keeping their
+//!    memory in the submission's timepoint);
+//! 3. record a pooled event after them;
+//! 4. add `(value, event)` to the timeline of every semaphore of this device the work signals,
+//!    which releases actions parked until that value is scheduled (skipped if enqueueing failed,
+//!    so dependents wait for the failure instead of running);
+//! 5. register the submission in flight, then hand it to the completion strategy (a host
+//!    function posting to the reactor, or the queue's completion thread).
+//!
+//! Registering before step 5 means a completion never finds nothing to settle; scheduling
+//! before step 5 means a timepoint is never added after its value was retired. An issue holds
+//! its queue's issue lock, so one queue's submissions reach its stream in one piece each.
+
+use std::sync::Arc;
+
+use crate::backend::BufferMemory;
+use crate::buffer::BufferRef;
+use crate::command_buffer::{Command, Dispatch};
+use crate::device::Work;
+use crate::error::{Error, Result, StatusCode};
+use crate::fence::Fence;
+use crate::reactor::Completion;
+use crate::stream::api::{DevicePtr, KernelParams, LaunchConfig, StreamApi, StreamHandle};
+use crate::stream::device::core::{lock, Core, Stats, Via};
+use crate::stream::device::executable::StreamExecutable;
+use crate::stream::device::memory::StreamMemory;
+use crate::stream::device::CompletionStrategy;
+use crate::stream::event_pool::Event;
+use crate::stream::timeline::WaitSource;
+use crate::stream::timepoint::Timepoint;
+
+impl<A: StreamApi> Core<A> {
+    /// Issues `work` on queue `index` once the action queue released it (see the module docs).
+    /// An `Err` fails the signal fence at once, so it is only returned while nothing was
+    /// enqueued that could still touch the work's resources.
+    pub(crate) fn issue(
+        self: &Arc<Self>,
+        index: usize,
+        wait: &Fence,
+        signal: &Fence,
+        work: Work,
+    ) -> Result<()> {
+        let mut events = Vec::new();
+        let mut waited = Vec::new();
+        for (semaphore, value) in wait.iter() {
+            let source = self.own_timeline(semaphore).map(|t| t.wait_source(value));
+            match source {
+                Some(WaitSource::Reached) => {}
+                Some(WaitSource::Event(event)) => {
+                    events.push(event);
+                    waited.push(semaphore.clone());
+                }
+                Some(WaitSource::Unscheduled) | None => match semaphore.query() {
+                    Ok(current) if current >= value => {}
+                    Ok(current) => {
+                        return Err(Error::new(
+                            StatusCode::Internal,
+                            format!(
+                                "{}: a submission was released while its wait for value {value} \
+                                 (the semaphore is at {current}) was neither reached nor \
+                                 scheduled on a stream",
+                                self.name
+                            ),
+                        ))
+                    }
+                    Err(error) => return Err(error),
+                },
+            }
+        }
+        let queue = &self.queues[index];
+        let _in_order = lock(&queue.issue);
+        for event in &events {
+            self.api.stream_wait_event(queue.stream, event.handle())?;
+        }
+        Stats::bump(&self.stats.native_waits, events.len() as u64);
+        drop(events); // the waits captured the records; the events may be recycled
+        let mut timepoint = self.timepoints.acquire();
+        let enqueued = self.enqueue(queue.stream, &work, &mut timepoint);
+        let event = self
+            .events
+            .acquire()
+            .and_then(|event| {
+                self.api
+                    .record_event(event.handle(), queue.stream)
+                    .map(|()| event)
+            })
+            .map_err(|error| {
+                error.context(format!(
+                    "{}: cannot record the completion event of a submission",
+                    self.name
+                ))
+            });
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                // Without an event the submission's completion cannot be observed: wait for the
+                // stream (a device that fails to record is normally dead, and returns at once)
+                // so that nothing enqueued outlives the resources dropped with the error.
+                let _ = self.api.synchronize_stream(queue.stream);
+                return Err(enqueued.err().unwrap_or(error));
+            }
+        };
+        if enqueued.is_ok() {
+            // A submission that failed to enqueue schedules nothing: work waiting on its
+            // signals stays parked until the failure reaches them.
+            for (semaphore, value) in signal.iter() {
+                if let Some(timeline) = self.own_timeline(semaphore) {
+                    timeline.schedule(value, &event);
+                }
+            }
+        }
+        timepoint.queue = index;
+        timepoint.event = Some(event.clone());
+        timepoint.signal = signal.clone();
+        timepoint.waited = waited;
+        timepoint.work = Some(work);
+        timepoint.error = enqueued.err();
+        let id = self.register(timepoint);
+        self.track(index, id, event);
+        Ok(())
+    }
+
+    /// Enqueues the operations of `work` on `stream`, keeping what they address in `timepoint`.
+    fn enqueue(&self, stream: StreamHandle, work: &Work, timepoint: &mut Timepoint) -> Result<()> {
+        match work {
+            Work::Commands(commands) => {
+                for command in commands.iter() {
+                    self.enqueue_command(stream, command, timepoint)?;
+                }
+                Ok(())
+            }
+            Work::Read { source, sink } => {
+                let src = self.address(source, &mut timepoint.memory)?;
+                let mut staging = vec![0u8; source.len() as usize].into_boxed_slice();
+                // SAFETY: `staging` is a heap allocation of `source.len()` bytes that the
+                // timepoint owns (moving the box does not move the bytes) and nobody touches
+                // until the completion event, after which the bytes are handed to the sink.
+                unsafe {
+                    self.api.copy_device_to_host_async(
+                        staging.as_mut_ptr(),
+                        src,
+                        source.len(),
+                        stream,
+                    )?
+                };
+                timepoint.read = Some((sink.clone(), staging));
+                Ok(())
+            }
+            Work::HostCall(_) => Err(Error::new(
+                StatusCode::Internal,
+                "host calls run on the host, not on a stream",
+            )),
+        }
+    }
+
+    fn enqueue_command(
+        &self,
+        stream: StreamHandle,
+        command: &Command,
+        timepoint: &mut Timepoint,
+    ) -> Result<()> {
+        let memory = &mut timepoint.memory;
+        match command {
+            Command::Barrier => Ok(()), // a stream is in order already
+            Command::Fill {
+                target,
+                pattern,
+                pattern_len,
+            } => {
+                let dst = self.address(target, memory)?;
+                self.api
+                    .memset_async(dst, *pattern, *pattern_len, target.len(), stream)
+            }
+            Command::Update { target, data } => {
+                let dst = self.address(target, memory)?;
+                // SAFETY: `data` belongs to the command list, which the timepoint keeps (as its
+                // work) until the completion event recorded after this copy completed.
+                unsafe {
+                    self.api.copy_host_to_device_async(
+                        dst,
+                        data.as_ptr(),
+                        data.len() as u64,
+                        stream,
+                    )
+                }
+            }
+            Command::Copy { source, target } => {
+                let src = self.address(source, memory)?;
+                let dst = self.address(target, memory)?;
+                self.api
+                    .copy_device_to_device_async(dst, src, target.len(), stream)
+            }
+            Command::Dispatch(dispatch) => self.enqueue_dispatch(stream, dispatch, memory),
+        }
+    }
+
+    fn enqueue_dispatch(
+        &self,
+        stream: StreamHandle,
+        dispatch: &Dispatch<BufferRef>,
+        memory: &mut Vec<Arc<dyn BufferMemory>>,
+    ) -> Result<()> {
+        if dispatch.workgroups.contains(&0) {
+            return Ok(());
+        }
+        let executable = dispatch
+            .executable
+            .backend()
+            .as_any()
+            .downcast_ref::<StreamExecutable<A>>()
+            .filter(|e| e.owner == self.id)
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "executable {} (format '{}', loaded by {}) was not loaded by {}; load it \
+                         on the device that dispatches it",
+                        dispatch.executable.id(),
+                        dispatch.executable.format(),
+                        dispatch.executable.device_id(),
+                        self.name
+                    ),
+                )
+            })?;
+        let index = dispatch.entry_point as usize;
+        let entry = dispatch.executable.entry_point(dispatch.entry_point)?;
+        let bindings = dispatch
+            .bindings
+            .iter()
+            .map(|binding| self.address(binding, memory))
+            .collect::<Result<Vec<_>>>()?;
+        let config = LaunchConfig {
+            grid: dispatch.workgroups,
+            block: entry.workgroup_size,
+            shared_memory_bytes: 0,
+        };
+        let params = KernelParams {
+            bindings: &bindings,
+            constants: &dispatch.constants,
+        };
+        self.api
+            .launch_kernel(executable.functions[index], &config, &params, stream)
+    }
+
+    /// The device address of `range`, keeping its memory alive in `keep`.
+    fn address(
+        &self,
+        range: &BufferRef,
+        keep: &mut Vec<Arc<dyn BufferMemory>>,
+    ) -> Result<DevicePtr> {
+        let memory = range.buffer().memory()?;
+        let base = memory
+            .as_any()
+            .downcast_ref::<StreamMemory<A>>()
+            .filter(|m| m.owner == self.id)
+            .map(|m| m.ptr)
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "buffer {} was not allocated by {}; allocate it from this device's \
+                         allocator",
+                        range.buffer().id(),
+                        self.name
+                    ),
+                )
+            })?;
+        keep.push(memory);
+        Ok(base.offset(range.offset()))
+    }
+
+    /// Arranges for the completion of submission `id` (recorded as `event` on queue `index`)
+    /// to be observed. If that fails, the probe settles it.
+    fn track(self: &Arc<Self>, index: usize, id: u64, event: Event) {
+        let queue = &self.queues[index];
+        match self.strategy {
+            CompletionStrategy::HostCallback => {
+                let (Some(callback), Some(reactor)) = (queue.callback, self.reactor.get()) else {
+                    return;
+                };
+                let reactor = reactor.clone();
+                let core = Arc::downgrade(self);
+                let tracked = self
+                    .api
+                    .stream_wait_event(callback, event.handle())
+                    .and_then(|()| {
+                        self.api.launch_host_func(
+                            callback,
+                            Box::new(move || {
+                                // Runs on an API thread that must not call the API: it only
+                                // posts. The reactor settles the submission.
+                                let _ = reactor.post(Completion::Call(Box::new(move || {
+                                    if let Some(core) = core.upgrade() {
+                                        core.complete(id, None, Via::Callback);
+                                    }
+                                })));
+                            }),
+                        )
+                    });
+                // On failure the submission stays in flight, where the probe finds it.
+                let _ = tracked;
+            }
+            CompletionStrategy::CompletionThread => {
+                if let Some(fifo) = &queue.fifo {
+                    fifo.push(id, event);
+                }
+            }
+        }
+    }
+}

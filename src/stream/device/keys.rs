@@ -1,0 +1,44 @@
+//! Query keys a stream device answers through [`crate::Device::query`], besides the standard
+//! [`crate::device::keys`]: counters of how waits were satisfied, how submissions completed, and
+//! what the event and timepoint pools did.
+
+/// Waits satisfied by `stream_wait_event` on a scheduled signal's event (no host wait).
+pub const NATIVE_WAITS: &str = "stream.native_waits";
+/// Waits the host had to see reached first (host or other devices' semaphores not yet
+/// reached at submit, and host calls' waits).
+pub const HOST_WAITS: &str = "stream.host_waits";
+/// Waits on this device's semaphores whose signal was not yet scheduled at submit: the
+/// submission was parked until it was.
+pub const DEFERRED_WAITS: &str = "stream.deferred_waits";
+/// Submissions received.
+pub const SUBMISSIONS: &str = "stream.submissions";
+/// Submissions issued to a stream whose fences were settled.
+pub const COMPLETED: &str = "stream.completed";
+/// Of those, how many failed.
+pub const FAILED: &str = "stream.failed";
+/// Settled by a host-function callback through the reactor.
+pub const CALLBACK_COMPLETIONS: &str = "stream.callback_completions";
+/// Settled by a completion thread.
+pub const THREAD_COMPLETIONS: &str = "stream.thread_completions";
+/// Settled (successfully) by the probe because their callback had not come.
+pub const PROBE_COMPLETIONS: &str = "stream.probe_completions";
+/// Failed by the probe because their event reported an error (a device fault).
+pub const PROBE_FAILURES: &str = "stream.probe_failures";
+/// Probe runs.
+pub const PROBES: &str = "stream.probes";
+/// Submissions in flight now.
+pub const IN_FLIGHT: &str = "stream.in_flight";
+/// Events the event pool created.
+pub const EVENTS_CREATED: &str = "stream.events_created";
+/// Events handed out by the pool (created or reused).
+pub const EVENTS_ACQUIRED: &str = "stream.events_acquired";
+/// Events back in the pool now.
+pub const EVENTS_FREE: &str = "stream.events_free";
+/// Timepoint records created.
+pub const TIMEPOINTS_CREATED: &str = "stream.timepoints_created";
+/// Timepoint records handed out (created or reused).
+pub const TIMEPOINTS_ACQUIRED: &str = "stream.timepoints_acquired";
+/// Times the reactor woke.
+pub const REACTOR_WAKEUPS: &str = "stream.reactor_wakeups";
+/// Pending-action polls on the reactor.
+pub const REACTOR_POLLS: &str = "stream.reactor_polls";

@@ -1,0 +1,135 @@
+//! Settling a submission once its event completed or failed, and the fault probe.
+//!
+//! [`Core::complete`] takes the submission out of flight (a no-op if another path did), then
+//! decides its outcome: the event's status (its work's error, or the sticky device error), an
+//! error from enqueueing part of it, a failed semaphore it waited on natively; on success a
+//! read's bytes go to its sink. Then the signal fence is settled in fence order: this device's
+//! semaphores are advanced (the device reached the value) and their timelines retired, other
+//! semaphores are signalled from the host; or every entry is failed with the error. Last, the
+//! timepoint is cleared, dropping what the work held, and recycled.
+
+use crate::error::{Error, Result, StatusCode};
+use crate::fence::Fence;
+use crate::stream::api::StreamApi;
+use crate::stream::device::core::{Core, Stats, Via};
+
+impl<A: StreamApi> Core<A> {
+    /// Settles submission `id` if nobody did yet. `observed` is the event's status if the
+    /// caller already knows it; otherwise the event is queried (and a still pending event
+    /// leaves the submission in flight for the probe).
+    pub(crate) fn complete(&self, id: u64, observed: Option<Result<()>>, via: Via) {
+        let Some(mut timepoint) = self.take(id) else {
+            return;
+        };
+        let status = match observed {
+            Some(status) => status,
+            None => match timepoint
+                .event
+                .as_ref()
+                .map(|e| self.api.query_event(e.handle()))
+            {
+                None | Some(Ok(true)) => Ok(()),
+                Some(Ok(false)) if via != Via::Shutdown => {
+                    self.put_back(id, timepoint);
+                    return;
+                }
+                Some(Ok(false)) => Err(Error::new(
+                    StatusCode::Aborted,
+                    format!(
+                        "{} was dropped while a submission was in flight and its stream did not \
+                         finish it; keep the device alive until submitted work completes",
+                        self.name
+                    ),
+                )),
+                Some(Err(error)) => Err(error),
+            },
+        };
+        let mut result = status.and_then(|()| timepoint.error.take().map_or(Ok(()), Err));
+        if result.is_ok() {
+            if let Some(error) = timepoint.waited.iter().find_map(|s| s.query().err()) {
+                result = Err(error);
+            }
+        }
+        if result.is_ok() {
+            if let Some((sink, bytes)) = timepoint.read.take() {
+                sink.deliver(bytes.into_vec());
+            }
+        }
+        let by = match via {
+            Via::Callback => Some(&self.stats.callback_completions),
+            Via::Thread => Some(&self.stats.thread_completions),
+            Via::Probe if result.is_ok() => Some(&self.stats.probe_completions),
+            Via::Probe => Some(&self.stats.probe_failures),
+            Via::Shutdown => None,
+        };
+        if let Some(counter) = by {
+            Stats::bump(counter, 1);
+        }
+        Stats::bump(&self.stats.completed, 1);
+        Stats::bump(&self.stats.failed, u64::from(result.is_err()));
+        self.settle(&timepoint.signal, result);
+        self.timepoints.release(timepoint);
+    }
+
+    /// Signals `signal` in fence order (or fails it).
+    fn settle(&self, signal: &Fence, result: Result<()>) {
+        if let Err(error) = result {
+            return signal.fail(error);
+        }
+        let mut first_error = None;
+        for (semaphore, value) in signal.iter() {
+            match self.own_timeline(semaphore) {
+                Some(timeline) => {
+                    semaphore.advance_to(value);
+                    timeline.retire(value);
+                }
+                None => {
+                    if let Err(error) = semaphore.signal(value) {
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            signal.fail(error);
+        }
+    }
+
+    /// The fault probe: queries the event of every submission in flight and settles those whose
+    /// event completed or failed. After a sticky device error host functions never run, so this
+    /// is what turns the fault into errors on every affected fence. Runs on the reactor thread.
+    pub(crate) fn probe(&self) {
+        Stats::bump(&self.stats.probes, 1);
+        for (id, event) in self.in_flight_events() {
+            match self.api.query_event(event.handle()) {
+                Ok(false) => {}
+                Ok(true) => self.complete(id, Some(Ok(())), Via::Probe),
+                Err(error) => self.complete(id, Some(Err(error)), Via::Probe),
+            }
+        }
+    }
+
+    /// After the reactor stopped: waits for every stream, stops the completion threads (their
+    /// handles are joined by the caller) and settles whatever is still in flight.
+    pub(crate) fn drain(&self) {
+        for queue in &self.queues {
+            let _ = self.api.synchronize_stream(queue.stream);
+            if let Some(callback) = queue.callback {
+                let _ = self.api.synchronize_stream(callback);
+            }
+        }
+        for queue in &self.queues {
+            if let Some(fifo) = &queue.fifo {
+                fifo.stop();
+            }
+        }
+    }
+
+    /// Settles everything still in flight (after [`Core::drain`] and the completion threads
+    /// ended).
+    pub(crate) fn settle_leftovers(&self) {
+        for id in self.in_flight_ids() {
+            self.complete(id, None, Via::Shutdown);
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! [`HostStreamApi`]: a real [`StreamApi`](crate::stream::StreamApi) on host threads, so the
+//! whole stream layer runs and is tested without a GPU.
+//!
+//! | stream API            | host implementation                                           |
+//! |-----------------------|---------------------------------------------------------------|
+//! | stream                | a thread with an in-order operation queue                     |
+//! | event                 | record/completion generations and a condition variable        |
+//! | stream waits event    | an operation blocking that stream's thread on the event       |
+//! | host function         | an operation calling the closure on the stream's thread        |
+//! | device memory         | zeroed, 256-byte aligned heap allocations; pointer = address  |
+//! | copies and fills      | operations doing `memmove` / pattern fills                     |
+//! | module / function     | a [`HostModule`] of named Rust kernels / one of its kernels    |
+//! | kernel launch         | an operation calling the kernel once per block of the grid     |
+//! | stream-ordered alloc  | allocate at once; free when the stream reaches the free       |
+//! | graphs                | not implemented (the capability is absent)                    |
+//! | sticky device error   | [`HostStreamApi::inject_fault`]                                |
+//!
+//! Every device address is checked against the live allocations when an operation is enqueued,
+//! so a bad pointer is an error, never a wild host access. Waits block on condition variables;
+//! nothing spins.
+//!
+//! Two test hooks make device states reproducible: [`HostStreamApi::hold`] keeps every stream
+//! from starting operations until the hold is dropped (work stays in flight), and
+//! [`HostStreamApi::inject_fault`] is a sticky device error: afterwards every call that touches
+//! the device fails with it, no operation runs, and enqueued host functions never run, exactly
+//! the situation the stream layer's fault probe exists for.
+//!
+//! The primitives here are `std`'s (this is the emulated device, not the concurrency core the
+//! loom models check).
+
+mod control;
+mod event;
+mod memory;
+mod module;
+mod table;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result, StatusCode};
+use crate::stream::api::{EventHandle, StreamHandle};
+
+use self::control::Control;
+use self::event::HostEvent;
+use self::memory::Registry;
+use self::worker::{Op, Stream};
+
+pub use self::module::{HostKernel, HostModule, LaunchArgs, FORMAT_HOST_KERNELS};
+
+/// The driver id of devices over the host stream API (`host-stream://0`).
+pub const DRIVER_ID: &str = "host-stream";
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counters of what the host API did.
+#[derive(Default)]
+pub(crate) struct Counters {
+    executed: AtomicU64,
+    skipped: AtomicU64,
+    discarded: AtomicU64,
+    host_funcs: AtomicU64,
+    records: AtomicU64,
+    stream_waits: AtomicU64,
+    launches: AtomicU64,
+}
+
+impl Counters {
+    fn bump(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of what a [`HostStreamApi`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostApiStats {
+    /// Memory and kernel operations run.
+    pub executed: u64,
+    /// Memory and kernel operations skipped because earlier work on their stream failed.
+    pub skipped: u64,
+    /// Operations dropped unrun because the device faulted (host functions included).
+    pub discarded: u64,
+    /// Host functions run.
+    pub host_funcs: u64,
+    /// Event records enqueued.
+    pub records: u64,
+    /// Stream-waits-event enqueued.
+    pub stream_waits: u64,
+    /// Kernel launches enqueued.
+    pub launches: u64,
+    /// Streams alive (created and not destroyed).
+    pub streams: u64,
+    /// Events alive.
+    pub events: u64,
+    /// Allocations alive.
+    pub allocations: u64,
+}
+
+/// Function id → (module id, module, kernel index).
+type Functions = HashMap<u64, (u64, Arc<HostModule>, usize)>;
+/// Stream id → (stream, its thread until joined).
+type Streams = HashMap<u64, (Arc<Stream>, Option<std::thread::JoinHandle<()>>)>;
+
+/// What the stream threads share with the API.
+pub(crate) struct Shared {
+    next_id: AtomicU64,
+    streams: Mutex<Streams>,
+    events: Mutex<HashMap<u64, Arc<HostEvent>>>,
+    modules: Mutex<HashMap<u64, Arc<HostModule>>>,
+    functions: Mutex<Functions>,
+    memory: Registry,
+    pub(crate) control: Control,
+    pub(crate) closing: AtomicBool,
+    pub(crate) stats: Counters,
+}
+
+impl Shared {
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn stream(&self, handle: StreamHandle) -> Result<Arc<Stream>> {
+        lock(&self.streams)
+            .get(&handle.0)
+            .map(|(s, _)| s.clone())
+            .ok_or_else(|| invalid(format!("{handle:?} is not a live stream")))
+    }
+
+    fn event(&self, handle: EventHandle) -> Result<Arc<HostEvent>> {
+        lock(&self.events)
+            .get(&handle.0)
+            .cloned()
+            .ok_or_else(|| invalid(format!("{handle:?} is not a live event")))
+    }
+
+    /// Wakes every thread blocked on an event or a stream to re-check the fault and shutdown.
+    fn wake_all(&self) {
+        let events: Vec<_> = lock(&self.events).values().cloned().collect();
+        events.iter().for_each(|e| e.wake_all());
+        let streams: Vec<_> = lock(&self.streams)
+            .values()
+            .map(|(s, _)| s.clone())
+            .collect();
+        streams.iter().for_each(|s| s.wake_all());
+    }
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(
+        StatusCode::InvalidArgument,
+        format!("host stream API: {message}"),
+    )
+}
+
+/// Ends the stream threads when the last [`HostStreamApi`] clone goes.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.control.close();
+        self.shared.wake_all();
+        let threads: Vec<_> = lock(&self.shared.streams)
+            .drain()
+            .filter_map(|(_, (_, thread))| thread)
+            .collect();
+        for thread in threads {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// The host stream API (see the [module docs](self)). Clones share one emulated device; its
+/// threads end when the last clone is dropped.
+#[derive(Clone)]
+pub struct HostStreamApi {
+    owner: Arc<Owner>,
+}
+
+/// Keeps every stream of a [`HostStreamApi`] from starting operations while it lives.
+#[must_use = "the hold ends when this guard is dropped"]
+pub struct StreamHold {
+    shared: Arc<Shared>,
+}
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        self.shared.control.release();
+    }
+}
+
+impl Default for HostStreamApi {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A host pointer moved into an operation (see the `unsafe` copy methods' contracts).
+struct HostPtr(*mut u8);
+
+// SAFETY: the caller of the unsafe copy method guarantees the memory stays valid and otherwise
+// untouched until the stream ran the copy; the pointer is only used by that copy.
+unsafe impl Send for HostPtr {}
+
+impl HostPtr {
+    fn get(&self) -> *mut u8 {
+        self.0
+    }
+}
+
+impl HostStreamApi {
+    /// A new emulated device with no streams yet.
+    pub fn new() -> Self {
+        HostStreamApi {
+            owner: Arc::new(Owner {
+                shared: Arc::new(Shared {
+                    next_id: AtomicU64::new(1),
+                    streams: Mutex::default(),
+                    events: Mutex::default(),
+                    modules: Mutex::default(),
+                    functions: Mutex::default(),
+                    memory: Registry::default(),
+                    control: Control::default(),
+                    closing: AtomicBool::new(false),
+                    stats: Counters::default(),
+                }),
+            }),
+        }
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
+    /// Injects a sticky device fault caused by `cause`: stops every stream before its next
+    /// operation, waits for the running operations to finish (all but the caller's own, if a
+    /// kernel or host function calls this), then makes every later call that touches the device
+    /// fail with an `Aborted` error naming `cause`; enqueued host functions never run. The first
+    /// fault stays; later calls change nothing.
+    pub fn inject_fault(&self, cause: &str) {
+        let fault = Error::new(
+            StatusCode::Aborted,
+            format!(
+                "host stream device fault: {cause}; after a device fault every call fails and \
+                 enqueued host functions never run (a sticky CUDA/HIP error): recreate the device"
+            ),
+        );
+        if self.shared().control.inject_fault(fault) {
+            self.shared().wake_all();
+        }
+    }
+
+    /// The published fault, if the device faulted.
+    pub fn fault(&self) -> Option<Error> {
+        self.shared().control.fault()
+    }
+
+    /// Holds every stream before its next operation until the returned guard is dropped
+    /// (operations already running finish). Tests use it to keep work in flight.
+    pub fn hold(&self) -> StreamHold {
+        self.shared().control.hold();
+        StreamHold {
+            shared: self.shared().clone(),
+        }
+    }
+
+    /// What the API did so far.
+    pub fn stats(&self) -> HostApiStats {
+        let shared = self.shared();
+        let stat = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let s = &shared.stats;
+        HostApiStats {
+            executed: stat(&s.executed),
+            skipped: stat(&s.skipped),
+            discarded: stat(&s.discarded),
+            host_funcs: stat(&s.host_funcs),
+            records: stat(&s.records),
+            stream_waits: stat(&s.stream_waits),
+            launches: stat(&s.launches),
+            streams: lock(&shared.streams).len() as u64,
+            events: lock(&shared.events).len() as u64,
+            allocations: shared.memory.len() as u64,
+        }
+    }
+
+    /// Enqueues a memory or kernel operation on `stream`.
+    fn exec(&self, stream: StreamHandle, exec: worker::Exec) -> Result<()> {
+        self.shared().stream(stream)?.push(|| Op::Exec(exec))
+    }
+}

@@ -1,0 +1,377 @@
+//! The translation table itself: [`StreamApi`] for [`HostStreamApi`], each call checked against
+//! the device's fault state, its handles resolved, and its work enqueued as a stream operation.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Weak};
+
+use crate::error::{Error, Result, StatusCode};
+use crate::executable::{ExecutableSource, ExecutableSpec};
+use crate::stream::api::{
+    ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
+    KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
+    StreamHandle,
+};
+use crate::stream::host::event::{HostEvent, Waited};
+use crate::stream::host::worker::{Op, Stream};
+use crate::stream::host::{
+    invalid, lock, HostModule, HostPtr, HostStreamApi, LaunchArgs, Shared, DRIVER_ID,
+    FORMAT_HOST_KERNELS,
+};
+
+impl StreamApi for HostStreamApi {
+    fn info(&self) -> ApiInfo {
+        ApiInfo {
+            driver: DRIVER_ID.into(),
+            name: "host threads (one thread per stream)".into(),
+            capabilities: Capabilities::HOST_FUNC | Capabilities::STREAM_ORDERED_ALLOC,
+            binding_alignment: 4,
+            concurrency: 1,
+        }
+    }
+
+    fn create_stream(&self) -> Result<StreamHandle> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let id = shared.id();
+        let stream = Arc::new(Stream::default());
+        let (thread_stream, thread_shared) = (stream.clone(), shared.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("halcyon-host-stream-{id}"))
+            .spawn(move || thread_stream.run(&thread_shared))
+            .map_err(|e| {
+                Error::with_source(
+                    StatusCode::ResourceExhausted,
+                    "host stream API: cannot spawn a stream thread",
+                    e,
+                )
+            })?;
+        lock(&shared.streams).insert(id, (stream, Some(thread)));
+        Ok(StreamHandle(id))
+    }
+
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<()> {
+        let removed = lock(&self.shared().streams).remove(&stream.0);
+        let (stream, _detached) =
+            removed.ok_or_else(|| invalid(format!("{stream:?} is not a live stream")))?;
+        // The thread runs what is queued, then ends on its own.
+        stream.destroy();
+        Ok(())
+    }
+
+    fn synchronize_stream(&self, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.stream(stream)?.synchronize(shared)
+    }
+
+    fn create_event(&self, _flags: EventFlags) -> Result<EventHandle> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let id = shared.id();
+        lock(&shared.events).insert(id, Arc::new(HostEvent::default()));
+        Ok(EventHandle(id))
+    }
+
+    fn destroy_event(&self, event: EventHandle) -> Result<()> {
+        lock(&self.shared().events)
+            .remove(&event.0)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("{event:?} is not a live event")))
+    }
+
+    fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let event = shared.event(event)?;
+        shared.stats.bump(&shared.stats.records);
+        shared.stream(stream)?.push(|| {
+            let generation = event.next_record();
+            Op::Record(event, generation)
+        })
+    }
+
+    fn query_event(&self, event: EventHandle) -> Result<bool> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.event(event)?.query()
+    }
+
+    fn synchronize_event(&self, event: EventHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let event = shared.event(event)?;
+        let generation = event.current();
+        match event.wait_for(generation, &shared.control, &shared.closing) {
+            Waited::Done(None) => Ok(()),
+            Waited::Done(Some(error)) => Err(error),
+            Waited::Abandoned => shared.control.check().and_then(|()| {
+                Err(Error::new(
+                    StatusCode::Aborted,
+                    "host stream API: shut down while an event was awaited",
+                ))
+            }),
+        }
+    }
+
+    fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let event = shared.event(event)?;
+        shared.stats.bump(&shared.stats.stream_waits);
+        let generation = event.current();
+        shared.stream(stream)?.push(|| Op::Wait(event, generation))
+    }
+
+    fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.stream(stream)?.push(|| Op::HostFunc(func))
+    }
+
+    fn allocate(&self, size: u64, _placement: MemoryPlacement) -> Result<DevicePtr> {
+        // Host memory is both: every allocation is host-visible.
+        self.shared().control.check()?;
+        self.shared().memory.allocate(size)
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // Allowed after a fault, so resources can still be released.
+        self.shared().memory.free(ptr)
+    }
+
+    fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
+        let resolved = self.shared().memory.resolve(ptr, 0).ok()?;
+        NonNull::new(resolved.ptr())
+    }
+
+    fn allocate_async(&self, size: u64, stream: StreamHandle) -> Result<DevicePtr> {
+        // Allocating now satisfies "usable by work enqueued after this call".
+        self.shared().stream(stream)?;
+        self.allocate(size, MemoryPlacement::Device)
+    }
+
+    fn free_async(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.memory.resolve(ptr, 0)?;
+        let weak: Weak<Shared> = Arc::downgrade(shared);
+        self.exec(
+            stream,
+            Box::new(move || match weak.upgrade() {
+                Some(shared) => shared.memory.free(ptr),
+                None => Ok(()),
+            }),
+        )
+    }
+
+    unsafe fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.shared().control.check()?;
+        let dst = self.shared().memory.resolve(dst, len)?;
+        let src = HostPtr(src.cast_mut());
+        self.exec(
+            stream,
+            Box::new(move || {
+                // SAFETY: the caller guarantees `src..src+len` stays valid and unmodified until
+                // this runs; `dst` is `len` bytes of a live allocation (resolved above, kept
+                // alive by `dst`); `copy` allows overlap.
+                unsafe { std::ptr::copy(src.get(), dst.ptr(), len as usize) };
+                Ok(())
+            }),
+        )
+    }
+
+    unsafe fn copy_device_to_host_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.shared().control.check()?;
+        let src = self.shared().memory.resolve(src, len)?;
+        let dst = HostPtr(dst);
+        self.exec(
+            stream,
+            Box::new(move || {
+                // SAFETY: `src` is `len` bytes of a live allocation; the caller guarantees
+                // `dst..dst+len` is valid and untouched by anything else until this runs.
+                unsafe { std::ptr::copy(src.ptr(), dst.get(), len as usize) };
+                Ok(())
+            }),
+        )
+    }
+
+    fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.shared().control.check()?;
+        let memory = &self.shared().memory;
+        let (dst, src) = (memory.resolve(dst, len)?, memory.resolve(src, len)?);
+        self.exec(
+            stream,
+            Box::new(move || {
+                // SAFETY: both ranges are `len` bytes of live allocations (resolved and held);
+                // streams order this against every other access; `copy` allows overlap.
+                unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len as usize) };
+                Ok(())
+            }),
+        )
+    }
+
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        pattern: u32,
+        pattern_len: u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.shared().control.check()?;
+        let width = u64::from(pattern_len);
+        if !matches!(pattern_len, 1 | 2 | 4) || dst.0 % width != 0 || len % width != 0 {
+            return Err(invalid(format!(
+                "memset of {len} bytes at {dst:?} with a {pattern_len}-byte pattern: the pattern \
+                 must be 1, 2 or 4 bytes and the address and length multiples of it"
+            )));
+        }
+        let dst = self.shared().memory.resolve(dst, len)?;
+        self.exec(
+            stream,
+            Box::new(move || {
+                // SAFETY: `len` bytes of a live allocation (resolved and held), ordered by the
+                // stream against every other access.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(dst.ptr(), len as usize) };
+                let pattern = pattern.to_le_bytes();
+                for chunk in bytes.chunks_exact_mut(pattern_len as usize) {
+                    chunk.copy_from_slice(&pattern[..pattern_len as usize]);
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    fn module_formats(&self) -> Vec<String> {
+        vec![FORMAT_HOST_KERNELS.into()]
+    }
+
+    fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let module = match (spec.format.as_str(), &spec.source) {
+            (FORMAT_HOST_KERNELS, ExecutableSource::Native(object)) => {
+                HostModule::from_object(&**object)?
+            }
+            (format, _) => {
+                return Err(invalid(format!(
+                    "cannot load executable format '{format}'; the host stream API loads \
+                     '{FORMAT_HOST_KERNELS}' made with HostModule::spec()"
+                )))
+            }
+        };
+        let entry_points = module.kernels.iter().map(|(e, _)| e.clone()).collect();
+        let id = shared.id();
+        lock(&shared.modules).insert(id, Arc::new(module));
+        Ok(LoadedModule {
+            module: ModuleHandle(id),
+            entry_points,
+        })
+    }
+
+    fn unload_module(&self, module: ModuleHandle) -> Result<()> {
+        let shared = self.shared();
+        lock(&shared.modules)
+            .remove(&module.0)
+            .ok_or_else(|| invalid(format!("{module:?} is not a loaded module")))?;
+        lock(&shared.functions).retain(|_, (owner, _, _)| *owner != module.0);
+        Ok(())
+    }
+
+    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+        let shared = self.shared();
+        let loaded = lock(&shared.modules)
+            .get(&module.0)
+            .cloned()
+            .ok_or_else(|| invalid(format!("{module:?} is not a loaded module")))?;
+        let index = loaded
+            .kernels
+            .iter()
+            .position(|(e, _)| e.name == name)
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::NotFound,
+                    format!("host stream API: {module:?} has no kernel '{name}'"),
+                )
+            })?;
+        let id = shared.id();
+        lock(&shared.functions).insert(id, (module.0, loaded, index));
+        Ok(FunctionHandle(id))
+    }
+
+    fn launch_kernel(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let (module, index) = lock(&shared.functions)
+            .get(&function.0)
+            .map(|(_, m, i)| (m.clone(), *i))
+            .ok_or_else(|| invalid(format!("{function:?} is not a live function")))?;
+        if config.block.contains(&0) {
+            return Err(invalid(format!("block size {:?} has a zero", config.block)));
+        }
+        let resolved = params
+            .bindings
+            .iter()
+            .map(|&ptr| shared.memory.resolve(ptr, 0))
+            .collect::<Result<Vec<_>>>()?;
+        let constants = params.constants.to_vec();
+        let LaunchConfig { grid, block, .. } = *config;
+        shared.stats.bump(&shared.stats.launches);
+        self.exec(
+            stream,
+            Box::new(move || {
+                let (entry, kernel) = &module.kernels[index];
+                let bindings: Vec<(*mut u8, usize)> =
+                    resolved.iter().map(|r| (r.ptr(), r.available)).collect();
+                for z in 0..grid[2] {
+                    for y in 0..grid[1] {
+                        for x in 0..grid[0] {
+                            let args = LaunchArgs {
+                                block_id: [x, y, z],
+                                grid,
+                                block,
+                                constants: &constants,
+                                bindings: &bindings,
+                            };
+                            kernel(&args).map_err(|message| {
+                                Error::new(
+                                    StatusCode::Internal,
+                                    format!(
+                                        "host kernel '{}' failed in block {:?}: {message}",
+                                        entry.name,
+                                        [x, y, z]
+                                    ),
+                                )
+                            })?;
+                        }
+                    }
+                }
+                Ok(())
+            }),
+        )
+    }
+}

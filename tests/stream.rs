@@ -1,0 +1,398 @@
+//! The stream device on the host stream API, beyond the conformance suite: device-to-device
+//! waits as stream waits, parked actions released when their signal is scheduled, the fault
+//! probe, failures travelling through stream waits, event and timepoint reuse, the completion
+//! strategies, and shutdown with work in flight. The host API's own semantics are tested in
+//! `stream_host_api.rs`.
+//!
+//! [`HostStreamApi::hold`] keeps work in flight deterministically: while a hold lives no stream
+//! starts an operation, so "issued but not complete" is a state a test can observe.
+
+use std::time::Duration;
+
+use halcyon::stream::host::{HostModule, HostStreamApi, LaunchArgs};
+use halcyon::stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
+use halcyon::{
+    Buffer, BufferParams, Device, EntryPoint, Error, Fence, Result, Semaphore, StatusCode,
+    Timepoints,
+};
+use halcyon_conformance::harness::{
+    assert_error, block_on, bytes_u32, done, download, eventually, signals, u32_bytes, upload,
+    within,
+};
+
+const STRATEGIES: [CompletionStrategy; 2] = [
+    CompletionStrategy::HostCallback,
+    CompletionStrategy::CompletionThread,
+];
+
+fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
+    create_device(
+        api.clone(),
+        StreamDeviceOptions {
+            queue_count: 2,
+            completion,
+            probe_interval: Duration::from_millis(5),
+            ..StreamDeviceOptions::default()
+        },
+    )
+}
+
+fn stat(device: &Device, key: &str) -> i64 {
+    device.query(key).unwrap()
+}
+
+/// Waits (a bounded time) for `condition`, from sync code.
+fn wait_until(what: &str, condition: impl FnMut() -> bool) -> Result<()> {
+    block_on(eventually(what, condition))
+}
+
+/// A wait on queue 1 for a value queue 0's work signals, submitted while that work is issued but
+/// held (so certainly not complete), is handed to queue 1's stream as a stream-wait-event at
+/// once: no host wait, no deferral, no reactor poll; the copy then sees the fill's data.
+#[test]
+fn cross_queue_wait_is_a_stream_wait() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let (q0, q1) = (device.queue(0)?, device.queue(1)?);
+        let x = device.allocator().allocate(256, BufferParams::DEVICE)?;
+        let y = device.allocator().allocate(256, BufferParams::DEVICE)?;
+        let (a, b) = (device.create_semaphore(0)?, device.create_semaphore(0)?);
+
+        let hold = api.hold();
+        let fill = q0.fill(signals(&a, 1), &x.whole(), &[7]);
+        let polls = stat(&device, keys::REACTOR_POLLS);
+        let copy = q1.copy(
+            Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+            &x.whole(),
+            &y.whole(),
+        );
+        assert_eq!(stat(&device, keys::NATIVE_WAITS), 1, "{strategy:?}");
+        assert_eq!(stat(&device, keys::HOST_WAITS), 0, "{strategy:?}");
+        assert_eq!(stat(&device, keys::DEFERRED_WAITS), 0, "{strategy:?}");
+        assert_eq!(stat(&device, keys::REACTOR_POLLS), polls, "{strategy:?}");
+        assert_eq!(
+            stat(&device, keys::IN_FLIGHT),
+            2,
+            "both issued: {strategy:?}"
+        );
+        assert_eq!(a.query()?, 0, "held work completed: {strategy:?}");
+        drop(hold);
+
+        block_on(async {
+            done("fill", fill).await?;
+            done("copy", copy).await?;
+            let bytes = download(&q1, Fence::at(&b, 1), &y.whole()).await?;
+            assert!(
+                bytes.iter().all(|&v| v == 7),
+                "{strategy:?}: copy missed the fill"
+            );
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A submission waiting on a value nobody has scheduled is parked (deferred, nothing reaches a
+/// stream); the moment another queue issues the signal, still held so not complete, the
+/// reactor releases it onto its stream with a stream wait.
+#[test]
+fn parked_action_released_when_its_signal_is_scheduled() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let (q0, q1) = (device.queue(0)?, device.queue(1)?);
+        let x = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let y = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let (a, b) = (device.create_semaphore(0)?, device.create_semaphore(0)?);
+
+        let hold = api.hold();
+        let copy = q1.copy(
+            Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+            &x.whole(),
+            &y.whole(),
+        );
+        assert_eq!(stat(&device, keys::DEFERRED_WAITS), 1, "{strategy:?}");
+        assert_eq!(stat(&device, keys::IN_FLIGHT), 0, "parked work was issued");
+        let fill = q0.fill(signals(&a, 1), &x.whole(), &[9]);
+        wait_until("the parked copy to be issued", || {
+            stat(&device, keys::IN_FLIGHT) == 2
+        })?;
+        assert_eq!(stat(&device, keys::NATIVE_WAITS), 1, "{strategy:?}");
+        assert_eq!(stat(&device, keys::HOST_WAITS), 0, "{strategy:?}");
+        assert_eq!(
+            a.query()?,
+            0,
+            "released only after completion: {strategy:?}"
+        );
+        drop(hold);
+
+        block_on(async {
+            done("fill", fill).await?;
+            done("copy", copy).await?;
+            let bytes = download(&q1, Fence::at(&b, 1), &y.whole()).await?;
+            assert!(bytes.iter().all(|&v| v == 9), "{strategy:?}");
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A device fault while work is in flight (issued to streams, with its completion host
+/// functions queued), while work waits natively on it, and while work is parked on a host
+/// semaphore: every one of their fences fails with the fault, naming its cause, and nothing
+/// hangs; host functions never ran (so with host callbacks only the probe can have done it);
+/// later submissions fail too, and the device drops cleanly.
+#[test]
+fn fault_probe_fails_every_affected_fence() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let (q0, q1) = (device.queue(0)?, device.queue(1)?);
+        let x = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let (a, b, c) = (
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+        );
+        let gate = Semaphore::new(0);
+        let host_funcs = api.stats().host_funcs;
+
+        let hold = api.hold();
+        let in_flight = q0.fill(signals(&a, 1), &x.whole(), &[1]);
+        let native = q1.fill(
+            Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+            &x.whole(),
+            &[2],
+        );
+        let parked = q0.barrier(Timepoints::new(Fence::at(&gate, 1), Fence::at(&c, 1)));
+        assert_eq!(stat(&device, keys::IN_FLIGHT), 2);
+        api.inject_fault("ECC error in bank 3");
+        drop(hold);
+        gate.signal(1)?;
+
+        block_on(async {
+            for (name, submission) in [
+                ("in flight", in_flight),
+                ("native", native),
+                ("parked", parked),
+            ] {
+                let outcome = within(name, submission).await?;
+                assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
+            }
+            let after = q1.fill(signals(&c, 2), &x.whole(), &[3]);
+            let outcome = within("after the fault", after).await?;
+            assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
+            Ok(())
+        })?;
+        for semaphore in [&a, &b, &c] {
+            assert_error(semaphore.query(), StatusCode::Aborted, &["bank 3"]);
+        }
+        assert_eq!(
+            api.stats().host_funcs,
+            host_funcs,
+            "a host function ran after the fault"
+        );
+        if strategy == CompletionStrategy::HostCallback {
+            assert_eq!(
+                stat(&device, keys::PROBE_FAILURES),
+                2,
+                "the probe failed the two in flight"
+            );
+        }
+        assert_eq!(stat(&device, keys::IN_FLIGHT), 0);
+        drop(device);
+    }
+    Ok(())
+}
+
+/// A kernel failing on queue 0 fails work on queue 1 that waits on it natively, with the same
+/// error, and that work does not run (its buffer keeps its data).
+#[test]
+fn kernel_failure_travels_through_stream_waits() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let (q0, q1) = (device.queue(0)?, device.queue(1)?);
+        let module = HostModule::new().kernel(entry("boom", 0, 0), |_: &LaunchArgs<'_>| {
+            Err("boom went the kernel".into())
+        });
+        let executable = device.load_executable(&module.spec())?;
+        let (a, b, gate) = (
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+        );
+        block_on(async {
+            let y = upload(&q1, BufferParams::DEVICE, &u32_bytes(&[5; 16])).await?;
+            let hold = api.hold();
+            let failing = q0.dispatch(
+                Timepoints::new(Fence::at(&gate, 1), Fence::at(&a, 1)),
+                &executable,
+                0,
+                [1, 1, 1],
+                &[],
+                &[],
+            );
+            let dependent = q1.fill(
+                Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+                &y.whole(),
+                &[0],
+            );
+            gate.signal(1)?;
+            eventually("both issued", || stat(&device, keys::IN_FLIGHT) == 2).await?;
+            assert_eq!(stat(&device, keys::NATIVE_WAITS), 1);
+            drop(hold);
+            let error = within("failing", failing)
+                .await?
+                .expect_err("the kernel fails");
+            assert!(error.message().contains("boom went the kernel"), "{error}");
+            let outcome = within("dependent", dependent).await?;
+            assert_error(outcome, error.code(), &[error.message()]);
+            let bytes = download(&q1, Fence::new(), &y.whole()).await?;
+            assert_eq!(bytes_u32(&bytes)?, [5; 16], "the dependent fill ran");
+            assert!(api.stats().skipped >= 1);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Sequential submissions reuse one event and one in-flight record: the pools create a handful
+/// and hand them out hundreds of times, and every event is back in the pool at the end.
+#[test]
+fn events_and_timepoints_are_reused() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let timeline = queue.timeline()?;
+        block_on(async {
+            for i in 0..200u32 {
+                done(
+                    "fill",
+                    queue.fill(timeline.next(), &buffer.whole(), &[i as u8]),
+                )
+                .await?;
+            }
+            Ok(())
+        })?;
+        let acquired = stat(&device, keys::EVENTS_ACQUIRED);
+        let created = stat(&device, keys::EVENTS_CREATED);
+        assert!(acquired >= 200, "{strategy:?}: {acquired} events acquired");
+        assert!(
+            created <= 4,
+            "{strategy:?}: {created} events created for 200 fills"
+        );
+        wait_until("every event back in the pool", || {
+            stat(&device, keys::EVENTS_FREE) == stat(&device, keys::EVENTS_CREATED)
+        })?;
+        let created = stat(&device, keys::TIMEPOINTS_CREATED);
+        assert!(stat(&device, keys::TIMEPOINTS_ACQUIRED) >= 200);
+        assert!(
+            created <= 4,
+            "{strategy:?}: {created} timepoints created for 200 fills"
+        );
+        assert_eq!(
+            api.stats().events,
+            stat(&device, keys::EVENTS_CREATED) as u64
+        );
+    }
+    Ok(())
+}
+
+/// Dropping the device while work is in flight (held on its stream) waits for the streams and
+/// settles the work's fences (reached, not failed); the API's streams are destroyed and its
+/// memory freed once the buffers go.
+#[test]
+fn dropping_the_device_settles_work_in_flight() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let done_sem = device.create_semaphore(0)?;
+        let hold = api.hold();
+        let fill = queue.fill(signals(&done_sem, 1), &buffer.whole(), &[1]);
+        let dropper = std::thread::spawn(move || drop(device));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(done_sem.query()?, 0);
+        drop(hold);
+        dropper.join().expect("dropping the device panicked");
+        block_on(async { done("fill", fill).await })?;
+        assert_eq!(done_sem.query()?, 1);
+        drop((queue, buffer));
+        wait_until("streams destroyed and memory freed", || {
+            let stats = api.stats();
+            stats.streams == 0 && stats.allocations == 0
+        })?;
+    }
+    Ok(())
+}
+
+/// Host callbacks run on the callback stream and only post: with that strategy completions are
+/// counted as callback completions; with the other, as thread completions.
+#[test]
+fn completions_come_from_the_chosen_strategy() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let timeline = queue.timeline()?;
+        block_on(async {
+            for _ in 0..10 {
+                done("fill", queue.fill(timeline.next(), &buffer.whole(), &[1])).await?;
+            }
+            Ok(())
+        })?;
+        let (callbacks, threads) = (
+            stat(&device, keys::CALLBACK_COMPLETIONS),
+            stat(&device, keys::THREAD_COMPLETIONS),
+        );
+        let probed = stat(&device, keys::PROBE_COMPLETIONS);
+        match strategy {
+            CompletionStrategy::HostCallback => {
+                assert_eq!(threads, 0);
+                assert_eq!(callbacks + probed, 10);
+                assert!(api.stats().host_funcs >= 10);
+            }
+            CompletionStrategy::CompletionThread => {
+                assert_eq!(callbacks, 0);
+                assert_eq!(threads + probed, 10);
+                assert_eq!(api.stats().host_funcs, 0);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn entry(name: &str, bindings: u32, constants: u32) -> EntryPoint {
+    EntryPoint {
+        name: name.into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: bindings,
+        constant_count: constants,
+    }
+}
+
+/// Buffers of one stream device are refused by another, naming the buffer and the device.
+#[test]
+fn buffers_of_another_device_are_refused() -> Result<()> {
+    let (one, two) = (
+        device(&HostStreamApi::new(), CompletionStrategy::HostCallback)?,
+        device(&HostStreamApi::new(), CompletionStrategy::HostCallback)?,
+    );
+    let buffer: Buffer = one.allocator().allocate(16, BufferParams::DEVICE)?;
+    let signal = two.create_semaphore(0)?;
+    block_on(async {
+        let fill = two
+            .queue(0)?
+            .fill(signals(&signal, 1), &buffer.whole(), &[1]);
+        let outcome = within("fill", fill).await?;
+        let id = buffer.id().to_string();
+        assert_error(outcome, StatusCode::InvalidArgument, &[&id, &two.info().id]);
+        Ok::<(), Error>(())
+    })
+}

@@ -1,0 +1,93 @@
+//! The conformance suite on the generic stream device over the host stream API, once per
+//! completion strategy, with the standard kernels written as host kernels.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use halcyon::stream::host::{HostModule, HostStreamApi, LaunchArgs};
+use halcyon::stream::{create_device, CompletionStrategy, StreamDeviceOptions};
+use halcyon::{Device, Executable, Result};
+use halcyon_conformance::kernels;
+
+/// The suite's standard kernels as host-stream kernels.
+struct HostKernels;
+
+impl halcyon_conformance::Kernels for HostKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        let spec = HostModule::new()
+            .kernel(kernels::add_one_u32(), add_one_u32)
+            .kernel(kernels::saxpy_f32(), saxpy_f32)
+            .kernel(kernels::fail(), |_| {
+                Err("the conformance suite's 'fail' kernel always fails".into())
+            })
+            .spec();
+        device.load_executable(&spec)
+    }
+}
+
+/// The global x indices of this block's threads that are below `n`, or an error if a binding of
+/// `len` elements is too short for `n`.
+fn threads(args: &LaunchArgs<'_>, n: usize, len: usize) -> Result<Range<usize>, String> {
+    if len < n {
+        return Err(format!("n = {n} but a binding holds only {len} elements"));
+    }
+    let size = args.block()[0] as usize;
+    let start = args.block_id()[0] as usize * size;
+    Ok(start.min(n)..(start + size).min(n))
+}
+
+fn add_one_u32(args: &LaunchArgs<'_>) -> Result<(), String> {
+    let n = args.constants()[0] as usize;
+    // SAFETY: the only binding.
+    let x = unsafe { args.binding_mut::<u32>(0) };
+    for i in threads(args, n, x.len())? {
+        x[i] = x[i].wrapping_add(1);
+    }
+    Ok(())
+}
+
+fn saxpy_f32(args: &LaunchArgs<'_>) -> Result<(), String> {
+    let a = f32::from_bits(args.constants()[0]);
+    let n = args.constants()[1] as usize;
+    // SAFETY: x is only read and y only written; the suite binds different buffers.
+    let (x, y) = unsafe { (args.binding::<f32>(0), args.binding_mut::<f32>(1)) };
+    for i in threads(args, n, x.len().min(y.len()))? {
+        y[i] += a * x[i];
+    }
+    Ok(())
+}
+
+fn options(completion: CompletionStrategy) -> StreamDeviceOptions {
+    StreamDeviceOptions {
+        queue_count: 2,
+        completion,
+        probe_interval: Duration::from_millis(10),
+        ..StreamDeviceOptions::default()
+    }
+}
+
+/// Completions through host functions on callback streams, posted to the reactor.
+mod host_callback {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device(
+            HostStreamApi::new(),
+            options(CompletionStrategy::HostCallback)
+        ),
+        HostKernels
+    );
+}
+
+/// Completions through a thread per queue blocked on blocking-sync events.
+mod completion_thread {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device(
+            HostStreamApi::new(),
+            options(CompletionStrategy::CompletionThread)
+        ),
+        HostKernels
+    );
+}
