@@ -11,6 +11,9 @@
 //!   * `tiny/halcyon/execute`: the same with a reusable `CommandBuffer` and `queue.execute`;
 //!   * `tiny/raw_ash`: a command buffer recorded once; `vkQueueSubmit` signalling the next value
 //!     of a timeline semaphore, then `vkWaitSemaphores` for it.
+//!   * `tiny/raw_ash_waiter_thread`: the same submissions awaited without blocking in Vulkan,
+//!     the least any async await needs: a second thread waits in `vkWaitSemaphores` and unparks
+//!     the submitting thread (one more thread hop than `raw_ash`, which blocks in the driver).
 //! * `chain_10k/*`: 10 000 back-to-back submissions of that dispatch, each waiting for the
 //!   previous value of a timeline and signalling the next; only the last is awaited. One
 //!   iteration is the whole chain (divide by 10 000 for the cost per submission).
@@ -21,6 +24,8 @@
 
 use std::ffi::CStr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ash::vk;
@@ -493,6 +498,42 @@ fn tiny(c: &mut Criterion, halcyon: &Halcyon, raw: &mut Raw) {
             raw.wait();
         })
     });
+    // The least any non-blocking await needs: a thread waits in vkWaitSemaphores (for the next
+    // value, before it is submitted, as halcyon's completion threads do) and wakes the awaiting
+    // thread, which parks meanwhile. The same submissions as `raw_ash`, one more thread hop.
+    let reached = Arc::new(AtomicU64::new(raw.value));
+    let stop = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (device, timeline) = (raw.device.clone(), raw.timeline);
+        let (reached, stop) = (reached.clone(), stop.clone());
+        let main = std::thread::current();
+        let mut next = raw.value + 1;
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let (semaphores, values) = ([timeline], [next]);
+                let info = vk::SemaphoreWaitInfo::default()
+                    .semaphores(&semaphores)
+                    .values(&values);
+                // SAFETY: the timeline outlives this thread (joined before `Raw` is dropped).
+                if unsafe { device.wait_semaphores(&info, 100_000_000) }.is_ok() {
+                    reached.store(next, Ordering::Release);
+                    main.unpark();
+                    next += 1;
+                }
+            }
+        })
+    };
+    group.bench_function("raw_ash_waiter_thread", |b| {
+        b.iter(|| {
+            raw_submitted += 1;
+            raw.submit();
+            while reached.load(Ordering::Acquire) < raw.value {
+                std::thread::park();
+            }
+        })
+    });
+    stop.store(true, Ordering::Release);
+    waiter.join().expect("waiter thread");
     group.finish();
     assert_eq!(
         halcyon.value(),
@@ -653,6 +694,20 @@ fn main() {
     row(
         "tiny execute round trip",
         "tiny/halcyon_execute",
+        "tiny/raw_ash",
+        1e3,
+        "us",
+    );
+    row(
+        "tiny execute vs raw + waiter",
+        "tiny/halcyon_execute",
+        "tiny/raw_ash_waiter_thread",
+        1e3,
+        "us",
+    );
+    row(
+        "raw + waiter vs raw",
+        "tiny/raw_ash_waiter_thread",
         "tiny/raw_ash",
         1e3,
         "us",
