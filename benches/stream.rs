@@ -31,6 +31,9 @@
 //!   to one CPU (`taskset -c 0 target/release/deps/stream-* --bench`) makes every wake a
 //!   same-CPU wake and the figures stable from run to run.
 //!
+//! * `replay_100`: a reusable command buffer of 100 empty dispatches (launched as a graph from
+//!   its second submission on) against the host API's 100 launches and its graph of them.
+//!
 //! The number of cross-thread wakes on the critical path dominates every figure here.
 
 use std::time::{Duration, Instant};
@@ -226,5 +229,100 @@ fn paired(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, round_trip, paired);
+/// Dispatches in the replayed command buffer of group `replay_100`.
+const REPLAYED: usize = 100;
+
+/// A reusable command buffer of 100 empty dispatches, submitted and awaited per iteration
+/// (halcyon launches it as one graph from its second submission on), against the host API used
+/// raw: the same 100 launches enqueued one by one, and a graph of them captured once and
+/// launched, each followed by an event record and synchronisation. Divide by 100 for the cost
+/// per dispatch.
+fn replay(c: &mut Criterion) {
+    let mut group = c.benchmark_group("replay_100");
+    group
+        .sample_size(40)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    {
+        let api = HostStreamApi::new();
+        let stream = api.create_stream().expect("stream");
+        let event = api
+            .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+            .expect("event");
+        let module = api.load_module(&empty_module().spec()).expect("module");
+        let function = api.get_function(module.module, "empty").expect("function");
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_memory_bytes: 0,
+        };
+        let params = KernelParams {
+            bindings: &[],
+            constants: &[],
+        };
+        let launch_all = || {
+            for _ in 0..REPLAYED {
+                api.launch_kernel(function, &config, &params, stream)
+                    .expect("launch");
+            }
+        };
+        group.bench_function("raw/launches", |b| {
+            b.iter(|| {
+                launch_all();
+                api.record_event(event, stream).expect("record");
+                api.synchronize_event(event).expect("sync");
+            })
+        });
+        api.begin_capture(stream).expect("capture");
+        launch_all();
+        let graph = api.end_capture(stream).expect("graph");
+        group.bench_function("raw/graph", |b| {
+            b.iter(|| {
+                api.launch_graph(graph, stream).expect("launch graph");
+                api.record_event(event, stream).expect("record");
+                api.synchronize_event(event).expect("sync");
+            })
+        });
+        api.destroy_graph(graph).expect("destroy graph");
+        api.destroy_event(event).expect("destroy event");
+        api.destroy_stream(stream).expect("destroy stream");
+    }
+    let device = create_device(
+        HostStreamApi::new(),
+        StreamDeviceOptions {
+            completion: CompletionStrategy::CompletionThread,
+            ..StreamDeviceOptions::default()
+        },
+    )
+    .expect("device");
+    let queue = device.queue(0).expect("queue");
+    let executable = device
+        .load_executable(&empty_module().spec())
+        .expect("executable");
+    let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+    for _ in 0..REPLAYED {
+        builder
+            .dispatch(&executable, 0, [1, 1, 1], &[], [])
+            .expect("record");
+    }
+    let command_buffer = builder.finish();
+    group.bench_function("completion_thread/execute_block_on", |b| {
+        b.iter(|| {
+            block_on(queue.execute(halcyon::Timepoints::default(), &command_buffer, None))
+                .expect("run")
+        })
+    });
+    group.finish();
+    println!(
+        "replay_100: graph launches {} of {} submissions",
+        device
+            .query(halcyon::stream::keys::GRAPH_LAUNCHES)
+            .unwrap_or(-1),
+        device
+            .query(halcyon::stream::keys::SUBMISSIONS)
+            .unwrap_or(-1)
+    );
+}
+
+criterion_group!(benches, round_trip, paired, replay);
 criterion_main!(benches);

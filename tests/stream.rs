@@ -396,3 +396,98 @@ fn buffers_of_another_device_are_refused() -> Result<()> {
         Ok::<(), Error>(())
     })
 }
+
+/// A reusable command buffer executed again becomes a graph: issued directly the first time,
+/// captured the second, launched as the graph from then on, with the right results each time;
+/// lists with a binding table (new each time) and one-shot operations are never captured.
+#[test]
+fn resubmitted_command_lists_become_graphs() -> Result<()> {
+    use halcyon::{Binding, BindingTable, CommandBuffer, CommandBufferMode};
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let module = HostModule::new().kernel(entry("add_one", 1, 0), |args: &LaunchArgs<'_>| {
+            // SAFETY: the only binding; blocks of one launch run one after another.
+            let data = unsafe { args.binding_mut::<u32>(0) };
+            data.iter_mut().for_each(|x| *x += 1);
+            Ok(())
+        });
+        let executable = device.load_executable(&module.spec())?;
+        block_on(async {
+            let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[10; 16])).await?;
+            let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+            builder.update(x.slice(0..4)?, &u32_bytes(&[100]))?;
+            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+            let twice = builder.finish();
+            for round in 1..=4u32 {
+                done(
+                    "execute",
+                    queue.execute(Timepoints::default(), &twice, None),
+                )
+                .await?;
+                let bytes = download(&queue, Fence::new(), &x.whole()).await?;
+                let values = bytes_u32(&bytes)?;
+                assert_eq!(values[0], 101, "round {round}, {strategy:?}");
+                assert_eq!(values[1], 10 + 2 * round, "round {round}, {strategy:?}");
+            }
+            assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1, "{strategy:?}");
+            assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 3, "{strategy:?}");
+            assert_eq!(api.stats().graph_launches, 3, "{strategy:?}");
+
+            // A binding table resolves to a new list each time: replayed on the stream.
+            let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::slot(0, 0, 64)])?;
+            let slotted = builder.finish();
+            let mut table = BindingTable::new();
+            table.set(0, x.whole())?;
+            for _ in 0..3 {
+                let run = queue.execute(Timepoints::default(), &slotted, Some(&table));
+                done("execute with a table", run).await?;
+                done(
+                    "fill",
+                    queue.fill(Timepoints::default(), &x.slice(60..64)?, &[1]),
+                )
+                .await?;
+            }
+            assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1, "{strategy:?}");
+            assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 3, "{strategy:?}");
+            let values = bytes_u32(&download(&queue, Fence::new(), &x.whole()).await?)?;
+            assert_eq!(values[1], 10 + 8 + 3, "{strategy:?}");
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A graph launch re-resolves its buffers: after a queue `dealloca` released one, resubmitting
+/// the list fails like a direct issue would, instead of launching on freed memory.
+#[test]
+fn a_graph_of_a_released_buffer_is_not_launched() -> Result<()> {
+    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(0)?;
+    block_on(async {
+        let (buffer, allocated) = queue.alloca(Timepoints::default(), 64, BufferParams::DEVICE)?;
+        done("alloca", allocated).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.fill(Binding::from(buffer.whole()), &[3])?;
+        let fill = builder.finish();
+        for _ in 0..3 {
+            done("fill", queue.execute(Timepoints::default(), &fill, None)).await?;
+        }
+        assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 2);
+        done("dealloca", queue.dealloca(Timepoints::default(), &buffer)).await?;
+        let error = within(
+            "fill after dealloca",
+            queue.execute(Timepoints::default(), &fill, None),
+        )
+        .await?
+        .expect_err("the buffer's memory was released");
+        eprintln!("{error}");
+        assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 2);
+        Ok(())
+    })
+}

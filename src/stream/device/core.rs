@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use crate::reactor::ReactorHandle;
 use crate::semaphore::Semaphore;
-use crate::stream::api::{StreamApi, StreamHandle};
+use crate::stream::api::{Capabilities, StreamApi, StreamHandle};
 use crate::stream::device::completion::{Fifo, ParkSignal};
+use crate::stream::device::graphs::GraphCache;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::{Event, EventPool};
 use crate::stream::timeline::{StreamSemaphore, Timeline};
@@ -38,6 +39,8 @@ pub(crate) struct Stats {
     pub(crate) probe_completions: AtomicU64,
     pub(crate) probe_failures: AtomicU64,
     pub(crate) probes: AtomicU64,
+    pub(crate) graph_captures: AtomicU64,
+    pub(crate) graph_launches: AtomicU64,
 }
 
 impl Stats {
@@ -65,11 +68,15 @@ pub(crate) struct QueueStreams {
     pub(crate) issue: Mutex<()>,
     /// Submissions for the completion thread (completion-thread strategy).
     pub(crate) fifo: Option<Fifo>,
+    /// Graphs of resubmitted command lists.
+    pub(crate) graphs: GraphCache,
 }
 
 /// The state a stream device shares with its completion paths.
 pub(crate) struct Core<A: StreamApi> {
     pub(crate) api: Arc<A>,
+    /// Whether resubmitted command lists become graphs (the API has them).
+    pub(crate) graphs: bool,
     /// Process-unique device id: semaphores, buffers and executables of other devices are
     /// recognised by it.
     pub(crate) id: u64,
@@ -102,8 +109,10 @@ impl<A: StreamApi> Core<A> {
         strategy: CompletionStrategy,
         probe_interval: Duration,
     ) -> Self {
+        let graphs = api.info().capabilities.contains(Capabilities::GRAPHS);
         Core {
             api,
+            graphs,
             id,
             name,
             queues,
@@ -173,6 +182,9 @@ impl<A: StreamApi> Core<A> {
 impl<A: StreamApi> Drop for Core<A> {
     fn drop(&mut self) {
         for queue in &self.queues {
+            for graph in queue.graphs.drain() {
+                let _ = self.api.destroy_graph(graph);
+            }
             let _ = self.api.destroy_stream(queue.stream);
             if let Some(callback) = queue.callback {
                 let _ = self.api.destroy_stream(callback);

@@ -26,8 +26,9 @@ use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::reactor::Completion;
 use crate::stream::api::{DevicePtr, KernelParams, LaunchConfig, StreamApi, StreamHandle};
-use crate::stream::device::core::{lock, Core, Stats, Via};
+use crate::stream::device::core::{lock, Core, QueueStreams, Stats, Via};
 use crate::stream::device::executable::StreamExecutable;
+use crate::stream::device::graphs::Plan;
 use crate::stream::device::memory::StreamMemory;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
@@ -80,7 +81,7 @@ impl<A: StreamApi> Core<A> {
         Stats::bump(&self.stats.native_waits, events.len() as u64);
         drop(events); // the waits captured the records; the events may be recycled
         let mut timepoint = self.timepoints.acquire();
-        let enqueued = self.enqueue(queue.stream, &work, &mut timepoint);
+        let enqueued = self.enqueue(queue, &work, &mut timepoint);
         let event = self
             .events
             .acquire()
@@ -126,8 +127,12 @@ impl<A: StreamApi> Core<A> {
     }
 
     /// Enqueues the operations of `work` on `stream`, keeping what they address in `timepoint`.
-    fn enqueue(&self, stream: StreamHandle, work: &Work, timepoint: &mut Timepoint) -> Result<()> {
+    fn enqueue(&self, queue: &QueueStreams, work: &Work, timepoint: &mut Timepoint) -> Result<()> {
+        let stream = queue.stream;
         match work {
+            Work::Commands(commands) if self.graphs && !commands.is_empty() => {
+                self.enqueue_reusable(queue, commands, timepoint)
+            }
             Work::Commands(commands) => {
                 for command in commands.iter() {
                     self.enqueue_command(stream, command, timepoint)?;
@@ -155,6 +160,76 @@ impl<A: StreamApi> Core<A> {
                 StatusCode::Internal,
                 "host calls run on the host, not on a stream",
             )),
+        }
+    }
+
+    /// Enqueues `commands` directly, or through a graph if the list was submitted before (see
+    /// [`super::graphs`]).
+    fn enqueue_reusable(
+        &self,
+        queue: &QueueStreams,
+        commands: &Arc<[Command]>,
+        timepoint: &mut Timepoint,
+    ) -> Result<()> {
+        let stream = queue.stream;
+        let (plan, dropped) = queue.graphs.plan(commands);
+        for graph in dropped {
+            let _ = self.api.destroy_graph(graph);
+        }
+        match plan {
+            Plan::Direct => {
+                for command in commands.iter() {
+                    self.enqueue_command(stream, command, timepoint)?;
+                }
+                Ok(())
+            }
+            Plan::Launch(graph) => {
+                // Resolve every buffer again: keeps its memory alive until completion, and
+                // fails (like a direct issue) if one was released since the capture.
+                let mut resolved = Ok(());
+                for command in commands.iter() {
+                    command.for_each_binding(|range, _| {
+                        if resolved.is_ok() {
+                            resolved = self.address(range, &mut timepoint.memory).map(drop);
+                        }
+                    });
+                }
+                resolved?;
+                self.api.launch_graph(graph, stream)?;
+                Stats::bump(&self.stats.graph_launches, 1);
+                Ok(())
+            }
+            Plan::Capture => {
+                self.api.begin_capture(stream)?;
+                let enqueued = commands
+                    .iter()
+                    .try_for_each(|command| self.enqueue_command(stream, command, timepoint));
+                let captured = self.api.end_capture(stream);
+                let graph = match (enqueued, captured) {
+                    (Ok(()), Ok(graph)) => graph,
+                    (enqueued, captured) => {
+                        if let Ok(graph) = captured {
+                            let _ = self.api.destroy_graph(graph);
+                        }
+                        if let Some(old) = queue.graphs.forget(commands) {
+                            let _ = self.api.destroy_graph(old);
+                        }
+                        // Nothing ran: the capture took the operations. Report the first error.
+                        return Err(enqueued.and(captured.map(drop)).unwrap_err());
+                    }
+                };
+                let kept = queue.graphs.captured(commands, graph);
+                Stats::bump(&self.stats.graph_captures, 1);
+                let launched = self.api.launch_graph(graph, stream);
+                if launched.is_err() || !kept {
+                    // Destroying a launched graph is deferred by the API until its runs end.
+                    queue.graphs.forget(commands);
+                    let _ = self.api.destroy_graph(graph);
+                }
+                launched?;
+                Stats::bump(&self.stats.graph_launches, 1);
+                Ok(())
+            }
         }
     }
 

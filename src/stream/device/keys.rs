@@ -42,3 +42,7 @@ pub const TIMEPOINTS_ACQUIRED: &str = "stream.timepoints_acquired";
 pub const REACTOR_WAKEUPS: &str = "stream.reactor_wakeups";
 /// Pending-action polls on the reactor.
 pub const REACTOR_POLLS: &str = "stream.reactor_polls";
+/// Resubmitted command lists captured into a graph.
+pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
+/// Submissions issued as one graph launch.
+pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";

@@ -13,6 +13,7 @@
 //! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` / `copy_device_to_device_async` |
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
 //! | barrier                                | nothing: a stream runs in order                        |
+//! | a reusable command list submitted again | captured into a graph once, then `launch_graph` (where the API has graphs) |
 //! | queue read                             | `copy_device_to_host_async` into staging, delivered on completion |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |
 //! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it |
@@ -32,6 +33,7 @@
 mod completion;
 pub(crate) mod core;
 mod executable;
+mod graphs;
 mod issue;
 pub mod keys;
 mod memory;
@@ -176,6 +178,7 @@ impl<A: StreamApi> StreamDevice<A> {
                 stream,
                 callback,
                 issue: Default::default(),
+                graphs: Default::default(),
                 fifo: (strategy == CompletionStrategy::CompletionThread).then(Fifo::default),
             });
             Ok(())
@@ -313,6 +316,8 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PROBE_COMPLETIONS => stat(&stats.probe_completions),
             keys::PROBE_FAILURES => stat(&stats.probe_failures),
             keys::PROBES => stat(&stats.probes),
+            keys::GRAPH_CAPTURES => stat(&stats.graph_captures),
+            keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),
             keys::IN_FLIGHT => core.in_flight() as i64,
             keys::EVENTS_CREATED => events().created as i64,
             keys::EVENTS_ACQUIRED => events().acquired as i64,

@@ -48,6 +48,9 @@ pub(crate) struct Resolved {
 // SAFETY: the pointer addresses the allocation `_allocation` keeps alive; moving it to a stream
 // thread is how operations run.
 unsafe impl Send for Resolved {}
+// SAFETY: sharing only reads the pointer value; the memory behind it is accessed by the stream
+// operation that holds it, in stream order (a graph's operations run one launch at a time).
+unsafe impl Sync for Resolved {}
 
 impl Resolved {
     /// The resolved address (a method, so closures capture the whole value, which is `Send`).

@@ -12,7 +12,8 @@
 //! | module / function     | a [`HostModule`] of named Rust kernels / one of its kernels    |
 //! | kernel launch         | an operation calling the kernel once per block of the grid     |
 //! | stream-ordered alloc  | allocate at once; free when the stream reaches the free       |
-//! | graphs                | not implemented (the capability is absent)                    |
+//! | graph capture         | a capturing stream collects its memory and kernel operations  |
+//! | graph launch          | enqueues the captured operations again, in order              |
 //! | sticky device error   | [`HostStreamApi::inject_fault`]                                |
 //!
 //! Every device address is checked against the live allocations when an operation is enqueued,
@@ -66,6 +67,7 @@ pub(crate) struct Counters {
     records: AtomicU64,
     stream_waits: AtomicU64,
     launches: AtomicU64,
+    graph_launches: AtomicU64,
 }
 
 impl Counters {
@@ -91,6 +93,8 @@ pub struct HostApiStats {
     pub stream_waits: u64,
     /// Kernel launches enqueued.
     pub launches: u64,
+    /// Graph launches enqueued.
+    pub graph_launches: u64,
     /// Streams alive (created and not destroyed).
     pub streams: u64,
     /// Events alive.
@@ -111,6 +115,10 @@ pub(crate) struct Shared {
     events: Mutex<HashMap<u64, Arc<HostEvent>>>,
     modules: Mutex<HashMap<u64, Arc<HostModule>>>,
     functions: Mutex<Functions>,
+    /// Streams being captured → the operations captured so far.
+    captures: Mutex<HashMap<u64, Vec<worker::Exec>>>,
+    /// Instantiated graphs → their operations.
+    graphs: Mutex<HashMap<u64, Arc<[worker::Exec]>>>,
     memory: Registry,
     pub(crate) control: Control,
     pub(crate) closing: AtomicBool,
@@ -208,6 +216,9 @@ struct HostPtr(*mut u8);
 // SAFETY: the caller of the unsafe copy method guarantees the memory stays valid and otherwise
 // untouched until the stream ran the copy; the pointer is only used by that copy.
 unsafe impl Send for HostPtr {}
+// SAFETY: only the pointer value is shared; the copy that uses it runs in stream order (a
+// captured copy once per graph launch), under the same contract.
+unsafe impl Sync for HostPtr {}
 
 impl HostPtr {
     fn get(&self) -> *mut u8 {
@@ -226,6 +237,8 @@ impl HostStreamApi {
                     events: Mutex::default(),
                     modules: Mutex::default(),
                     functions: Mutex::default(),
+                    captures: Mutex::default(),
+                    graphs: Mutex::default(),
                     memory: Registry::default(),
                     control: Control::default(),
                     closing: AtomicBool::new(false),
@@ -284,14 +297,33 @@ impl HostStreamApi {
             records: stat(&s.records),
             stream_waits: stat(&s.stream_waits),
             launches: stat(&s.launches),
+            graph_launches: stat(&s.graph_launches),
             streams: lock(&shared.streams).len() as u64,
             events: lock(&shared.events).len() as u64,
             allocations: shared.memory.len() as u64,
         }
     }
 
-    /// Enqueues a memory or kernel operation on `stream`.
+    /// Enqueues a memory or kernel operation, or adds it to the graph `stream` is capturing.
     fn exec(&self, stream: StreamHandle, exec: worker::Exec) -> Result<()> {
-        self.shared().stream(stream)?.push(|| Op::Exec(exec))
+        let shared = self.shared();
+        let target = shared.stream(stream)?;
+        if let Some(captured) = lock(&shared.captures).get_mut(&stream.0) {
+            captured.push(exec);
+            return Ok(());
+        }
+        target.push(|| Op::Exec(exec))
+    }
+
+    /// `InvalidArgument` if `stream` is capturing: only memory and kernel operations can be
+    /// captured here (events, waits and host functions cannot).
+    fn not_capturing(&self, stream: StreamHandle, what: &str) -> Result<()> {
+        if lock(&self.shared().captures).contains_key(&stream.0) {
+            return Err(invalid(format!(
+                "{what} on {stream:?} while it captures a graph: only memory operations and \
+                 kernel launches can be captured"
+            )));
+        }
+        Ok(())
     }
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Weak};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::{ExecutableSource, ExecutableSpec};
 use crate::stream::api::{
-    ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
-    KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
+    ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle,
+    HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
     StreamHandle,
 };
 use crate::stream::host::event::{HostEvent, Waited};
@@ -23,7 +23,9 @@ impl StreamApi for HostStreamApi {
         ApiInfo {
             driver: DRIVER_ID.into(),
             name: "host threads (one thread per stream)".into(),
-            capabilities: Capabilities::HOST_FUNC | Capabilities::STREAM_ORDERED_ALLOC,
+            capabilities: Capabilities::HOST_FUNC
+                | Capabilities::STREAM_ORDERED_ALLOC
+                | Capabilities::GRAPHS,
             binding_alignment: 4,
             concurrency: 1,
         }
@@ -61,6 +63,7 @@ impl StreamApi for HostStreamApi {
     fn synchronize_stream(&self, stream: StreamHandle) -> Result<()> {
         let shared = self.shared();
         shared.control.check()?;
+        self.not_capturing(stream, "synchronize")?;
         shared.stream(stream)?.synchronize(shared)
     }
 
@@ -82,6 +85,7 @@ impl StreamApi for HostStreamApi {
     fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
         let shared = self.shared();
         shared.control.check()?;
+        self.not_capturing(stream, "an event record")?;
         let event = shared.event(event)?;
         shared.stats.bump(&shared.stats.records);
         shared.stream(stream)?.push(|| {
@@ -116,6 +120,7 @@ impl StreamApi for HostStreamApi {
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
         let shared = self.shared();
         shared.control.check()?;
+        self.not_capturing(stream, "an event wait")?;
         let event = shared.event(event)?;
         shared.stats.bump(&shared.stats.stream_waits);
         let generation = event.current();
@@ -125,6 +130,7 @@ impl StreamApi for HostStreamApi {
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
         let shared = self.shared();
         shared.control.check()?;
+        self.not_capturing(stream, "a host function")?;
         shared.stream(stream)?.push(|| Op::HostFunc(func))
     }
 
@@ -157,7 +163,7 @@ impl StreamApi for HostStreamApi {
         let weak: Weak<Shared> = Arc::downgrade(shared);
         self.exec(
             stream,
-            Box::new(move || match weak.upgrade() {
+            Arc::new(move || match weak.upgrade() {
                 Some(shared) => shared.memory.free(ptr),
                 None => Ok(()),
             }),
@@ -176,7 +182,7 @@ impl StreamApi for HostStreamApi {
         let src = HostPtr(src.cast_mut());
         self.exec(
             stream,
-            Box::new(move || {
+            Arc::new(move || {
                 // SAFETY: the caller guarantees `src..src+len` stays valid and unmodified until
                 // this runs; `dst` is `len` bytes of a live allocation (resolved above, kept
                 // alive by `dst`); `copy` allows overlap.
@@ -198,7 +204,7 @@ impl StreamApi for HostStreamApi {
         let dst = HostPtr(dst);
         self.exec(
             stream,
-            Box::new(move || {
+            Arc::new(move || {
                 // SAFETY: `src` is `len` bytes of a live allocation; the caller guarantees
                 // `dst..dst+len` is valid and untouched by anything else until this runs.
                 unsafe { std::ptr::copy(src.ptr(), dst.get(), len as usize) };
@@ -219,7 +225,7 @@ impl StreamApi for HostStreamApi {
         let (dst, src) = (memory.resolve(dst, len)?, memory.resolve(src, len)?);
         self.exec(
             stream,
-            Box::new(move || {
+            Arc::new(move || {
                 // SAFETY: both ranges are `len` bytes of live allocations (resolved and held);
                 // streams order this against every other access; `copy` allows overlap.
                 unsafe { std::ptr::copy(src.ptr(), dst.ptr(), len as usize) };
@@ -247,7 +253,7 @@ impl StreamApi for HostStreamApi {
         let dst = self.shared().memory.resolve(dst, len)?;
         self.exec(
             stream,
-            Box::new(move || {
+            Arc::new(move || {
                 // SAFETY: `len` bytes of a live allocation (resolved and held), ordered by the
                 // stream against every other access.
                 let bytes = unsafe { std::slice::from_raw_parts_mut(dst.ptr(), len as usize) };
@@ -343,7 +349,7 @@ impl StreamApi for HostStreamApi {
         shared.stats.bump(&shared.stats.launches);
         self.exec(
             stream,
-            Box::new(move || {
+            Arc::new(move || {
                 let (entry, kernel) = &module.kernels[index];
                 let bindings: Vec<(*mut u8, usize)> =
                     resolved.iter().map(|r| (r.ptr(), r.available)).collect();
@@ -373,5 +379,54 @@ impl StreamApi for HostStreamApi {
                 Ok(())
             }),
         )
+    }
+
+    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.stream(stream)?;
+        let mut captures = lock(&shared.captures);
+        if captures.contains_key(&stream.0) {
+            return Err(invalid(format!("{stream:?} is already capturing a graph")));
+        }
+        captures.insert(stream.0, Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
+        let shared = self.shared();
+        let captured = lock(&shared.captures)
+            .remove(&stream.0)
+            .ok_or_else(|| invalid(format!("{stream:?} is not capturing a graph")))?;
+        // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
+        // the graph is not made then.
+        shared.control.check()?;
+        let id = shared.id();
+        lock(&shared.graphs).insert(id, captured.into());
+        Ok(GraphHandle(id))
+    }
+
+    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        self.not_capturing(stream, "a graph launch")?;
+        let operations = lock(&shared.graphs)
+            .get(&graph.0)
+            .cloned()
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
+        shared.stats.bump(&shared.stats.graph_launches);
+        let target = shared.stream(stream)?;
+        for operation in operations.iter() {
+            target.push(|| Op::Exec(operation.clone()))?;
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        // Launches already enqueued hold their operations; the graph itself just goes.
+        lock(&self.shared().graphs)
+            .remove(&graph.0)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
     }
 }

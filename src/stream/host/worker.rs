@@ -19,8 +19,9 @@ use crate::stream::api::HostFunc;
 use crate::stream::host::event::{HostEvent, Waited};
 use crate::stream::host::Shared;
 
-/// A memory or kernel operation; skipped while an error is pending on the stream.
-pub(crate) type Exec = Box<dyn FnOnce() -> Result<()> + Send>;
+/// A memory or kernel operation; skipped while an error is pending on the stream. Shared and
+/// callable more than once, so a captured graph can run it on every launch.
+pub(crate) type Exec = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// One enqueued operation.
 pub(crate) enum Op {
@@ -157,7 +158,7 @@ fn execute(op: Op, pending: &mut Option<Error>, shared: &Shared) {
                 stats.bump(&stats.skipped);
             } else {
                 stats.bump(&stats.executed);
-                let outcome = catch_unwind(AssertUnwindSafe(exec)).unwrap_or_else(|panic| {
+                let outcome = catch_unwind(AssertUnwindSafe(|| exec())).unwrap_or_else(|panic| {
                     Err(Error::new(
                         StatusCode::Internal,
                         format!("host stream operation panicked: {}", panic_message(&*panic)),
