@@ -4,6 +4,8 @@
 //! use, peak) stay exact however buffers are dropped. Queue `alloca` draws from a [`Pool`] of
 //! blocks in power-of-two size classes; a queue `dealloca` (or dropping a pooled buffer) returns
 //! its block to the pool once no in-flight work holds it, where a later `alloca` reuses it.
+//! Backends with queue-ordered memory of their own (CUDA and HIP stream-ordered pools) serve
+//! `alloca` themselves through [`DeviceBackend::allocate_queued`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +28,9 @@ pub struct AllocatorStats {
     pub bytes_pooled: u64,
     /// Backend allocations made so far (pool reuses are not allocations).
     pub allocations: u64,
+    /// Of those, queue `alloca`s the backend served from its own queue-ordered memory
+    /// ([`DeviceBackend::allocate_queued`]: a stream-ordered pool, which reuses memory itself).
+    pub queue_ordered_allocations: u64,
 }
 
 #[derive(Default)]
@@ -34,6 +39,7 @@ pub(crate) struct Counters {
     peak: AtomicU64,
     pooled: AtomicU64,
     allocations: AtomicU64,
+    queue_ordered: AtomicU64,
 }
 
 impl Counters {
@@ -161,6 +167,37 @@ impl Allocator {
         ))
     }
 
+    /// Memory for a queue `alloca` on `queue`: queue-ordered backend memory where the backend
+    /// has it ([`DeviceBackend::allocate_queued`], e.g. a stream-ordered pool), else the pool.
+    pub(crate) fn allocate_for_queue(
+        &self,
+        queue: u32,
+        size: u64,
+        params: BufferParams,
+    ) -> Result<Buffer> {
+        validate(size, &params)?;
+        let Some(memory) = self.backend.allocate_queued(queue, size, &params) else {
+            return self.allocate_pooled(size, params);
+        };
+        let memory = memory?;
+        self.counters.allocations.fetch_add(1, Ordering::Relaxed);
+        self.counters.queue_ordered.fetch_add(1, Ordering::Relaxed);
+        self.counters.add(memory.len());
+        let block = Counted {
+            memory,
+            counters: self.counters.clone(),
+        };
+        Ok(Buffer::from_memory(
+            Arc::new(Tracked {
+                block: Some(block),
+                pool: None,
+                params,
+            }),
+            size,
+            params,
+        ))
+    }
+
     fn backend_allocate(&self, size: u64, params: BufferParams) -> Result<Counted> {
         let memory = self.backend.allocate(size, &params)?;
         self.counters.allocations.fetch_add(1, Ordering::Relaxed);
@@ -183,6 +220,7 @@ impl Allocator {
             peak_bytes_in_use: self.counters.peak.load(Ordering::Relaxed),
             bytes_pooled: self.counters.pooled.load(Ordering::Relaxed),
             allocations: self.counters.allocations.load(Ordering::Relaxed),
+            queue_ordered_allocations: self.counters.queue_ordered.load(Ordering::Relaxed),
         }
     }
 }

@@ -115,6 +115,24 @@ pub trait DeviceBackend: Send + Sync + 'static {
     /// Allocates `size` bytes of memory matching `params`.
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>>;
 
+    /// Memory for a queue `alloca` on `queue`, allocated in that queue's order (a stream-ordered
+    /// pool: `cuMemAllocAsync` on the queue's stream), or `None` to let the core's alloca pool
+    /// serve it (the default).
+    ///
+    /// The memory may be handed out before the `alloca`'s waits are reached: it is only used by
+    /// work ordered after the `alloca` signals. Releasing it (its last reference dropping, after
+    /// the `dealloca` and every submission using it) must return it in queue order too, without
+    /// blocking.
+    fn allocate_queued(
+        &self,
+        queue: u32,
+        size: u64,
+        params: &BufferParams,
+    ) -> Option<Result<Arc<dyn BufferMemory>>> {
+        let _ = (queue, size, params);
+        None
+    }
+
     /// Executable formats [`DeviceBackend::load_executable`] understands.
     fn executable_formats(&self) -> Vec<String>;
 

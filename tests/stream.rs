@@ -491,3 +491,56 @@ fn a_graph_of_a_released_buffer_is_not_launched() -> Result<()> {
         Ok(())
     })
 }
+
+/// Queue `alloca` of device memory uses the API's stream-ordered allocation on the queue's
+/// stream, and the memory goes back with a stream-ordered free once the `dealloca` and every use
+/// completed; host-visible `alloca`s use the core's pool; a buffer outliving its device is
+/// still freed.
+#[test]
+fn alloca_uses_stream_ordered_allocation() -> Result<()> {
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(1)?;
+    let before = api.stats().allocations;
+    block_on(async {
+        let (buffer, allocated) = queue.alloca(Timepoints::default(), 256, BufferParams::DEVICE)?;
+        done("alloca", allocated).await?;
+        assert_eq!(stat(&device, keys::QUEUED_ALLOCATIONS), 1);
+        assert_eq!(api.stats().allocations, before + 1);
+        done(
+            "fill",
+            queue.fill(Timepoints::default(), &buffer.whole(), &[9]),
+        )
+        .await?;
+        let bytes = download(&queue, Fence::new(), &buffer.whole()).await?;
+        assert!(bytes.iter().all(|&b| b == 9));
+        done("dealloca", queue.dealloca(Timepoints::default(), &buffer)).await?;
+        eventually("the stream-ordered free ran", || {
+            api.stats().allocations == before
+        })
+        .await?;
+
+        let (host, allocated) = queue.alloca(Timepoints::default(), 256, BufferParams::HOST)?;
+        done("host alloca", allocated).await?;
+        assert_eq!(
+            stat(&device, keys::QUEUED_ALLOCATIONS),
+            1,
+            "host-visible uses the pool"
+        );
+        drop(host);
+
+        let (outliving, allocated) =
+            queue.alloca(Timepoints::default(), 64, BufferParams::DEVICE)?;
+        done("alloca", allocated).await?;
+        Ok::<_, Error>(outliving)
+    })
+    .and_then(|outliving| {
+        let allocations = api.stats().allocations;
+        device.allocator().trim();
+        drop(device);
+        drop(outliving);
+        wait_until("the outliving buffer was freed", || {
+            api.stats().allocations < allocations
+        })
+    })
+}

@@ -463,8 +463,9 @@ impl Queue {
     }
 
     /// Allocates a buffer in queue order: the handle is returned at once and may be used in
-    /// submissions ordered after `timepoints.signal`; its memory comes from the device's pool
-    /// (reusing memory a [`Queue::dealloca`] returned) or a new allocation.
+    /// submissions ordered after `timepoints.signal`. Its memory comes from the backend's
+    /// queue-ordered pool where it has one (CUDA and HIP stream-ordered allocation), else from the
+    /// device's alloca pool (reusing memory a [`Queue::dealloca`] returned) or a new allocation.
     pub fn alloca(
         &self,
         timepoints: impl Into<Timepoints>,
@@ -472,7 +473,11 @@ impl Queue {
         params: BufferParams,
     ) -> Result<(Buffer, Submission)> {
         let timepoints = timepoints.into();
-        let buffer = match self.device.allocator().allocate_pooled(size, params) {
+        let buffer = match self
+            .device
+            .allocator()
+            .allocate_for_queue(self.index, size, params)
+        {
             Ok(buffer) => buffer,
             Err(error) => {
                 timepoints.signal.fail(error.clone());

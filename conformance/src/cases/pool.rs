@@ -12,7 +12,8 @@ const SIZE: u64 = 4096;
 
 /// `alloca`, use, `dealloca`, then `alloca` of the same size again: the second allocation
 /// reuses the pooled block (the allocator's backend allocation count does not move) and the
-/// reused memory holds exactly what is written to it.
+/// reused memory holds exactly what is written to it. A backend serving `alloca` from its own
+/// queue-ordered pool must give the memory back after the `dealloca`, and serve the next one.
 pub fn alloca_dealloca_reuses_memory(device: &Device, _: &dyn Kernels) -> Result<()> {
     block_on(async {
         let queue = device.queue(0)?;
@@ -33,6 +34,24 @@ pub fn alloca_dealloca_reuses_memory(device: &Device, _: &dyn Kernels) -> Result
             "dealloca completed but the buffer still has memory"
         );
         drop(buffer);
+
+        if allocator.stats().queue_ordered_allocations > before.queue_ordered_allocations {
+            // The backend serves alloca from its own queue-ordered pool (stream-ordered
+            // allocation), which reuses memory itself: check that the memory went back and that
+            // a new alloca of the size works.
+            eventually("the deallocated memory going back", || {
+                allocator.stats().bytes_in_use <= before.bytes_in_use
+            })
+            .await?;
+            let (again, alloca) = queue.alloca(timeline.next(), SIZE, BufferParams::DEVICE)?;
+            let second = pattern_bytes(SIZE as usize, 7);
+            let write = queue.write(timeline.next(), &second, &again.whole());
+            let wait = Fence::at(timeline.semaphore(), timeline.last());
+            assert_eq!(download(&queue, wait, &again.whole()).await?, second);
+            done("second alloca", alloca).await?;
+            done("write into the new alloca", write).await?;
+            return Ok(());
+        }
 
         let freed = allocator.stats();
         assert_eq!(

@@ -41,6 +41,7 @@ pub(crate) struct Stats {
     pub(crate) probes: AtomicU64,
     pub(crate) graph_captures: AtomicU64,
     pub(crate) graph_launches: AtomicU64,
+    pub(crate) queued_allocations: AtomicU64,
 }
 
 impl Stats {
@@ -77,6 +78,8 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) api: Arc<A>,
     /// Whether resubmitted command lists become graphs (the API has them).
     pub(crate) graphs: bool,
+    /// Whether queue `alloca` uses stream-ordered allocation (the API has it).
+    pub(crate) stream_ordered: bool,
     /// Process-unique device id: semaphores, buffers and executables of other devices are
     /// recognised by it.
     pub(crate) id: u64,
@@ -109,10 +112,11 @@ impl<A: StreamApi> Core<A> {
         strategy: CompletionStrategy,
         probe_interval: Duration,
     ) -> Self {
-        let graphs = api.info().capabilities.contains(Capabilities::GRAPHS);
+        let capabilities = api.info().capabilities;
         Core {
             api,
-            graphs,
+            graphs: capabilities.contains(Capabilities::GRAPHS),
+            stream_ordered: capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC),
             id,
             name,
             queues,

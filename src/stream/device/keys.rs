@@ -46,3 +46,5 @@ pub const REACTOR_POLLS: &str = "stream.reactor_polls";
 pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
 /// Submissions issued as one graph launch.
 pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
+/// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
+pub const QUEUED_ALLOCATIONS: &str = "stream.queued_allocations";

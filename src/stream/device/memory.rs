@@ -1,6 +1,10 @@
 //! Buffer memory of a stream device: one [`StreamApi::allocate`] allocation per buffer, freed
 //! when the buffer (and every submission holding its memory) is gone.
 //!
+//! Queue `alloca` memory on an API with stream-ordered allocation is
+//! [`StreamApi::allocate_async`] on the queue's stream instead, and is returned with
+//! [`StreamApi::free_async`] on that stream: no synchronisation either way.
+//!
 //! Host-visible buffers are allocated [`MemoryPlacement::HostVisible`] and mapped through the
 //! address [`StreamApi::host_pointer`] reports; an API that cannot give one refuses host-visible
 //! buffers instead of pretending. Device-local buffers have no host mapping even where the API
@@ -12,7 +16,7 @@ use std::sync::Arc;
 
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
-use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi};
+use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi, StreamHandle};
 
 /// Device memory behind a buffer of a stream device.
 pub(crate) struct StreamMemory<A: StreamApi> {
@@ -22,6 +26,8 @@ pub(crate) struct StreamMemory<A: StreamApi> {
     pub(crate) ptr: DevicePtr,
     len: u64,
     host: Option<NonNull<u8>>,
+    /// The stream it was allocated on in stream order (freed on it in stream order too).
+    stream: Option<StreamHandle>,
 }
 
 // SAFETY: `host` is the host address of device memory this value owns (freed only in `Drop`);
@@ -71,6 +77,25 @@ impl<A: StreamApi> StreamMemory<A> {
             ptr,
             len: size,
             host,
+            stream: None,
+        })
+    }
+
+    /// Allocates `size` bytes of device memory in the order of `stream` (for a queue `alloca`).
+    pub(crate) fn allocate_async(
+        api: &Arc<A>,
+        owner: u64,
+        size: u64,
+        stream: StreamHandle,
+    ) -> Result<Self> {
+        let ptr = api.allocate_async(size, stream)?;
+        Ok(StreamMemory {
+            api: api.clone(),
+            owner,
+            ptr,
+            len: size,
+            host: None,
+            stream: Some(stream),
         })
     }
 }
@@ -93,6 +118,14 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
     fn drop(&mut self) {
         // Every submission that used the memory holds it until its fence settled, so nothing
         // enqueued still addresses it. A failure cannot be reported from here.
+        if let Some(stream) = self.stream {
+            // In stream order: after what the stream holds now, without blocking.
+            if self.api.free_async(self.ptr, stream).is_ok() {
+                return;
+            }
+            // The stream is gone (the buffer outlived its device): free it directly, which
+            // stream-ordered memory allows.
+        }
         let _ = self.api.free(self.ptr);
     }
 }

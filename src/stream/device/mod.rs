@@ -17,6 +17,7 @@
 //! | queue read                             | `copy_device_to_host_async` into staging, delivered on completion |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |
 //! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it |
+//! | queue `alloca` / release of its memory | `allocate_async` / `free_async` on the queue's stream (stream-ordered pools), else the core's pool |
 //! | executable                             | `load_module` + `get_function` per entry point          |
 //!
 //! Resource lifetime: a submission's in-flight record ([`crate::stream`]'s timepoint) holds its
@@ -44,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
-use crate::buffer::BufferParams;
+use crate::buffer::{BufferParams, MemoryType};
 use crate::device::{keys as device_keys, DeviceFeatures, DeviceInfo};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::ExecutableSpec;
@@ -317,6 +318,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PROBE_FAILURES => stat(&stats.probe_failures),
             keys::PROBES => stat(&stats.probes),
             keys::GRAPH_CAPTURES => stat(&stats.graph_captures),
+            keys::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
             keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),
             keys::IN_FLIGHT => core.in_flight() as i64,
             keys::EVENTS_CREATED => events().created as i64,
@@ -339,6 +341,24 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         Ok(Arc::new(StreamMemory::allocate(
             &core.api, core.id, &core.name, size, params,
         )?))
+    }
+
+    fn allocate_queued(
+        &self,
+        queue: u32,
+        size: u64,
+        params: &BufferParams,
+    ) -> Option<Result<Arc<dyn BufferMemory>>> {
+        let core = &self.core;
+        let queue = core.queues.get(queue as usize)?;
+        if !core.stream_ordered || params.memory.contains(MemoryType::HOST_VISIBLE) {
+            return None;
+        }
+        Stats::bump(&core.stats.queued_allocations, 1);
+        Some(
+            StreamMemory::allocate_async(&core.api, core.id, size, queue.stream)
+                .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
+        )
     }
 
     fn executable_formats(&self) -> Vec<String> {
