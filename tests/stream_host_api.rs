@@ -320,7 +320,10 @@ fn host_callbacks_need_host_functions() {
     }
     let error = create_device(
         NoHostFunc(HostStreamApi::new()),
-        StreamDeviceOptions::default(),
+        StreamDeviceOptions {
+            completion: CompletionStrategy::HostCallback,
+            ..StreamDeviceOptions::default()
+        },
     )
     .map(|d| d.info().id.clone())
     .unwrap_err();

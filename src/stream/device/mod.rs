@@ -63,13 +63,21 @@ use self::executable::StreamExecutable;
 use self::memory::StreamMemory;
 
 /// How a [`StreamDevice`] observes completions (see the completion module docs in the source).
+///
+/// The default is [`CompletionStrategy::CompletionThread`], chosen by measurement: it has one
+/// thread hand-off fewer on the completion path (event → completion thread → awaiting task,
+/// against event → callback stream → reactor → awaiting task). Through the host stream API the
+/// empty-kernel round trip measured 6.8 µs with completion threads against 9.8 µs with host
+/// callbacks (raw: 4.1 µs, pinned to one CPU, interleaved runs); IREE measured vendor host
+/// callbacks at about 6 µs against about 2 µs for an event record on real GPUs, and moved to
+/// threads blocking on events for the same reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompletionStrategy {
     /// A host function per submission on a dedicated callback stream posts to the reactor
-    /// (IREE's HIP design). Needs [`Capabilities::HOST_FUNC`].
-    #[default]
+    /// (IREE's original HIP design). Needs [`Capabilities::HOST_FUNC`].
     HostCallback,
     /// A thread per queue blocks on each submission's blocking-sync event in turn.
+    #[default]
     CompletionThread,
 }
 
