@@ -347,8 +347,43 @@ impl CommandBuffer {
                 })
             })
             .collect::<Result<_>>()?;
+        // Copies through binding-table slots are checked for overlap once the table says which
+        // buffers they address (direct ones were checked when recorded).
+        for (recorded, resolved) in self.inner.commands.iter().zip(&commands) {
+            if let (
+                Command::Copy { source, target },
+                Command::Copy {
+                    source: s,
+                    target: t,
+                },
+            ) = (recorded, resolved)
+            {
+                if matches!(source, Binding::Slot { .. }) || matches!(target, Binding::Slot { .. })
+                {
+                    check_no_overlap(s, t)?;
+                }
+            }
+        }
         Ok(commands.into())
     }
+}
+
+/// `InvalidArgument` if copy ranges `s` and `t` overlap within one buffer.
+fn check_no_overlap(s: &BufferRef, t: &BufferRef) -> Result<()> {
+    if s.buffer().ptr_eq(t.buffer()) && s.offset() < t.end() && t.offset() < s.end() {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "copy ranges {}..{} and {}..{} of buffer {} overlap",
+                s.offset(),
+                s.end(),
+                t.offset(),
+                t.end(),
+                s.buffer().id()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Records commands, validating each one. See the [module docs](self).
@@ -497,19 +532,7 @@ impl CommandBufferBuilder {
             ));
         }
         if let (Binding::Buffer(s), Binding::Buffer(t)) = (&source, &target) {
-            if s.buffer().ptr_eq(t.buffer()) && s.offset() < t.end() && t.offset() < s.end() {
-                return Err(Error::new(
-                    StatusCode::InvalidArgument,
-                    format!(
-                        "copy ranges {}..{} and {}..{} of buffer {} overlap",
-                        s.offset(),
-                        s.end(),
-                        t.offset(),
-                        t.end(),
-                        s.buffer().id()
-                    ),
-                ));
-            }
+            check_no_overlap(s, t)?;
         }
         self.binding(&source, BufferUsage::TRANSFER_SOURCE, "copy source")?;
         self.binding(&target, BufferUsage::TRANSFER_TARGET, "copy target")?;

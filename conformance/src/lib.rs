@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
             update_length_mismatch,
             copy_length_mismatch,
             copy_overlapping,
+            copy_overlapping_through_slots,
             fill_without_transfer_target,
             dispatch_without_dispatch_storage,
             map_without_mapping_usage,

@@ -1,9 +1,12 @@
 //! Validation of transfer commands: each invalid fill, update or copy is rejected before it is
 //! submitted, with `InvalidArgument` naming the offending numbers, and fails its signal fence.
 
-use halcyon::{BufferParams, BufferUsage, Device, MemoryType, Result, StatusCode};
+use halcyon::{
+    Binding, BindingTable, BufferParams, BufferUsage, CommandBuffer, CommandBufferMode, Device,
+    MemoryType, Result, StatusCode, Timepoints,
+};
 
-use crate::harness::{assert_rejected, block_on};
+use crate::harness::{assert_rejected, block_on, done};
 use crate::kernels::Kernels;
 
 /// A 3-byte fill pattern is rejected, naming the length.
@@ -119,6 +122,32 @@ pub fn copy_overlapping(device: &Device, _: &dyn Kernels) -> Result<()> {
         let id = buffer.id().to_string();
         let mentions = ["32", "96", &id];
         assert_rejected(device, "copy", copy, StatusCode::InvalidArgument, &mentions).await?;
+        Ok(())
+    })
+}
+
+/// A reusable copy between two binding-table slots is rejected when the table puts overlapping
+/// ranges of one buffer in them (checked when the table resolves, naming the ranges and buffer),
+/// and runs when the ranges are apart.
+pub fn copy_overlapping_through_slots(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(128, BufferParams::DEVICE)?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.copy(Binding::slot(0, 0, 64), Binding::slot(1, 0, 64))?;
+        let copy = builder.finish();
+        let mut overlapping = BindingTable::new();
+        overlapping.set(0, buffer.slice(0..64)?)?;
+        overlapping.set(1, buffer.slice(32..96)?)?;
+        let run = |t| queue.execute(t, &copy, Some(&overlapping));
+        let id = buffer.id().to_string();
+        let mentions = ["32", "96", &id];
+        assert_rejected(device, "copy", run, StatusCode::InvalidArgument, &mentions).await?;
+        let mut apart = BindingTable::new();
+        apart.set(0, buffer.slice(0..64)?)?;
+        apart.set(1, buffer.slice(64..128)?)?;
+        let run = queue.execute(Timepoints::default(), &copy, Some(&apart));
+        done("a copy between ranges apart", run).await?;
         Ok(())
     })
 }
