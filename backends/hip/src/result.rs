@@ -445,6 +445,19 @@ impl Hip {
         self.check(e, || "hipHostFree".into())
     }
 
+    /// `hipHostGetDevicePointer`: the device address of memory from [`Hip::host_malloc`] with
+    /// `sys::hipHostMallocMapped`.
+    ///
+    /// # Safety
+    /// `ptr` came from [`Hip::host_malloc`] and has not been freed.
+    pub unsafe fn host_get_device_pointer(self, ptr: *mut c_void) -> Result<sys::hipDeviceptr_t> {
+        let mut d: *mut c_void = ptr::null_mut();
+        // SAFETY: the out-pointer is valid for one pointer; `ptr` is guaranteed by the caller.
+        let e = unsafe { (self.api.hipHostGetDevicePointer)(&mut d, ptr, 0) };
+        self.check(e, || "hipHostGetDevicePointer".into())
+            .map(|()| d)
+    }
+
     /// `hipMallocManaged`: device-local, host-visible memory (`sys::hipMemAttachGlobal`).
     pub fn malloc_managed(self, size: usize, flags: c_uint) -> Result<*mut c_void> {
         let mut p: *mut c_void = ptr::null_mut();

@@ -360,6 +360,13 @@ hip_api! {
         fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hipError_t;
         /// `hipError_t hipHostFree(void* ptr)`.
         fn hipHostFree(ptr: *mut c_void) -> hipError_t;
+        /// `hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int
+        /// flags)`.
+        fn hipHostGetDevicePointer(
+            dev_ptr: *mut *mut c_void,
+            host_ptr: *mut c_void,
+            flags: c_uint,
+        ) -> hipError_t;
         /// `hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags)`.
         fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hipError_t;
         /// `hipError_t hipMemcpyAsync(void* dst, const void* src, size_t, hipMemcpyKind,

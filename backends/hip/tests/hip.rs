@@ -2,9 +2,10 @@
 //! GPU (CI: Debian's libamdhip64-5), or a GPU. Each test finds out which case applies by
 //! opening the sonames itself, and checks exactly what that case allows.
 
+use halcyon::stream::CompletionStrategy;
 use halcyon::{Driver, DriverRegistry, StatusCode};
 use halcyon_hip::result::{status_code, Hip};
-use halcyon_hip::{sys, HipDriver};
+use halcyon_hip::{sys, HipDeviceOptions, HipDriver, HipStreamApi, HostVisibleMemory};
 
 const SONAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
 
@@ -180,7 +181,7 @@ fn with_the_runtime_and_no_gpu_everything_is_unavailable_naming_the_hip_error() 
 }
 
 #[test]
-fn with_a_gpu_devices_are_listed_and_creation_is_not_wired_yet() {
+fn with_a_gpu_devices_are_listed_and_created() {
     let Ok(hip) = Hip::load_default() else {
         eprintln!("skipped: no libamdhip64 on this machine");
         return;
@@ -195,11 +196,52 @@ fn with_a_gpu_devices_are_listed_and_creation_is_not_wired_yet() {
     for d in &devices {
         println!("{}: {}", d.uri, d.name);
     }
-    let err = driver.create_device(0).unwrap_err();
-    assert_eq!(err.code(), StatusCode::Unavailable);
-    assert!(err.message().contains("not wired yet"), "{err}");
+    let device = driver.create_device(0).unwrap();
+    assert_eq!(device.info().id, "hip://0");
+    assert_eq!(device.info().driver, "hip");
+    assert!(
+        device.info().name.contains("completion threads"),
+        "{:?}",
+        device.info()
+    );
+    assert_eq!(device.supported_formats(), [halcyon_hip::FORMAT_HSACO]);
     let err = driver.create_device(devices.len() as u32).unwrap_err();
     assert_eq!(err.code(), StatusCode::NotFound, "{err}");
+}
+
+#[test]
+fn without_a_gpu_the_stream_api_names_the_hipsetdevice_error() {
+    let Ok(hip) = Hip::load_default() else {
+        eprintln!("skipped: no libamdhip64 on this machine");
+        return;
+    };
+    let _ = hip.init();
+    if hip.device_count().is_ok_and(|n| n > 0) {
+        eprintln!("skipped: this machine has an AMD GPU");
+        return;
+    }
+    let err = HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap_err();
+    assert_eq!(err.code(), StatusCode::Unavailable, "{err}");
+    assert!(
+        err.message()
+            .starts_with("hipSetDevice(0) failed: hipError"),
+        "{err}"
+    );
+    // Options go through the same no-device path as Driver::create_device.
+    let err = HipDriver::new()
+        .create_device_with(0, &HipDeviceOptions::default())
+        .unwrap_err();
+    assert_eq!(err.code(), StatusCode::Unavailable, "{err}");
+    assert!(err.message().starts_with("no usable AMD GPU: "), "{err}");
+}
+
+#[test]
+fn default_device_options() {
+    let options = HipDeviceOptions::default();
+    assert_eq!(options.queue_count, 1);
+    assert_eq!(options.completion, CompletionStrategy::CompletionThread);
+    assert_eq!(options.host_visible_memory, HostVisibleMemory::Auto);
+    assert!(!options.probe_interval.is_zero());
 }
 
 #[test]

@@ -1,0 +1,1180 @@
+//! [`HipStreamApi`]: halcyon's [`StreamApi`] translation table over the HIP runtime
+//! ([`crate::result::Hip`]), so that the generic stream layer ([`halcyon::stream`]) makes a
+//! whole device of it.
+//!
+//! | core vocabulary ([`StreamApi`])  | HIP call                                                     |
+//! |----------------------------------|--------------------------------------------------------------|
+//! | bind the device to a thread      | `hipSetDevice(index)` once per thread (thread-local cache)   |
+//! | stream                           | `hipStreamCreateWithFlags(hipStreamNonBlocking)` / `hipStreamDestroy` |
+//! | synchronize stream               | `hipStreamSynchronize`                                       |
+//! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`, plus `hipEventBlockingSync` for [`EventFlags::BLOCKING_SYNC`] / `hipEventDestroy` |
+//! | record / query / synchronize     | `hipEventRecord` / `hipEventQuery` (`hipErrorNotReady` → pending) / `hipEventSynchronize` |
+//! | stream waits event               | `hipStreamWaitEvent(stream, event, 0)`                       |
+//! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
+//! | device memory                    | `hipMalloc` / `hipFree`                                      |
+//! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
+//! | stream-ordered allocation        | `hipMallocAsync` / `hipFreeAsync`, when exported and `hipDeviceAttributeMemoryPoolsSupported` |
+//! | copies                           | `hipMemcpyAsync` (`HostToDevice`, `DeviceToHost`, `DeviceToDevice`) |
+//! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
+//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
+//! | function                         | `hipModuleGetFunction`                                       |
+//! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant |
+//! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
+//!
+//! # Handles
+//!
+//! HIP handles (`hipStream_t`, `hipEvent_t`, ...) are pointers; the [`StreamApi`] handles are
+//! their addresses as `u64`. Because the trait's methods are safe, every handle is looked up in
+//! a registry of live objects first: a handle that is not live is an `InvalidArgument` error,
+//! never a pointer handed to HIP. A call holds the object (an `Arc`) while HIP uses it, and the
+//! HIP object is destroyed when the last holder lets go, so a destroy racing a use cannot free
+//! the object under the use. Device addresses are checked the same way against the live
+//! allocations before a copy or fill is enqueued.
+//!
+//! # Threads
+//!
+//! HIP keeps the current device per thread. Every call first makes this API's device current
+//! on the calling thread (`hipSetDevice`), once per thread: a thread-local remembers which
+//! device was made current. Code that calls `hipSetDevice` itself on a thread that also uses a
+//! `HipStreamApi` must not change the device between the API's calls (only matters with more
+//! than one GPU).
+//!
+//! # Host functions
+//!
+//! HIP 5.2 does not export `hipLaunchHostFunc`, so host functions are stream callbacks
+//! (`hipStreamAddCallback`) there: an `extern "C"` trampoline receives the boxed [`HostFunc`]
+//! as its user data. A callback whose status is not `hipSuccess` (the stream hit an error)
+//! drops the function unrun, as [`StreamApi::launch_host_func`] requires; a panic in the
+//! function is caught at the trampoline (it must not unwind into HIP). HIP runs a stream
+//! callback on a runtime thread and blocks the stream's later work until it returns: the stream
+//! layer enqueues them on a dedicated callback stream for that reason. If HIP never calls the
+//! callback (the device was lost), the function is leaked, never run.
+//!
+//! # Host-visible memory
+//!
+//! halcyon maps host-visible buffers at the address the device uses, so a host-visible
+//! allocation needs one address valid on both sides. [`HostVisibleMemory::Auto`] takes
+//! managed memory (`hipMallocManaged`, IREE's choice for device-local host-visible memory) when
+//! the device reports `hipDeviceAttributeManagedMemory`, and pinned, mapped host memory
+//! (`hipHostMalloc(hipHostMallocMapped)`) otherwise, whose device address
+//! (`hipHostGetDevicePointer`) must equal its host address (it does on ROCm, which maps pinned
+//! memory at the same virtual address; the allocation is refused if not). Each allocation
+//! remembers which allocator made it, and is freed by the matching call.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_uint, c_void};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use halcyon::stream::{
+    ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
+    KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
+    StreamHandle,
+};
+use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+
+use crate::module::{HipModule, FORMAT_HSACO};
+use crate::result::Hip;
+use crate::sys;
+
+/// How [`MemoryPlacement::HostVisible`] allocations are made (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HostVisibleMemory {
+    /// [`HostVisibleMemory::Managed`] where the device reports managed-memory support, else
+    /// [`HostVisibleMemory::MappedHost`].
+    #[default]
+    Auto,
+    /// `hipMallocManaged(hipMemAttachGlobal)`, freed with `hipFree`.
+    Managed,
+    /// `hipHostMalloc(hipHostMallocMapped)`, freed with `hipHostFree`: pinned host memory the
+    /// device reads and writes over the bus.
+    MappedHost,
+}
+
+thread_local! {
+    /// The device this thread made current through a `HipStreamApi`.
+    static CURRENT_DEVICE: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(
+        StatusCode::InvalidArgument,
+        format!("HIP stream API: {message}"),
+    )
+}
+
+/// Live objects of one kind by handle; each is destroyed when the registry and every call
+/// using it let go (its `Drop`).
+pub(crate) struct Registry<T> {
+    kind: &'static str,
+    live: Mutex<HashMap<u64, Arc<T>>>,
+}
+
+impl<T> Registry<T> {
+    pub(crate) fn new(kind: &'static str) -> Self {
+        Registry {
+            kind,
+            live: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn insert(&self, handle: u64, object: T) -> Arc<T> {
+        let object = Arc::new(object);
+        lock(&self.live).insert(handle, object.clone());
+        object
+    }
+
+    fn missing(&self, handle: u64) -> Error {
+        invalid(format!("{handle:#x} is not a live HIP {}", self.kind))
+    }
+
+    pub(crate) fn get(&self, handle: u64) -> Result<Arc<T>> {
+        lock(&self.live)
+            .get(&handle)
+            .cloned()
+            .ok_or_else(|| self.missing(handle))
+    }
+
+    pub(crate) fn remove(&self, handle: u64) -> Result<Arc<T>> {
+        lock(&self.live)
+            .remove(&handle)
+            .ok_or_else(|| self.missing(handle))
+    }
+
+    pub(crate) fn retain(&self, keep: impl FnMut(&u64, &mut Arc<T>) -> bool) {
+        lock(&self.live).retain(keep);
+    }
+
+    pub(crate) fn drain(&self) -> Vec<Arc<T>> {
+        lock(&self.live).drain().map(|(_, v)| v).collect()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.live).len()
+    }
+}
+
+/// A `hipStream_t`, destroyed on drop.
+struct RawStream {
+    hip: Hip,
+    raw: sys::hipStream_t,
+}
+
+/// A `hipEvent_t`, destroyed on drop.
+struct RawEvent {
+    hip: Hip,
+    raw: sys::hipEvent_t,
+}
+
+/// A loaded `hipModule_t`, unloaded on drop, with its validated entry points.
+struct RawModule {
+    hip: Hip,
+    raw: sys::hipModule_t,
+    entry_points: Vec<EntryPoint>,
+    /// The code object, 8-byte aligned, kept for the module's life: HIP may keep referring to
+    /// the image it loaded from.
+    _image: Vec<u64>,
+}
+
+/// A `hipFunction_t` of a live module, with the argument counts its entry point declared.
+struct RawFunction {
+    module: Arc<RawModule>,
+    raw: sys::hipFunction_t,
+    name: String,
+    binding_count: usize,
+    constant_count: usize,
+}
+
+// SAFETY: HIP objects may be used and destroyed from any thread (the HIP runtime API is
+// thread-safe); the wrappers only hold the handle and the `Copy` symbol table.
+unsafe impl Send for RawStream {}
+// SAFETY: as above; shared references only read the handle.
+unsafe impl Sync for RawStream {}
+// SAFETY: as for `RawStream`.
+unsafe impl Send for RawEvent {}
+// SAFETY: as for `RawStream`.
+unsafe impl Sync for RawEvent {}
+// SAFETY: as for `RawStream`; the image is plain owned data.
+unsafe impl Send for RawModule {}
+// SAFETY: as for `RawStream`.
+unsafe impl Sync for RawModule {}
+// SAFETY: as for `RawStream`.
+unsafe impl Send for RawFunction {}
+// SAFETY: as for `RawStream`.
+unsafe impl Sync for RawFunction {}
+
+impl Drop for RawStream {
+    fn drop(&mut self) {
+        // SAFETY: the registry handed out the last holder; nothing uses the stream any more.
+        // Work already enqueued still completes (hipStreamDestroy does not cancel it).
+        let _ = unsafe { self.hip.stream_destroy(self.raw) };
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // SAFETY: the last holder; a record still pending completes harmlessly.
+        let _ = unsafe { self.hip.event_destroy(self.raw) };
+    }
+}
+
+impl Drop for RawModule {
+    fn drop(&mut self) {
+        // SAFETY: the last holder: every function of it is gone (functions hold the module),
+        // and the stream layer unloads only after the kernels using it completed.
+        let _ = unsafe { self.hip.module_unload(self.raw) };
+    }
+}
+
+/// Which allocator made an allocation (and so which call frees it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocKind {
+    /// `hipMalloc`.
+    Device,
+    /// `hipMallocManaged`.
+    Managed,
+    /// `hipHostMalloc(hipHostMallocMapped)`.
+    MappedHost,
+    /// `hipMallocAsync`.
+    StreamOrdered,
+}
+
+impl AllocKind {
+    fn host_visible(self) -> bool {
+        matches!(self, AllocKind::Managed | AllocKind::MappedHost)
+    }
+}
+
+/// The live allocations by base address, with their sizes and allocators.
+#[derive(Default)]
+pub(crate) struct Allocations {
+    live: Mutex<BTreeMap<u64, (u64, AllocKind)>>,
+}
+
+impl Allocations {
+    pub(crate) fn insert(&self, base: u64, len: u64, kind: AllocKind) {
+        lock(&self.live).insert(base, (len, kind));
+    }
+
+    /// Removes the allocation starting at `base` if `accept` accepts its kind.
+    pub(crate) fn remove(
+        &self,
+        base: u64,
+        accept: impl FnOnce(AllocKind) -> Result<()>,
+    ) -> Result<AllocKind> {
+        let mut live = lock(&self.live);
+        let &(_, kind) = live.get(&base).ok_or_else(|| {
+            invalid(format!(
+                "{base:#x} is not the start of a live allocation of this API"
+            ))
+        })?;
+        accept(kind)?;
+        live.remove(&base);
+        Ok(kind)
+    }
+
+    /// The allocation containing `ptr`: `(base, len, kind)`.
+    pub(crate) fn find(&self, ptr: u64) -> Option<(u64, u64, AllocKind)> {
+        let live = lock(&self.live);
+        let (&base, &(len, kind)) = live.range(..=ptr).next_back()?;
+        (ptr - base < len).then_some((base, len, kind))
+    }
+
+    /// Checks that `len` bytes at `ptr` lie within one live allocation.
+    pub(crate) fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
+        match self.find(ptr.0) {
+            Some((base, size, _)) if (ptr.0 - base).checked_add(len).is_some_and(|e| e <= size) => {
+                Ok(())
+            }
+            _ => Err(invalid(format!(
+                "{what}: {len} bytes at {ptr:?} do not lie within one live allocation (an \
+                 illegal address)"
+            ))),
+        }
+    }
+
+    pub(crate) fn drain(&self) -> Vec<(u64, AllocKind)> {
+        std::mem::take(&mut *lock(&self.live))
+            .into_iter()
+            .map(|(base, (_, kind))| (base, kind))
+            .collect()
+    }
+}
+
+/// `hipEventCreateWithFlags` flags for `flags`.
+pub(crate) fn event_flags(flags: EventFlags) -> c_uint {
+    let mut out = sys::hipEventDefault;
+    if flags.contains(EventFlags::DISABLE_TIMING) {
+        out |= sys::hipEventDisableTiming;
+    }
+    if flags.contains(EventFlags::BLOCKING_SYNC) {
+        out |= sys::hipEventBlockingSync;
+    }
+    out
+}
+
+/// The element count of a fill of `len` bytes at `dst` with a `pattern_len`-byte pattern, or
+/// `InvalidArgument` unless `pattern_len` is 1, 2 or 4 and divides both.
+pub(crate) fn memset_elements(dst: DevicePtr, pattern_len: u8, len: u64) -> Result<usize> {
+    if !matches!(pattern_len, 1 | 2 | 4) {
+        return Err(invalid(format!(
+            "a fill pattern is 1, 2 or 4 bytes, not {pattern_len}"
+        )));
+    }
+    let p = u64::from(pattern_len);
+    if dst.0 % p != 0 || len % p != 0 {
+        return Err(invalid(format!(
+            "a fill with a {pattern_len}-byte pattern needs an address and length that are \
+             multiples of {pattern_len}: {dst:?}, {len} bytes"
+        )));
+    }
+    usize::try_from(len / p).map_err(|_| invalid(format!("a fill of {len} bytes is too large")))
+}
+
+/// The `kernelParams` of a launch: storage for each argument's value, and the array of
+/// pointers to them that `hipModuleLaunchKernel` reads (it copies the values during the call).
+pub(crate) struct KernelArgs {
+    /// One slot per argument: a binding's device pointer, or a constant in the low 4 bytes
+    /// (little-endian, so a pointer to the slot is a pointer to the `u32`).
+    values: Vec<u64>,
+}
+
+impl KernelArgs {
+    pub(crate) fn new(params: &KernelParams<'_>) -> Self {
+        let values = params
+            .bindings
+            .iter()
+            .map(|p| p.0)
+            .chain(params.constants.iter().map(|&c| u64::from(c)))
+            .collect();
+        KernelArgs { values }
+    }
+
+    /// The pointer array: element `i` points at argument `i`'s value. Valid while `self` lives
+    /// and is not moved or changed.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.values
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect()
+    }
+}
+
+/// Runs (or drops, when `run` is false) a host function handed to HIP as user data, never
+/// letting a panic unwind into HIP.
+///
+/// # Safety
+/// `user_data` is a pointer made by `Box::into_raw(Box::new(func))` for a [`HostFunc`] that
+/// nothing else owns; it is consumed here.
+unsafe fn consume_host_func(user_data: *mut c_void, run: bool) {
+    // SAFETY: guaranteed by the caller: a leaked `Box<HostFunc>`, reclaimed exactly once.
+    let func = unsafe { Box::from_raw(user_data.cast::<HostFunc>()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        if run {
+            (*func)()
+        } else {
+            drop(func)
+        }
+    }));
+}
+
+/// `hipStreamCallback_t` trampoline: runs the host function on success, drops it unrun when
+/// the stream reports an error.
+unsafe extern "C" fn stream_callback(
+    _stream: sys::hipStream_t,
+    status: sys::hipError_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: HIP passes back the user data `launch_host_func` gave it, once.
+    unsafe { consume_host_func(user_data, status == sys::hipSuccess) }
+}
+
+/// `hipHostFn_t` trampoline (`hipLaunchHostFunc`, which reports no status).
+unsafe extern "C" fn host_fn(user_data: *mut c_void) {
+    // SAFETY: HIP passes back the user data `launch_host_func` gave it, once.
+    unsafe { consume_host_func(user_data, true) }
+}
+
+/// Halcyon's [`StreamApi`] over HIP for one device (see the [module docs](self)).
+pub struct HipStreamApi {
+    hip: Hip,
+    device: i32,
+    info: ApiInfo,
+    host_visible: HostVisibleMemory,
+    streams: Registry<RawStream>,
+    events: Registry<RawEvent>,
+    modules: Registry<RawModule>,
+    functions: Registry<RawFunction>,
+    memory: Allocations,
+}
+
+impl std::fmt::Debug for HipStreamApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HipStreamApi")
+            .field("device", &self.device)
+            .field("name", &self.info.name)
+            .field("capabilities", &self.info.capabilities)
+            .field("host_visible", &self.host_visible)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error for a null handle or address HIP returned with `hipSuccess`.
+fn null_from(call: &str) -> Error {
+    Error::new(
+        StatusCode::Internal,
+        format!("{call} succeeded but returned a null handle"),
+    )
+}
+
+fn size_of(size: u64) -> Result<usize> {
+    usize::try_from(size.max(1)).map_err(|_| {
+        Error::new(
+            StatusCode::ResourceExhausted,
+            format!("HIP stream API: {size} bytes do not fit this host's address space"),
+        )
+    })
+}
+
+impl HipStreamApi {
+    /// The API for HIP device `device` (an ordinal below `hipGetDeviceCount`), making it current
+    /// on the calling thread. `host_visible` picks the allocator of host-visible memory.
+    ///
+    /// Fails with the `hipSetDevice` error when the device cannot be used (for example
+    /// `Unavailable` with `hipErrorInvalidDevice` on a machine without an AMD GPU), and with
+    /// `Unimplemented` if [`HostVisibleMemory::Managed`] is asked of a device without managed
+    /// memory.
+    pub fn new(hip: Hip, device: i32, host_visible: HostVisibleMemory) -> Result<Self> {
+        hip.set_device(device)?;
+        CURRENT_DEVICE.with(|c| c.set(Some(device)));
+        let name = crate::describe_device(hip, device)?;
+        let attribute = |a| hip.device_attribute(a, device).ok();
+        let managed = attribute(sys::hipDeviceAttributeManagedMemory) == Some(1);
+        let host_visible = match host_visible {
+            HostVisibleMemory::Auto if managed => HostVisibleMemory::Managed,
+            HostVisibleMemory::Auto => HostVisibleMemory::MappedHost,
+            HostVisibleMemory::Managed if !managed => {
+                return Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!(
+                        "hip://{device} ({name}) reports no managed memory \
+                         (hipDeviceAttributeManagedMemory is not 1); use \
+                         HostVisibleMemory::MappedHost or Auto"
+                    ),
+                ))
+            }
+            other => other,
+        };
+        // HIP 5.2 has no hipLaunchHostFunc, but hipStreamAddCallback is always there.
+        let mut capabilities = Capabilities::HOST_FUNC;
+        if hip.has_stream_ordered_alloc()
+            && attribute(sys::hipDeviceAttributeMemoryPoolsSupported) == Some(1)
+        {
+            capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
+        }
+        Ok(HipStreamApi {
+            hip,
+            device,
+            info: ApiInfo {
+                driver: crate::DRIVER_ID.into(),
+                name,
+                capabilities,
+                // Enough for 16-byte (dwordx4) vector loads of a binding's elements.
+                binding_alignment: 16,
+                concurrency: attribute(sys::hipDeviceAttributeMultiprocessorCount)
+                    .map_or(1, |n| n.max(1) as u32),
+            },
+            host_visible,
+            streams: Registry::new("stream"),
+            events: Registry::new("event"),
+            modules: Registry::new("module"),
+            functions: Registry::new("function"),
+            memory: Allocations::default(),
+        })
+    }
+
+    /// The HIP runtime.
+    pub fn hip(&self) -> Hip {
+        self.hip
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// How host-visible memory is allocated ([`HostVisibleMemory::Auto`] resolved).
+    pub fn host_visible_memory(&self) -> HostVisibleMemory {
+        self.host_visible
+    }
+
+    /// Makes this API's device current on the calling thread, unless the thread-local says it
+    /// already is.
+    fn bind(&self) -> Result<()> {
+        if CURRENT_DEVICE.with(Cell::get) != Some(self.device) {
+            self.hip.set_device(self.device)?;
+            CURRENT_DEVICE.with(|c| c.set(Some(self.device)));
+        }
+        Ok(())
+    }
+
+    fn stream(&self, handle: StreamHandle) -> Result<Arc<RawStream>> {
+        self.streams.get(handle.0)
+    }
+
+    fn event(&self, handle: EventHandle) -> Result<Arc<RawEvent>> {
+        self.events.get(handle.0)
+    }
+
+    fn free_kind(&self, base: u64, kind: AllocKind) -> Result<()> {
+        let ptr = base as usize as *mut c_void;
+        // SAFETY: `base` was the start of a live allocation made by the allocator `kind`
+        // names, and was just removed from the registry, so it is freed exactly once. The
+        // stream layer frees memory only after the work using it completed.
+        unsafe {
+            match kind {
+                AllocKind::Device | AllocKind::Managed | AllocKind::StreamOrdered => {
+                    self.hip.free(ptr)
+                }
+                AllocKind::MappedHost => self.hip.host_free(ptr),
+            }
+        }
+    }
+
+    fn allocate_host_visible(&self, size: usize) -> Result<(*mut c_void, AllocKind)> {
+        match self.host_visible {
+            HostVisibleMemory::MappedHost => {
+                let host = self.hip.host_malloc(size, sys::hipHostMallocMapped)?;
+                // SAFETY: `host` was just returned by hipHostMalloc.
+                let device = unsafe { self.hip.host_get_device_pointer(host) };
+                if device.as_ref().ok() == Some(&host) {
+                    return Ok((host, AllocKind::MappedHost));
+                }
+                // SAFETY: allocated just above, freed once; nothing used it.
+                let _ = unsafe { self.hip.host_free(host) };
+                let why = match device {
+                    Ok(device) => {
+                        format!("device address {device:?} differs from host address {host:?}")
+                    }
+                    Err(e) => e.message().to_string(),
+                };
+                Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!(
+                        "hip://{}: mapped host memory has no single address valid on host and \
+                         device ({why}); try HostVisibleMemory::Managed",
+                        self.device
+                    ),
+                ))
+            }
+            _ => Ok((
+                self.hip.malloc_managed(size, sys::hipMemAttachGlobal)?,
+                AllocKind::Managed,
+            )),
+        }
+    }
+}
+
+impl Drop for HipStreamApi {
+    fn drop(&mut self) {
+        // Whatever the stream layer left: let the streams finish, then destroy everything and
+        // free the memory no work can still use.
+        let _ = self.bind();
+        for stream in self.streams.drain() {
+            // SAFETY: a live stream (held by `stream`).
+            let _ = unsafe { self.hip.stream_synchronize(stream.raw) };
+        }
+        self.functions.drain();
+        self.modules.drain();
+        self.events.drain();
+        for (base, kind) in self.memory.drain() {
+            let _ = self.free_kind(base, kind);
+        }
+    }
+}
+
+impl StreamApi for HipStreamApi {
+    fn info(&self) -> ApiInfo {
+        self.info.clone()
+    }
+
+    fn create_stream(&self) -> Result<StreamHandle> {
+        self.bind()?;
+        let raw = self.hip.stream_create(sys::hipStreamNonBlocking)?;
+        if raw.is_null() {
+            return Err(null_from("hipStreamCreateWithFlags"));
+        }
+        let handle = raw as usize as u64;
+        self.streams
+            .insert(handle, RawStream { hip: self.hip, raw });
+        Ok(StreamHandle(handle))
+    }
+
+    fn destroy_stream(&self, stream: StreamHandle) -> Result<()> {
+        // hipStreamDestroy runs when the last call using the stream returns.
+        self.streams.remove(stream.0).map(drop)
+    }
+
+    fn synchronize_stream(&self, stream: StreamHandle) -> Result<()> {
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: a live stream, held for the call.
+        unsafe { self.hip.stream_synchronize(stream.raw) }
+    }
+
+    fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
+        self.bind()?;
+        let raw = self.hip.event_create(event_flags(flags))?;
+        if raw.is_null() {
+            return Err(null_from("hipEventCreateWithFlags"));
+        }
+        let handle = raw as usize as u64;
+        self.events.insert(handle, RawEvent { hip: self.hip, raw });
+        Ok(EventHandle(handle))
+    }
+
+    fn destroy_event(&self, event: EventHandle) -> Result<()> {
+        self.events.remove(event.0).map(drop)
+    }
+
+    fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
+        let (event, stream) = (self.event(event)?, self.stream(stream)?);
+        self.bind()?;
+        // SAFETY: a live event and a live stream of this device, held for the call.
+        unsafe { self.hip.event_record(event.raw, stream.raw) }
+    }
+
+    fn query_event(&self, event: EventHandle) -> Result<bool> {
+        let event = self.event(event)?;
+        self.bind()?;
+        // SAFETY: a live event, held for the call. `hipErrorNotReady` is `Ok(false)`.
+        unsafe { self.hip.event_query(event.raw) }
+    }
+
+    fn synchronize_event(&self, event: EventHandle) -> Result<()> {
+        let event = self.event(event)?;
+        self.bind()?;
+        // SAFETY: a live event, held for the call (a concurrent destroy_event only drops the
+        // registry's reference).
+        unsafe { self.hip.event_synchronize(event.raw) }
+    }
+
+    fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
+        let (stream, event) = (self.stream(stream)?, self.event(event)?);
+        self.bind()?;
+        // SAFETY: a live stream and event, held for the call; HIP captures the event's most
+        // recent record at the call, so it may be re-recorded or destroyed afterwards.
+        unsafe { self.hip.stream_wait_event(stream.raw, event.raw) }
+    }
+
+    fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
+        // SAFETY: a live stream; `user_data` is a leaked `Box<HostFunc>` that HIP hands back to
+        // the trampoline exactly once, which reclaims it; the trampolines call no HIP function
+        // and never unwind.
+        let enqueued = unsafe {
+            if self.hip.has_launch_host_func() {
+                self.hip.launch_host_func(stream.raw, host_fn, user_data)
+            } else {
+                self.hip
+                    .stream_add_callback(stream.raw, stream_callback, user_data)
+            }
+        };
+        if enqueued.is_err() {
+            // SAFETY: HIP refused the callback, so it never sees `user_data`: reclaim it here
+            // (dropped unrun, on this thread, which may call HIP).
+            unsafe { consume_host_func(user_data, false) };
+        }
+        enqueued
+    }
+
+    fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr> {
+        self.bind()?;
+        let bytes = size_of(size)?;
+        let (ptr, kind) = match placement {
+            MemoryPlacement::Device => (self.hip.malloc(bytes)?, AllocKind::Device),
+            MemoryPlacement::HostVisible => self.allocate_host_visible(bytes)?,
+        };
+        if ptr.is_null() {
+            return Err(null_from("a HIP allocation"));
+        }
+        let base = ptr as usize as u64;
+        self.memory.insert(base, bytes as u64, kind);
+        Ok(DevicePtr(base))
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let kind = self.memory.remove(ptr.0, |_| Ok(()))?;
+        self.bind()?;
+        self.free_kind(ptr.0, kind)
+    }
+
+    fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
+        match self.memory.find(ptr.0) {
+            // Managed and mapped host memory have one address on both sides.
+            Some((_, _, kind)) if kind.host_visible() => NonNull::new(ptr.0 as usize as *mut u8),
+            _ => None,
+        }
+    }
+
+    fn allocate_async(&self, size: u64, stream: StreamHandle) -> Result<DevicePtr> {
+        if !self
+            .info
+            .capabilities
+            .contains(Capabilities::STREAM_ORDERED_ALLOC)
+        {
+            return Err(halcyon::stream::api::unimplemented(
+                crate::DRIVER_ID,
+                "stream-ordered allocation (hipMallocAsync is missing or the device reports no \
+                 memory pools)",
+            ));
+        }
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        let bytes = size_of(size)?;
+        // SAFETY: a live stream, held for the call.
+        let ptr = unsafe { self.hip.malloc_async(bytes, stream.raw) }?;
+        if ptr.is_null() {
+            return Err(null_from("hipMallocAsync"));
+        }
+        let base = ptr as usize as u64;
+        self.memory
+            .insert(base, bytes as u64, AllocKind::StreamOrdered);
+        Ok(DevicePtr(base))
+    }
+
+    fn free_async(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<()> {
+        let stream = self.stream(stream)?;
+        self.memory.remove(ptr.0, |kind| match kind {
+            AllocKind::StreamOrdered => Ok(()),
+            other => Err(invalid(format!(
+                "{ptr:?} was not allocated in stream order ({other:?}): free it with free()"
+            ))),
+        })?;
+        self.bind()?;
+        // SAFETY: a stream-ordered allocation just removed from the registry (freed once), on
+        // a live stream; work on other streams using it is ordered before this by the caller.
+        unsafe {
+            self.hip
+                .free_async(ptr.0 as usize as *mut c_void, stream.raw)
+        }
+    }
+
+    unsafe fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.memory.check(dst, len, "copy to the device")?;
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: `dst..dst+len` lies in a live allocation; the caller keeps `src..src+len`
+        // valid and unmodified until the copy completed on the (live, held) stream.
+        unsafe {
+            self.hip.memcpy_async(
+                dst.0 as usize as *mut c_void,
+                src.cast(),
+                len as usize,
+                sys::hipMemcpyHostToDevice,
+                stream.raw,
+            )
+        }
+    }
+
+    unsafe fn copy_device_to_host_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.memory.check(src, len, "copy from the device")?;
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: `src..src+len` lies in a live allocation; the caller keeps `dst..dst+len`
+        // valid and untouched until the copy completed on the (live, held) stream.
+        unsafe {
+            self.hip.memcpy_async(
+                dst.cast(),
+                src.0 as usize as *const c_void,
+                len as usize,
+                sys::hipMemcpyDeviceToHost,
+                stream.raw,
+            )
+        }
+    }
+
+    fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.memory.check(dst, len, "device copy destination")?;
+        self.memory.check(src, len, "device copy source")?;
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: both ranges lie in live allocations of this API (checked above), so the copy
+        // cannot touch other memory; the stream is live and held.
+        unsafe {
+            self.hip.memcpy_async(
+                dst.0 as usize as *mut c_void,
+                src.0 as usize as *const c_void,
+                len as usize,
+                sys::hipMemcpyDeviceToDevice,
+                stream.raw,
+            )
+        }
+    }
+
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        pattern: u32,
+        pattern_len: u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let count = memset_elements(dst, pattern_len, len)?;
+        if count == 0 {
+            return Ok(());
+        }
+        self.memory.check(dst, len, "fill")?;
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        let ptr = dst.0 as usize as sys::hipDeviceptr_t;
+        // SAFETY: `dst..dst+len` lies in a live allocation (checked above) and is aligned to
+        // the pattern (memset_elements); the stream is live and held.
+        unsafe {
+            match pattern_len {
+                1 => self
+                    .hip
+                    .memset_d8_async(ptr, pattern as u8, count, stream.raw),
+                2 => self
+                    .hip
+                    .memset_d16_async(ptr, pattern as u16, count, stream.raw),
+                _ => self.hip.memset_d32_async(ptr, pattern, count, stream.raw),
+            }
+        }
+    }
+
+    fn module_formats(&self) -> Vec<String> {
+        vec![FORMAT_HSACO.into()]
+    }
+
+    fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
+        let module = HipModule::from_spec(spec)?;
+        let code = module.validate()?;
+        // An 8-byte aligned copy: HIP reads the ELF headers in place.
+        let bytes = &module.code_object;
+        let mut image = vec![0u64; bytes.len().div_ceil(8)];
+        for (word, chunk) in image.iter_mut().zip(bytes.chunks(8)) {
+            let mut le = [0u8; 8];
+            le[..chunk.len()].copy_from_slice(chunk);
+            *word = u64::from_le_bytes(le);
+        }
+        // SAFETY: the little-endian words hold `bytes` in order (x86-64 and every HIP host is
+        // little-endian), so the first `bytes.len()` bytes of `image` are the code object.
+        let view = unsafe { std::slice::from_raw_parts(image.as_ptr().cast::<u8>(), bytes.len()) };
+        self.bind()?;
+        // SAFETY: `validate` checked that this is an AMDGPU ELF whose headers, sections and
+        // segments all lie inside these bytes, which is everything HIP reads through; the image
+        // stays alive (and unmoved) in the module until after hipModuleUnload.
+        let raw = unsafe { self.hip.module_load_data(view) }.map_err(|e| {
+            Error::new(
+                e.code(),
+                format!(
+                    "{}; the code object was built for {}: is that hip://{}'s architecture?",
+                    e.message(),
+                    code.target,
+                    self.device
+                ),
+            )
+        })?;
+        if raw.is_null() {
+            return Err(null_from("hipModuleLoadData"));
+        }
+        let handle = raw as usize as u64;
+        let entry_points = module.entry_points.clone();
+        self.modules.insert(
+            handle,
+            RawModule {
+                hip: self.hip,
+                raw,
+                entry_points: entry_points.clone(),
+                _image: image,
+            },
+        );
+        Ok(LoadedModule {
+            module: ModuleHandle(handle),
+            entry_points,
+        })
+    }
+
+    fn unload_module(&self, module: ModuleHandle) -> Result<()> {
+        let module = self.modules.remove(module.0)?;
+        self.functions
+            .retain(|_, f| !Arc::ptr_eq(&f.module, &module));
+        // hipModuleUnload runs when the last launch using one of its functions returned.
+        Ok(())
+    }
+
+    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+        let module = self.modules.get(module.0)?;
+        let Some(entry) = module.entry_points.iter().find(|e| e.name == name) else {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "HIP module has no entry point '{name}'; it declares: [{}]",
+                    module
+                        .entry_points
+                        .iter()
+                        .map(|e| e.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        self.bind()?;
+        // SAFETY: a live module, held for the call.
+        let raw = unsafe { self.hip.module_get_function(module.raw, name) }?;
+        if raw.is_null() {
+            return Err(null_from("hipModuleGetFunction"));
+        }
+        let handle = raw as usize as u64;
+        let function = RawFunction {
+            raw,
+            name: name.to_string(),
+            binding_count: entry.binding_count as usize,
+            constant_count: entry.constant_count as usize,
+            module,
+        };
+        self.functions.insert(handle, function);
+        Ok(FunctionHandle(handle))
+    }
+
+    fn launch_kernel(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let function = self.functions.get(function.0)?;
+        if params.bindings.len() != function.binding_count
+            || params.constants.len() != function.constant_count
+        {
+            return Err(invalid(format!(
+                "kernel '{}' takes {} bindings and {} constants; the launch passes {} and {}",
+                function.name,
+                function.binding_count,
+                function.constant_count,
+                params.bindings.len(),
+                params.constants.len()
+            )));
+        }
+        let stream = self.stream(stream)?;
+        self.bind()?;
+        let mut args = KernelArgs::new(params);
+        let mut pointers = args.pointers();
+        let kernel_params = if pointers.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            pointers.as_mut_ptr()
+        };
+        // SAFETY: a live function (its module held) and stream. The module's metadata was
+        // checked at load to take exactly `binding_count` 8-byte pointers then
+        // `constant_count` 4-byte values, and the counts match (checked above), so HIP reads
+        // exactly one valid pointer per argument, each to a value at least as large as the
+        // argument; it copies the values during the call, so `args` may go afterwards.
+        unsafe {
+            self.hip.module_launch_kernel(
+                function.raw,
+                config.grid,
+                config.block,
+                config.shared_memory_bytes,
+                stream.raw,
+                kernel_params,
+                std::ptr::null_mut(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn event_flags_map_to_hip_flags() {
+        assert_eq!(event_flags(EventFlags::empty()), sys::hipEventDefault);
+        assert_eq!(
+            event_flags(EventFlags::DISABLE_TIMING),
+            sys::hipEventDisableTiming
+        );
+        assert_eq!(
+            event_flags(EventFlags::DISABLE_TIMING | EventFlags::BLOCKING_SYNC),
+            sys::hipEventDisableTiming | sys::hipEventBlockingSync
+        );
+    }
+
+    #[test]
+    fn memset_elements_checks_pattern_and_alignment() {
+        assert_eq!(memset_elements(DevicePtr(0x1000), 4, 64).unwrap(), 16);
+        assert_eq!(memset_elements(DevicePtr(0x1002), 2, 6).unwrap(), 3);
+        assert_eq!(memset_elements(DevicePtr(0x1003), 1, 5).unwrap(), 5);
+        for (ptr, pattern, len) in [(0x1000, 3, 6), (0x1002, 4, 8), (0x1000, 4, 6), (0, 8, 8)] {
+            let e = memset_elements(DevicePtr(ptr), pattern, len).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        }
+    }
+
+    #[test]
+    fn kernel_args_point_at_each_binding_then_each_constant() {
+        let bindings = [DevicePtr(0x7000_0000_1000), DevicePtr(0x7000_0000_2040)];
+        let constants = [42u32, 1.5f32.to_bits()];
+        let params = KernelParams {
+            bindings: &bindings,
+            constants: &constants,
+        };
+        let mut args = KernelArgs::new(&params);
+        let pointers = args.pointers();
+        assert_eq!(pointers.len(), 4);
+        // SAFETY: each pointer addresses a live u64 slot of `args`, read as HIP would read an
+        // argument of that size.
+        unsafe {
+            assert_eq!(*pointers[0].cast::<u64>(), 0x7000_0000_1000);
+            assert_eq!(*pointers[1].cast::<u64>(), 0x7000_0000_2040);
+            assert_eq!(*pointers[2].cast::<u32>(), 42);
+            assert_eq!(f32::from_bits(*pointers[3].cast::<u32>()), 1.5);
+        }
+        let empty = KernelParams {
+            bindings: &[],
+            constants: &[],
+        };
+        assert!(KernelArgs::new(&empty).pointers().is_empty());
+    }
+
+    #[test]
+    fn allocations_resolve_ranges_and_remember_their_allocator() {
+        let memory = Allocations::default();
+        memory.insert(0x1000, 0x100, AllocKind::Device);
+        memory.insert(0x2000, 0x100, AllocKind::MappedHost);
+        memory.check(DevicePtr(0x1000), 0x100, "t").unwrap();
+        memory.check(DevicePtr(0x10f0), 0x10, "t").unwrap();
+        for (ptr, len) in [(0x10f0, 0x11), (0x1100, 1), (0xfff, 1), (0x1000, u64::MAX)] {
+            let e = memory.check(DevicePtr(ptr), len, "copy").unwrap_err();
+            assert!(e.message().contains("illegal address"), "{e}");
+        }
+        assert_eq!(
+            memory.find(0x2080),
+            Some((0x2000, 0x100, AllocKind::MappedHost))
+        );
+        assert_eq!(memory.find(0x2100), None);
+        // Freeing needs the base; a refused kind stays.
+        assert!(memory.remove(0x2080, |_| Ok(())).is_err());
+        let refuse = |_| Err(Error::new(StatusCode::InvalidArgument, "no"));
+        assert!(memory.remove(0x2000, refuse).is_err());
+        assert_eq!(
+            memory.remove(0x2000, |_| Ok(())).unwrap(),
+            AllocKind::MappedHost
+        );
+        assert!(memory.remove(0x2000, |_| Ok(())).is_err(), "freed once");
+        assert_eq!(memory.drain(), [(0x1000, AllocKind::Device)]);
+    }
+
+    #[test]
+    fn registries_refuse_dead_handles() {
+        let registry = Registry::new("event");
+        registry.insert(0x10, 1u8);
+        assert_eq!(*registry.get(0x10).unwrap(), 1);
+        let e = registry.get(0x20).err().unwrap();
+        assert_eq!(e.code(), StatusCode::InvalidArgument);
+        assert!(e.message().contains("0x20 is not a live HIP event"), "{e}");
+        let held = registry.get(0x10).unwrap();
+        registry.remove(0x10).unwrap();
+        assert!(registry.remove(0x10).is_err());
+        assert!(registry.get(0x10).is_err());
+        assert_eq!(*held, 1, "a holder keeps the object after removal");
+        assert_eq!(registry.len(), 0);
+    }
+
+    /// Counts drops, to see that a host function is released exactly once.
+    struct Guard(Arc<AtomicUsize>);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn host_func(ran: &Arc<AtomicUsize>, dropped: &Arc<AtomicUsize>) -> *mut c_void {
+        let (ran, guard) = (ran.clone(), Guard(dropped.clone()));
+        let func: HostFunc = Box::new(move || {
+            let _guard = guard;
+            ran.fetch_add(1, Ordering::SeqCst);
+        });
+        Box::into_raw(Box::new(func)).cast()
+    }
+
+    #[test]
+    fn trampolines_run_on_success_and_drop_unrun_on_error() {
+        let (ran, dropped) = (Arc::default(), Arc::default());
+        // SAFETY: each call consumes a fresh leaked HostFunc, as HIP would.
+        unsafe {
+            stream_callback(
+                std::ptr::null_mut(),
+                sys::hipSuccess,
+                host_func(&ran, &dropped),
+            );
+            assert_eq!(
+                (ran.load(Ordering::SeqCst), dropped.load(Ordering::SeqCst)),
+                (1, 1)
+            );
+            stream_callback(
+                std::ptr::null_mut(),
+                sys::hipErrorLaunchFailure,
+                host_func(&ran, &dropped),
+            );
+            assert_eq!(
+                (ran.load(Ordering::SeqCst), dropped.load(Ordering::SeqCst)),
+                (1, 2)
+            );
+            host_fn(host_func(&ran, &dropped));
+            assert_eq!(
+                (ran.load(Ordering::SeqCst), dropped.load(Ordering::SeqCst)),
+                (2, 3)
+            );
+        }
+    }
+
+    #[test]
+    fn a_panicking_host_func_does_not_unwind_into_hip() {
+        let func: HostFunc = Box::new(|| panic!("host function panics"));
+        let user_data = Box::into_raw(Box::new(func)).cast();
+        // SAFETY: a fresh leaked HostFunc, consumed once.
+        unsafe { stream_callback(std::ptr::null_mut(), sys::hipSuccess, user_data) };
+    }
+}

@@ -1,0 +1,120 @@
+//! The conformance suite on `hip://0`, once per completion strategy, with the standard kernels
+//! written in HIP C++ (`tests/data/conformance.hip`) and compiled at test time with hiprtc for
+//! the device's architecture (`HALCYON_HIP_OFFLOAD_ARCH=gfxNNN` overrides it).
+//!
+//! Without an AMD GPU (or without the HIP runtime) the device is `Unavailable` and every case
+//! prints why and passes; with a GPU but no kernel compiler (no hiprtc), likewise, saying so.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use halcyon::stream::CompletionStrategy;
+use halcyon::{Device, Driver, Error, Executable, Result, StatusCode};
+use halcyon_conformance::kernels;
+use halcyon_hip::rtc::HipRtc;
+use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
+
+const SOURCE: &str = include_str!("data/conformance.hip");
+
+/// The code object of [`SOURCE`], compiled once per process for the GPU current on the first
+/// thread that asks (device 0, made current by its creation).
+fn code_object() -> Result<Vec<u8>> {
+    static CODE: OnceLock<Result<Vec<u8>>> = OnceLock::new();
+    CODE.get_or_init(|| {
+        let rtc = HipRtc::load_default().map_err(|e| {
+            Error::new(
+                StatusCode::Unavailable,
+                format!("no kernel compiler is available for the HIP conformance kernels: {e}"),
+            )
+        })?;
+        let arch = std::env::var("HALCYON_HIP_OFFLOAD_ARCH")
+            .ok()
+            .map(|arch| format!("--offload-arch={arch}"));
+        let mut options = vec!["-O3"];
+        // Without --offload-arch hiprtc compiles for the current device.
+        options.extend(arch.as_deref());
+        let code = rtc.compile(SOURCE, "conformance.hip", &options)?;
+        eprintln!(
+            "compiled the conformance kernels with hiprtc ({}): {} bytes",
+            rtc.soname(),
+            code.len()
+        );
+        Ok(code)
+    })
+    .clone()
+}
+
+/// The suite's standard kernels as a HIP code object.
+struct HipKernels;
+
+impl halcyon_conformance::Kernels for HipKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        let module = HipModule::new(
+            code_object()?,
+            vec![
+                kernels::add_one_u32(),
+                kernels::saxpy_f32(),
+                kernels::fail(),
+            ],
+        );
+        device.load_executable(&module.spec())
+    }
+
+    /// A HIP kernel cannot fail its dispatch: the only way to stop one with an error is a trap
+    /// (`abort()`, `__builtin_trap()`), which is a device fault that kills the whole context
+    /// (every later call fails; on ROCm the process is usually aborted). So the `fail` kernel
+    /// does nothing and the failing-dispatch case is skipped.
+    fn can_fail(&self) -> bool {
+        false
+    }
+}
+
+fn device(completion: CompletionStrategy) -> Result<Device> {
+    let device = HipDriver::new().create_device_with(
+        0,
+        &HipDeviceOptions {
+            queue_count: 2,
+            completion,
+            probe_interval: Duration::from_millis(10),
+            host_visible_memory: HostVisibleMemory::Auto,
+        },
+    )?;
+    // Compile (once) with the device current on this thread; no compiler means no kernels,
+    // which skips the cases like a missing device does.
+    code_object()?;
+    Ok(device)
+}
+
+#[test]
+fn hip_driver_reports_what_is_missing() {
+    match HipDriver::new().create_device(0) {
+        Ok(device) => eprintln!(
+            "running the HIP conformance suite on {}",
+            device.info().name
+        ),
+        Err(e) => {
+            assert_eq!(e.code(), StatusCode::Unavailable, "{e}");
+            eprintln!("the HIP conformance cases skip: {e}");
+        }
+    }
+}
+
+/// Completions through a thread per queue blocked on blocking-sync events (the default).
+mod completion_thread {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(CompletionStrategy::CompletionThread),
+        HipKernels
+    );
+}
+
+/// Completions through stream callbacks on dedicated callback streams.
+mod host_callback {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(CompletionStrategy::HostCallback),
+        HipKernels
+    );
+}

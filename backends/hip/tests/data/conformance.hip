@@ -1,0 +1,25 @@
+// The conformance suite's standard kernels (halcyon_conformance::kernels) in HIP C++, compiled
+// at test time with hiprtc (src/rtc.rs). Every kernel is extern "C" so that its symbol is its
+// name, and takes halcyon's dispatch parameters: one pointer per binding, then the u32
+// constants. tests/data/conformance-gfx900.hsaco is this file compiled by hiprtc (HIP 5.2.3)
+// with --offload-arch=gfx900 -O3: the real code object the module validation tests read.
+
+extern "C" __global__ void add_one_u32(unsigned int* x, unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] += 1u;
+    }
+}
+
+extern "C" __global__ void saxpy_f32(const float* x, float* y, unsigned int a_bits,
+                                     unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = __builtin_bit_cast(float, a_bits) * x[i] + y[i];
+    }
+}
+
+// A HIP kernel has no way to fail its launch short of a trap, which kills the whole context
+// (every later call fails and, on ROCm, the process usually aborts); so this one does nothing
+// and the backend's Kernels::can_fail is false.
+extern "C" __global__ void fail() {}
