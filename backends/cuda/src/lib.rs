@@ -1,73 +1,87 @@
 //! # halcyon-cuda
 //!
-//! halcyon's CUDA backend, built on [cudarc] with libcuda opened at run time: nothing from
-//! CUDA is needed to build it. With no NVIDIA driver, a driver older than the bindings, or no
-//! device, enumeration and creation return [`StatusCode::Unavailable`] saying which, and never
-//! panic.
+//! halcyon's CUDA backend, built on [cudarc]'s raw driver bindings with libcuda opened at run
+//! time: nothing from CUDA is needed to build it. With no NVIDIA driver, a driver older than the
+//! bindings, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
+//! which, and never panic.
 //!
 //! cudarc itself panics in those cases, so no cudarc function is called before
 //! [`probe::probe`] has succeeded: it opens libcuda with libloading, checks
 //! `cuDriverGetVersion` against the bindings ([`probe::BINDINGS_VERSION`], CUDA 12.8) and
 //! runs `cuInit(0)`. Every function here that calls cudarc takes the resulting
-//! [`probe::Probe`] as proof. Nothing relies on `catch_unwind`, so this holds under
-//! `panic = "abort"` too.
+//! [`probe::Probe`] as proof. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
+//! `catch_unwind`, so this holds under `panic = "abort"` too.
 //!
-//! Device creation is not wired to halcyon's stream layer yet: with a GPU present,
-//! [`Driver::create_device`] returns `Unavailable` saying so.
+//! A device is halcyon's generic stream device ([`halcyon::stream::StreamDevice`]) over
+//! [`CudaApi`], the CUDA driver API as a [`halcyon::stream::StreamApi`] translation table: one
+//! stream per queue, timeline semaphores as `(value, CUevent)` timepoints, device-side waits with
+//! `cuStreamWaitEvent`, completion through a thread per queue blocked on blocking-sync events
+//! (the default) or through `cuLaunchHostFunc` callbacks ([`CudaDeviceOptions`]).
+//!
+//! Modules, bottom up (cudarc's own layering, `sys` → checked calls → safe API):
+//!
+//! * [`probe`]: the gate in front of cudarc (libcuda present, new enough, initialised).
+//! * [`error`]: `CUresult` → [`halcyon::Error`] with the call, the error's name and number.
+//! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
+//! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX or cubin plus entry-point
+//!   metadata, native or as bytes with a header), validation, [`CudaModule::compile`].
+//! * [`api`]: [`CudaApi`], the translation table (its docs have the call-by-call table), with
+//!   the host-function registry behind `cuLaunchHostFunc` and pinned staging for reads.
+//! * this module: [`CudaDriver`] for a [`DriverRegistry`] (`cuda://N`), [`create_device`] and
+//!   [`create_device_with`].
 //!
 //! ```no_run
-//! let registry = halcyon::DriverRegistry::new();
-//! halcyon_cuda::register(&registry)?;
-//! match registry.enumerate_devices("cuda") {
-//!     Ok(devices) => devices.iter().for_each(|d| println!("{}: {}", d.uri, d.name)),
-//!     Err(e) => println!("no CUDA devices: {e}"),
-//! }
-//! # Ok::<(), halcyon::Error>(())
+//! use halcyon::{BufferParams, EntryPoint};
+//! use halcyon_cuda::CudaModule;
+//!
+//! # fn main() -> halcyon::Result<()> {
+//! let device = halcyon_cuda::create_device(0)?; // Unavailable without a GPU
+//! let module = CudaModule::compile(
+//!     r#"extern "C" __global__ void add_one(unsigned int* x, unsigned int n) {
+//!            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!            if (i < n) x[i] += 1;
+//!        }"#,
+//!     vec![EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 1 }],
+//!     &[],
+//! )?;
+//! let executable = device.load_executable(&module.spec())?;
+//! let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
+//! let queue = device.queue(0)?;
+//! futures::executor::block_on(queue.dispatch(
+//!     halcyon::Timepoints::default(), &executable, 0, [16, 1, 1], &[1024], &[buffer.whole()],
+//! ))?;
+//! # Ok(())
+//! # }
 //! ```
 
 #![warn(missing_docs)]
 
+pub mod api;
+mod callback;
+pub mod error;
+pub mod module;
+pub mod nvrtc;
 pub mod probe;
+mod staging;
 
 use std::ffi::c_int;
 use std::sync::Arc;
+use std::time::Duration;
 
-use cudarc::driver::{result as cu, sys, DriverError};
+use cudarc::driver::{result as cu, sys};
+use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
+pub use api::{forget_bound_context, CudaApi};
+pub use module::{CudaImage, CudaModule, FORMAT_CUDA};
 use probe::Probe;
 
 /// The driver id and URI scheme: `cuda`, `cuda://0`.
 pub const DRIVER_ID: &str = "cuda";
 
-/// The [`StatusCode`] for a CUDA driver error.
-fn status_code(e: &DriverError) -> StatusCode {
-    use sys::CUresult as R;
-    match e.0 {
-        R::CUDA_ERROR_INVALID_VALUE | R::CUDA_ERROR_INVALID_HANDLE => StatusCode::InvalidArgument,
-        R::CUDA_ERROR_OUT_OF_MEMORY => StatusCode::ResourceExhausted,
-        R::CUDA_ERROR_NO_DEVICE | R::CUDA_ERROR_INVALID_DEVICE | R::CUDA_ERROR_DEINITIALIZED => {
-            StatusCode::Unavailable
-        }
-        R::CUDA_ERROR_NOT_FOUND => StatusCode::NotFound,
-        R::CUDA_ERROR_NOT_SUPPORTED => StatusCode::Unimplemented,
-        _ => StatusCode::Internal,
-    }
-}
-
-/// `"{call} failed: CUDA_ERROR_X (n)"`.
-fn cuda_error(_: &Probe, call: &str, e: DriverError) -> Error {
-    let number = e.0 as c_int;
-    let name = e
-        .error_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "CUresult".to_string());
-    Error::new(status_code(&e), format!("{call} failed: {name} ({number})"))
-}
-
 /// The number of devices (`cuDeviceGetCount`); `Unavailable` when it is 0.
-fn device_count(probe: &Probe) -> Result<i32> {
-    let count = cu::device::get_count().map_err(|e| cuda_error(probe, "cuDeviceGetCount", e))?;
+pub(crate) fn device_count(probe: &Probe) -> Result<i32> {
+    let count = cu::device::get_count().map_err(|e| error::cuda_error("cuDeviceGetCount", e.0))?;
     if count <= 0 {
         return Err(Error::new(
             StatusCode::Unavailable,
@@ -81,15 +95,14 @@ fn device_count(probe: &Probe) -> Result<i32> {
 }
 
 /// Device `ordinal`'s name with its compute capability, multiprocessors and memory.
-fn describe_device(probe: &Probe, ordinal: i32) -> Result<String> {
+pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
     let device = cu::device::get(ordinal)
-        .map_err(|e| cuda_error(probe, &format!("cuDeviceGet({ordinal})"), e))?;
+        .map_err(|e| error::cuda_error(&format!("cuDeviceGet({ordinal})"), e.0))?;
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; `device` came from cuDeviceGet; the probe
     // guarantees libcuda is loaded and initialised.
     let e = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, device) };
-    e.result()
-        .map_err(|e| cuda_error(probe, &format!("cuDeviceGetName({ordinal})"), e))?;
+    error::check(e, || format!("cuDeviceGetName({ordinal})"))?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let mut name = String::from_utf8_lossy(&buf[..end]).into_owned();
 
@@ -114,6 +127,67 @@ fn describe_device(probe: &Probe, ordinal: i32) -> Result<String> {
         name = format!("{name} ({})", details.join(", "));
     }
     Ok(name)
+}
+
+/// How to create a CUDA device ([`create_device_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaDeviceOptions {
+    /// Queues, each with its own CUDA stream (at least 1). Default 2, so a transfer can overlap
+    /// a kernel.
+    pub queue_count: u32,
+    /// How completions are observed. Default [`CompletionStrategy::CompletionThread`]: a thread
+    /// per queue sleeps in `cuEventSynchronize` on each submission's blocking-sync event and
+    /// settles it the moment the driver wakes it. The alternative,
+    /// [`CompletionStrategy::HostCallback`] (IREE's HIP design), has the driver run a
+    /// `cuLaunchHostFunc` callback on its own callback thread, which then has to wake the
+    /// reactor: one more thread hop, and IREE measured host callbacks to be slow (tens of
+    /// microseconds per callback, and a callback blocks the stream it runs on, hence the extra
+    /// callback stream per queue). Host callbacks cost no thread per queue; select them for
+    /// devices with many queues, or compare both with this crate's benchmark.
+    pub completion: CompletionStrategy,
+    /// How often, at most, the fault probe queries the events in flight while the device is
+    /// busy (a sticky fault stops host callbacks; the probe turns it into errors). Default
+    /// 10 ms.
+    pub probe_interval: Duration,
+    /// Replay a reusable command buffer submitted again as a CUDA graph (stream capture, then
+    /// `cuGraphLaunch`: one call per submission instead of one per command). Default off: see
+    /// [`CudaApi::enable_graphs`] for why.
+    pub graphs: bool,
+}
+
+impl Default for CudaDeviceOptions {
+    fn default() -> Self {
+        CudaDeviceOptions {
+            queue_count: 2,
+            completion: CompletionStrategy::CompletionThread,
+            probe_interval: Duration::from_millis(10),
+            graphs: false,
+        }
+    }
+}
+
+/// Creates device `cuda://index` with the default [`CudaDeviceOptions`].
+pub fn create_device(index: u32) -> Result<halcyon::Device> {
+    create_device_with(index, CudaDeviceOptions::default())
+}
+
+/// Creates device `cuda://index`: `Unavailable` without a usable driver or device, `NotFound`
+/// for an index beyond the devices there are.
+pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halcyon::Device> {
+    let probe = probe::probe()?;
+    let mut api = CudaApi::new(probe, index)?;
+    if options.graphs {
+        api.enable_graphs();
+    }
+    halcyon::stream::create_device(
+        api,
+        StreamDeviceOptions {
+            index,
+            queue_count: options.queue_count,
+            completion: options.completion,
+            probe_interval: options.probe_interval,
+        },
+    )
 }
 
 /// The CUDA driver, for a [`DriverRegistry`].
@@ -156,28 +230,8 @@ impl Driver for CudaDriver {
     }
 
     fn create_device(&self, index: u32) -> Result<halcyon::Device> {
-        let probe = probe::probe()?;
-        let count = device_count(probe)?;
-        if i64::from(index) >= i64::from(count) {
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!("{DRIVER_ID}://{index} does not exist: cuDeviceGetCount reports {count} devices"),
-            ));
-        }
-        let name = describe_device(probe, index as i32)?;
-        // The one line to replace once the stream layer lands (StreamDevice over a CUDA StreamApi).
-        Err(not_wired(index, &name))
+        create_device(index)
     }
-}
-
-/// `Unavailable`: device `index` exists but there is no device implementation to create yet.
-fn not_wired(index: u32, name: &str) -> Error {
-    Error::new(
-        StatusCode::Unavailable,
-        format!(
-            "{DRIVER_ID}://{index} ({name}) is present, but halcyon-cuda's stream device is not wired yet"
-        ),
-    )
 }
 
 /// Registers the CUDA driver in `registry`.

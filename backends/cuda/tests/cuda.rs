@@ -2,10 +2,15 @@
 //! and creation must return `Unavailable` naming libcuda and must not panic: cudarc would
 //! panic here, so this also proves no cudarc function runs before the probe. The child-process
 //! test repeats that with every panic turned into an abort, as under `panic = "abort"`.
-//! With a driver and a GPU, the devices are printed.
+//! With a driver and a GPU, the devices are printed, and [`gpu`] drives the translation table
+//! ([`halcyon_cuda::CudaApi`]) and a device directly (each test prints why and passes without
+//! one). The NVRTC tests run wherever a libnvrtc can be opened (none on CI).
+
+mod common;
 
 use halcyon::{Driver, DriverRegistry, StatusCode};
-use halcyon_cuda::{probe, CudaDriver};
+use halcyon_cuda::module::ptx_entries;
+use halcyon_cuda::{nvrtc, probe, CudaDriver, CudaModule};
 
 const ABORT_CHILD: &str = "HALCYON_CUDA_TEST_ABORT_ON_PANIC";
 
@@ -122,9 +127,10 @@ fn with_a_driver_devices_are_listed() {
             for d in &devices {
                 println!("{}: {}", d.uri, d.name);
             }
-            let err = driver.create_device(0).unwrap_err();
-            assert_eq!(err.code(), StatusCode::Unavailable);
-            assert!(err.message().contains("not wired yet"), "{err}");
+            let device = driver.create_device(0).unwrap();
+            println!("{}: {}", device.info().id, device.info().name);
+            assert_eq!(device.info().id, "cuda://0");
+            assert!(device.info().name.contains("completion threads"));
             let err = driver.create_device(devices.len() as u32).unwrap_err();
             assert_eq!(err.code(), StatusCode::NotFound, "{err}");
         }
@@ -132,5 +138,315 @@ fn with_a_driver_devices_are_listed() {
             assert_eq!(e.code(), StatusCode::Unavailable, "{e}");
             println!("no devices: {e}");
         }
+    }
+}
+
+#[test]
+fn checked_in_ptx_defines_the_standard_kernels() {
+    common::standard_module().validate().unwrap();
+    assert_eq!(
+        ptx_entries(common::STANDARD_PTX),
+        ["add_one_u32", "saxpy_f32", "fail", "empty"]
+    );
+    let bytes = common::standard_module().to_bytes();
+    assert_eq!(
+        CudaModule::from_bytes(&bytes).unwrap(),
+        common::standard_module()
+    );
+}
+
+#[test]
+fn nvrtc_compiles_the_standard_kernels() {
+    if let Err(e) = nvrtc::probe() {
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let mut entry_points = common::standard_entry_points();
+    entry_points.push(common::empty());
+    let module = CudaModule::compile(common::STANDARD_CU, entry_points.clone(), &[]).unwrap();
+    let halcyon_cuda::CudaImage::Ptx(ptx) = &module.image else {
+        panic!("NVRTC returns PTX");
+    };
+    assert_eq!(ptx_entries(ptx), ptx_entries(common::STANDARD_PTX));
+    // A kernel the source does not define (or defines without extern "C") is NotFound.
+    let mut missing = entry_points;
+    missing[0].name = "add_two_u32".into();
+    let e = CudaModule::compile(common::STANDARD_CU, missing, &[]).unwrap_err();
+    assert_eq!(e.code(), StatusCode::NotFound, "{e}");
+    let e = CudaModule::compile("__global__ void k(", vec![common::empty()], &[]).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+}
+
+/// Regenerates tests/kernels/standard.ptx (needs NVRTC 12.8: newer PTX would need a newer
+/// driver than the bindings require).
+#[test]
+#[ignore = "writes tests/kernels/standard.ptx; run by hand with NVRTC 12.8"]
+fn write_standard_ptx() {
+    let ptx = nvrtc::compile_ptx(common::STANDARD_CU, "standard.cu", &[]).unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kernels/standard.ptx");
+    std::fs::write(path, ptx).unwrap();
+}
+
+/// Direct tests of the translation table and a device: each prints why and passes without a
+/// CUDA device.
+mod gpu {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use halcyon::stream::{
+        Capabilities, EventFlags, KernelParams, LaunchConfig, MemoryPlacement, StreamApi,
+    };
+    use halcyon::{BufferParams, Fence, StatusCode, Timepoints};
+    use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    use halcyon_conformance::kernels;
+    use halcyon_cuda::{probe, CudaApi, CudaModule};
+
+    use super::common;
+
+    fn api_or_skip(test: &str) -> Option<CudaApi> {
+        let probe = match probe::probe() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped {test}: {e}");
+                return None;
+            }
+        };
+        match CudaApi::new(probe, 0) {
+            Ok(api) => Some(api),
+            Err(e) if e.code() == StatusCode::Unavailable => {
+                eprintln!("skipped {test}: {e}");
+                None
+            }
+            Err(e) => panic!("{test}: {e}"),
+        }
+    }
+
+    /// Streams, events, copies, fills, host functions, a kernel and a captured graph, through
+    /// the raw table.
+    #[test]
+    fn translation_table_round_trip() {
+        let Some(api) = api_or_skip("translation_table_round_trip") else {
+            return;
+        };
+        let info = api.info();
+        println!("{info:?}");
+        assert!(info.capabilities.contains(Capabilities::HOST_FUNC));
+        assert!(!info.capabilities.contains(Capabilities::GRAPHS));
+        let s = api.create_stream().unwrap();
+        let e = api
+            .create_event(EventFlags::DISABLE_TIMING | EventFlags::BLOCKING_SYNC)
+            .unwrap();
+        assert!(
+            api.query_event(e).unwrap(),
+            "a new event counts as complete"
+        );
+
+        const N: u32 = 1000;
+        let bytes = u64::from(N) * 4;
+        let buf = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+        assert!(api.host_pointer(buf).is_none());
+        api.memset_async(buf, 7, 4, bytes, s).unwrap();
+        let module = api.load_module(&common::standard_module().spec()).unwrap();
+        let add_one = api.get_function(module.module, "add_one_u32").unwrap();
+        let config = LaunchConfig {
+            grid: [N.div_ceil(64), 1, 1],
+            block: [64, 1, 1],
+            shared_memory_bytes: 0,
+        };
+        let bindings = [buf];
+        let constants = [N - 1]; // the last element stays 7
+        let params = KernelParams {
+            bindings: &bindings,
+            constants: &constants,
+        };
+        api.launch_kernel(add_one, &config, &params, s).unwrap();
+
+        // Two more increments in a captured graph, launched twice.
+        api.begin_capture(s).unwrap();
+        api.launch_kernel(add_one, &config, &params, s).unwrap();
+        api.launch_kernel(add_one, &config, &params, s).unwrap();
+        let graph = api.end_capture(s).unwrap();
+        api.launch_graph(graph, s).unwrap();
+        api.launch_graph(graph, s).unwrap();
+
+        let ran = Arc::new(AtomicU32::new(0));
+        let flag = ran.clone();
+        api.launch_host_func(
+            s,
+            Box::new(move || {
+                flag.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+        let mut out = vec![0u32; N as usize];
+        // SAFETY: `out` lives, untouched, until the stream is synchronised below.
+        unsafe {
+            api.copy_device_to_host_async(out.as_mut_ptr().cast(), buf, bytes, s)
+                .unwrap()
+        };
+        api.record_event(e, s).unwrap();
+        api.synchronize_event(e).unwrap();
+        assert!(api.query_event(e).unwrap());
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(
+            out[..N as usize - 1].iter().all(|&v| v == 12),
+            "{:?}",
+            &out[..8]
+        );
+        assert_eq!(out[N as usize - 1], 7);
+        assert_eq!(api.pending_host_funcs(), 0);
+
+        // Host to device, device to device, 1- and 2-byte fills.
+        let other = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+        let input: Vec<u32> = (0..N).collect();
+        // SAFETY: `input` lives, unmodified, until the stream is synchronised.
+        unsafe {
+            api.copy_host_to_device_async(other, input.as_ptr().cast(), bytes, s)
+                .unwrap()
+        };
+        api.copy_device_to_device_async(buf, other, bytes, s)
+            .unwrap();
+        api.memset_async(buf, 0xab, 1, 4, s).unwrap();
+        api.memset_async(buf.offset(4), 0xcdef, 2, 4, s).unwrap();
+        let mut back = vec![0u32; N as usize];
+        // SAFETY: as above.
+        unsafe {
+            api.copy_device_to_host_async(back.as_mut_ptr().cast(), buf, bytes, s)
+                .unwrap()
+        };
+        api.synchronize_stream(s).unwrap();
+        assert_eq!(back[0], 0xabab_abab);
+        assert_eq!(back[1], 0xcdef_cdef);
+        assert_eq!(&back[2..], &input[2..]);
+        let err = api.memset_async(buf.offset(2), 1, 4, 4, s).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+
+        // Stream-ordered allocation, where the device has memory pools.
+        if info
+            .capabilities
+            .contains(Capabilities::STREAM_ORDERED_ALLOC)
+        {
+            let p = api.allocate_async(4096, s).unwrap();
+            api.memset_async(p, 0, 4, 4096, s).unwrap();
+            api.free_async(p, s).unwrap();
+            api.synchronize_stream(s).unwrap();
+        }
+
+        // Managed memory has one address for host and device.
+        if let Ok(managed) = api.allocate(4096, MemoryPlacement::HostVisible) {
+            let host = api
+                .host_pointer(managed)
+                .expect("managed memory has a host address");
+            assert_eq!(host.as_ptr() as u64, managed.0);
+            api.free(managed).unwrap();
+        }
+
+        api.destroy_graph(graph).unwrap();
+        api.unload_module(module.module).unwrap();
+        api.free(buf).unwrap();
+        api.free(other).unwrap();
+        api.destroy_event(e).unwrap();
+        api.destroy_stream(s).unwrap();
+    }
+
+    /// Loading reports bad PTX with the JIT log, a signature that does not match the
+    /// metadata, and a missing kernel.
+    #[test]
+    fn module_load_errors() {
+        let Some(api) = api_or_skip("module_load_errors") else {
+            return;
+        };
+        let bad = CudaModule::ptx(
+            ".version 8.7\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n\tbogus;\n}\n",
+            vec![common::empty()],
+        );
+        let e = api.load_module(&bad.spec()).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
+        println!("{e}");
+
+        // add_one_u32 takes (pointer, u32); declaring two bindings must be refused.
+        let mut wrong = kernels::add_one_u32();
+        wrong.binding_count = 2;
+        wrong.constant_count = 0;
+        let e = api
+            .load_module(&CudaModule::ptx(common::STANDARD_PTX, vec![wrong]).spec())
+            .unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(
+            e.message().contains("takes 2 parameters of sizes [8, 4]"),
+            "{e}"
+        );
+
+        let loaded = api.load_module(&common::standard_module().spec()).unwrap();
+        let e = api.get_function(loaded.module, "nope").unwrap_err();
+        assert_eq!(e.code(), StatusCode::NotFound, "{e}");
+        api.unload_module(loaded.module).unwrap();
+    }
+
+    /// The device end to end: upload, dispatch with a parked wait released by the host,
+    /// download; and host-visible buffers mapped by the host.
+    #[test]
+    fn device_dispatch_and_mapping() {
+        let Some(device) = common::device_or_skip("device_dispatch_and_mapping") else {
+            return;
+        };
+        println!("{}", device.info().name);
+        let executable = device
+            .load_executable(&common::standard_module().spec())
+            .unwrap();
+        let add_one = executable.entry_point_index("add_one_u32").unwrap();
+        let queue = device.queue(0).unwrap();
+        block_on(async {
+            let data: Vec<u32> = (0..4096).collect();
+            let buffer = upload_u32(&queue, &data).await?;
+            let gate = device.create_semaphore(0)?;
+            let mut wait = Fence::new();
+            wait.insert(&gate, 1);
+            let dispatch = queue.dispatch(
+                Timepoints::new(wait, Fence::new()),
+                &executable,
+                add_one,
+                [64, 1, 1],
+                &[4096],
+                &[buffer.whole()],
+            );
+            gate.signal(1)?;
+            dispatch.await?;
+            let out = download_u32(&queue, Fence::new(), &buffer.whole()).await?;
+            assert_eq!(out, data.iter().map(|v| v + 1).collect::<Vec<_>>());
+            Ok(())
+        })
+        .unwrap();
+        // Host-visible (managed) memory: written by the host, incremented by the device, read
+        // back by the host.
+        let buffer = match device.allocator().allocate(256 * 4, BufferParams::HOST) {
+            Ok(buffer) => buffer,
+            Err(e) => {
+                println!("no host-visible buffers: {e}");
+                return;
+            }
+        };
+        {
+            let mut map = buffer.map_write(..).unwrap();
+            for (i, chunk) in map.chunks_exact_mut(4).enumerate() {
+                chunk.copy_from_slice(&(i as u32 * 3).to_le_bytes());
+            }
+        }
+        block_on(queue.dispatch(
+            Timepoints::default(),
+            &executable,
+            add_one,
+            [4, 1, 1],
+            &[256],
+            &[buffer.whole()],
+        ))
+        .unwrap();
+        let map = buffer.map_read(..).unwrap();
+        let values: &[u32] = map.as_slice().unwrap();
+        assert!(values
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u32 * 3 + 1));
     }
 }

@@ -1,0 +1,351 @@
+//! Benchmarks of the CUDA device against the CUDA driver API used raw, in the same run. Without
+//! libcuda or a device the benchmark prints why and exits successfully.
+//!
+//! Run with `cargo bench -p halcyon-cuda --bench cuda`. The kernel is `empty` from
+//! `tests/kernels/standard.ptx` (one block of one thread, no parameters), so every figure is
+//! launch and completion overhead.
+//!
+//! Group `cuda_round_trip` (one empty kernel, submitted and awaited):
+//!
+//! * `raw/launch_stream_sync`: `cuLaunchKernel` + `cuStreamSynchronize` (the driver's default
+//!   scheduling: it spins, then yields, on a machine with more cores than GPUs).
+//! * `raw/launch_record_event_sync`: `cuLaunchKernel` + `cuEventRecord` + `cuEventSynchronize`
+//!   on a blocking-sync event: what a completion thread does, the floor for halcyon's default.
+//! * `{completion_thread,host_callback}/execute_block_on`: `queue.execute` of a reusable
+//!   command buffer holding the empty dispatch on a queue timeline, then
+//!   `futures::executor::block_on` of the submission: the whole halcyon path (a completion
+//!   thread waking the awaiting thread, or a `cuLaunchHostFunc` callback on a callback stream
+//!   posting to the reactor, which wakes it).
+//!
+//! Group `cuda_replay_100` (100 empty kernels per iteration; divide by 100 for the cost per
+//! dispatch, or read criterion's element throughput):
+//!
+//! * `raw/stream_launches`: 100 `cuLaunchKernel` + `cuStreamSynchronize`.
+//! * `raw/graph`: the 100 launches captured once (`cuStreamBeginCapture` → launches →
+//!   `cuStreamEndCapture` → `cuGraphInstantiateWithFlags`), then per iteration `cuGraphLaunch`
+//!   + `cuStreamSynchronize`.
+//! * `halcyon/execute_block_on`: a reusable command buffer of the 100 dispatches, executed and
+//!   awaited (stream replay: 100 launches per submission).
+//! * `halcyon_graphs/execute_block_on`: the same with [`CudaDeviceOptions::graphs`], where the
+//!   stream layer captures the list into a graph on its second submission and launches that.
+
+use std::ffi::{c_uint, CString};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput};
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUfunction, CUgraphExec, CUresult, CUstream};
+use futures::executor::block_on;
+use halcyon::stream::CompletionStrategy;
+use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
+use halcyon_cuda::{create_device_with, probe, CudaDeviceOptions, CudaModule};
+
+const STANDARD_PTX: &str = include_str!("../tests/kernels/standard.ptx");
+const REPLAYED: usize = 100;
+
+fn empty_entry() -> EntryPoint {
+    EntryPoint {
+        name: "empty".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    }
+}
+
+/// Panics with the call's name on a CUDA error (a benchmark has nothing better to do).
+fn ok(r: CUresult, call: &str) {
+    assert_eq!(r, CUresult::CUDA_SUCCESS, "{call} failed");
+}
+
+/// The driver API used directly: the primary context, a stream, a blocking-sync event and the
+/// `empty` kernel.
+struct Raw {
+    device: sys::CUdevice,
+    stream: CUstream,
+    event: CUevent,
+    module: sys::CUmodule,
+    function: CUfunction,
+}
+
+impl Raw {
+    fn new() -> Raw {
+        let mut device = 0;
+        let mut context: CUcontext = std::ptr::null_mut();
+        // SAFETY (this block and the ones below): the probe succeeded before any of this runs
+        // (see main), every out-pointer is valid, every handle was created above and is live,
+        // and the PTX is NUL-terminated.
+        unsafe {
+            ok(sys::cuDeviceGet(&mut device, 0), "cuDeviceGet");
+            ok(
+                sys::cuDevicePrimaryCtxRetain(&mut context, device),
+                "cuDevicePrimaryCtxRetain",
+            );
+            ok(sys::cuCtxSetCurrent(context), "cuCtxSetCurrent");
+        }
+        let mut raw = Raw {
+            device,
+            stream: std::ptr::null_mut(),
+            event: std::ptr::null_mut(),
+            module: std::ptr::null_mut(),
+            function: std::ptr::null_mut(),
+        };
+        let ptx = CString::new(STANDARD_PTX).expect("PTX without NULs");
+        let name = CString::new("empty").expect("name");
+        let non_blocking = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+        let event_flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint
+            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+        // SAFETY: as above.
+        unsafe {
+            ok(
+                sys::cuStreamCreate(&mut raw.stream, non_blocking),
+                "cuStreamCreate",
+            );
+            ok(
+                sys::cuEventCreate(&mut raw.event, event_flags),
+                "cuEventCreate",
+            );
+            ok(
+                sys::cuModuleLoadData(&mut raw.module, ptx.as_ptr().cast()),
+                "cuModuleLoadData",
+            );
+            ok(
+                sys::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
+                "cuModuleGetFunction",
+            );
+        }
+        raw
+    }
+
+    /// One empty kernel on the stream.
+    fn launch(&self) {
+        // SAFETY: as in `new`; the kernel takes no parameters (null kernelParams and extra).
+        unsafe {
+            ok(
+                sys::cuLaunchKernel(
+                    self.function,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    self.stream,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernel",
+            )
+        }
+    }
+
+    fn stream_sync(&self) {
+        // SAFETY: a live stream.
+        ok(
+            unsafe { sys::cuStreamSynchronize(self.stream) },
+            "cuStreamSynchronize",
+        );
+    }
+
+    fn event_sync(&self) {
+        // SAFETY: a live event and stream.
+        unsafe {
+            ok(sys::cuEventRecord(self.event, self.stream), "cuEventRecord");
+            ok(sys::cuEventSynchronize(self.event), "cuEventSynchronize");
+        }
+    }
+
+    /// `REPLAYED` launches captured into an instantiated graph.
+    fn graph(&self) -> CUgraphExec {
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: as in `new`; the graph is destroyed once instantiated (the executable graph
+        // does not depend on it).
+        unsafe {
+            ok(
+                sys::cuStreamBeginCapture_v2(self.stream, mode),
+                "cuStreamBeginCapture",
+            );
+            for _ in 0..REPLAYED {
+                self.launch();
+            }
+            ok(
+                sys::cuStreamEndCapture(self.stream, &mut graph),
+                "cuStreamEndCapture",
+            );
+            ok(
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+                "cuGraphInstantiateWithFlags",
+            );
+            ok(sys::cuGraphDestroy(graph), "cuGraphDestroy");
+        }
+        exec
+    }
+
+    fn launch_graph(&self, exec: CUgraphExec) {
+        // SAFETY: an instantiated graph and a live stream.
+        ok(
+            unsafe { sys::cuGraphLaunch(exec, self.stream) },
+            "cuGraphLaunch",
+        );
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        // SAFETY: handles created in `new`, idle (every iteration synchronised).
+        unsafe {
+            sys::cuModuleUnload(self.module);
+            sys::cuEventDestroy_v2(self.event);
+            sys::cuStreamDestroy_v2(self.stream);
+            sys::cuDevicePrimaryCtxRelease_v2(self.device);
+        }
+    }
+}
+
+/// A queue of a CUDA device with the empty dispatch, `count` times, in a reusable command
+/// buffer.
+struct DeviceLoop {
+    _device: Device,
+    queue: Queue,
+    timeline: Timeline,
+    command_buffer: CommandBuffer,
+}
+
+impl DeviceLoop {
+    fn new(options: CudaDeviceOptions, count: usize) -> DeviceLoop {
+        let device = create_device_with(0, options).expect("cuda://0");
+        let queue = device.queue(0).expect("queue");
+        let module = CudaModule::ptx(STANDARD_PTX, vec![empty_entry()]);
+        let executable = device.load_executable(&module.spec()).expect("executable");
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        for _ in 0..count {
+            builder
+                .dispatch(&executable, 0, [1, 1, 1], &[], [])
+                .expect("record");
+        }
+        DeviceLoop {
+            timeline: queue.timeline().expect("timeline"),
+            queue,
+            _device: device,
+            command_buffer: builder.finish(),
+        }
+    }
+
+    fn run(&self) {
+        block_on(
+            self.queue
+                .execute(self.timeline.next(), &self.command_buffer, None),
+        )
+        .expect("run");
+    }
+}
+
+fn options(completion: CompletionStrategy, graphs: bool) -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        queue_count: 1,
+        completion,
+        graphs,
+        ..CudaDeviceOptions::default()
+    }
+}
+
+fn round_trip(c: &mut Criterion, raw: &Raw) {
+    let mut group = c.benchmark_group("cuda_round_trip");
+    group
+        .sample_size(100)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("raw/launch_stream_sync", |b| {
+        b.iter(|| {
+            raw.launch();
+            raw.stream_sync();
+        })
+    });
+    group.bench_function("raw/launch_record_event_sync", |b| {
+        b.iter(|| {
+            raw.launch();
+            raw.event_sync();
+        })
+    });
+    for (name, completion) in [
+        ("completion_thread", CompletionStrategy::CompletionThread),
+        ("host_callback", CompletionStrategy::HostCallback),
+    ] {
+        let device = DeviceLoop::new(options(completion, false), 1);
+        group.bench_function(format!("{name}/execute_block_on"), |b| {
+            b.iter(|| device.run())
+        });
+    }
+    group.finish();
+}
+
+fn replay(c: &mut Criterion, raw: &Raw) {
+    let mut group = c.benchmark_group("cuda_replay_100");
+    group
+        .sample_size(50)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(REPLAYED as u64));
+    group.bench_function("raw/stream_launches", |b| {
+        b.iter(|| {
+            for _ in 0..REPLAYED {
+                raw.launch();
+            }
+            raw.stream_sync();
+        })
+    });
+    let exec = raw.graph();
+    group.bench_function("raw/graph", |b| {
+        b.iter(|| {
+            raw.launch_graph(exec);
+            raw.stream_sync();
+        })
+    });
+    // SAFETY: an instantiated graph whose launches were all synchronised.
+    ok(
+        unsafe { sys::cuGraphExecDestroy(exec) },
+        "cuGraphExecDestroy",
+    );
+    for (name, graphs) in [("halcyon", false), ("halcyon_graphs", true)] {
+        let device = DeviceLoop::new(
+            options(CompletionStrategy::CompletionThread, graphs),
+            REPLAYED,
+        );
+        group.bench_function(format!("{name}/execute_block_on"), |b| {
+            b.iter(|| device.run())
+        });
+        println!(
+            "{name}: {} graph launches in {} submissions",
+            device
+                ._device
+                .query(halcyon::stream::keys::GRAPH_LAUNCHES)
+                .unwrap_or(-1),
+            device
+                ._device
+                .query(halcyon::stream::keys::SUBMISSIONS)
+                .unwrap_or(-1)
+        );
+    }
+    group.finish();
+}
+
+fn main() {
+    let probe = match probe::probe() {
+        Ok(probe) => probe,
+        Err(e) => {
+            println!("skipping the CUDA benchmarks: {e}");
+            return;
+        }
+    };
+    // A device must exist too (cuInit succeeds on a machine whose GPUs are all hidden).
+    if let Err(e) = halcyon_cuda::CudaApi::new(probe, 0) {
+        println!("skipping the CUDA benchmarks: {e}");
+        return;
+    }
+    let raw = Raw::new();
+    let mut criterion = Criterion::default().configure_from_args();
+    round_trip(&mut criterion, &raw);
+    replay(&mut criterion, &raw);
+    criterion.final_summary();
+}

@@ -1,0 +1,987 @@
+//! [`CudaApi`]: halcyon's [`StreamApi`] as a translation table over the CUDA driver API.
+//!
+//! Every method binds the device's context to the calling thread (see below), makes one or two
+//! driver calls through cudarc's raw bindings (`cudarc::driver::sys`), and turns a failing
+//! `CUresult` into a [`halcyon::Error`] ([`crate::error`]). No policy lives here: ordering,
+//! timelines, completion and fault handling are the stream layer's ([`halcyon::stream`]).
+//! cudarc's safe layer is not used at all (its per-slice event tracking would duplicate what
+//! halcyon's timelines do); like cudarc itself, this crate layers `sys` → checked calls → the
+//! table.
+//!
+//! | core vocabulary ([`StreamApi`])     | CUDA driver call                                               |
+//! |-------------------------------------|----------------------------------------------------------------|
+//! | the device's context                | `cuDevicePrimaryCtxRetain` (released on drop), `cuCtxSetCurrent` once per thread |
+//! | `create_stream` / `destroy_stream`  | `cuStreamCreate(CU_STREAM_NON_BLOCKING)` / `cuStreamDestroy`     |
+//! | `synchronize_stream`                | `cuStreamSynchronize`                                          |
+//! | `create_event` / `destroy_event`    | `cuEventCreate(CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC per flags)` / `cuEventDestroy` |
+//! | `record_event`                      | `cuEventRecord`                                                |
+//! | `query_event`                       | `cuEventQuery`: success → `true`, `CUDA_ERROR_NOT_READY` → `false`, else the error |
+//! | `synchronize_event`                 | `cuEventSynchronize`                                           |
+//! | `stream_wait_event`                 | `cuStreamWaitEvent(stream, event, 0)`                          |
+//! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`) |
+//! | `allocate(Device)`                  | `cuMemAlloc`                                                   |
+//! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
+//! | `free`                              | `cuMemFree`                                                    |
+//! | `host_pointer`                      | `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`       |
+//! | `allocate_async` / `free_async`     | `cuMemAllocAsync` / `cuMemFreeAsync` (device's default pool; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`) |
+//! | `copy_host_to_device_async`         | `cuMemcpyHtoDAsync`                                            |
+//! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`src/staging.rs`) |
+//! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
+//! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
+//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature |
+//! | `unload_module`                     | `cuModuleUnload`                                               |
+//! | `get_function`                      | `cuModuleGetFunction`                                          |
+//! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant |
+//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy` |
+//! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
+//!
+//! Handles are the CUDA pointers (`CUstream`, `CUevent`, `CUmodule`, `CUfunction`,
+//! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is.
+//!
+//! **Context binding.** Each `CudaApi` retains its device's primary context (shared with the
+//! CUDA runtime and every other user of the device in the process). A thread-local records
+//! which `CudaApi` last made its context current on the thread, so `cuCtxSetCurrent` runs once
+//! per thread and API rather than once per call. The record is keyed by the `CudaApi`'s
+//! process-unique id, not by the `CUcontext` value: a primary context released by everyone and
+//! retained again may come back at the same address. Assumption: code that makes another
+//! context current on a thread that also calls halcyon-cuda (cudarc's safe layer does, for its
+//! own contexts) either restores ours or calls [`forget_bound_context`] afterwards.
+//!
+//! **Host functions after a device fault.** CUDA drops enqueued host functions after a sticky
+//! error without running them. Their closures live in a registry (`src/callback.rs`), not in
+//! leaked boxes, and are dropped with the `CudaApi`; the stream layer's fault probe turns the
+//! fault into errors on the affected fences.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{
+    self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
+    CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
+};
+use halcyon::stream::{
+    ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle,
+    HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
+    StreamHandle,
+};
+use halcyon::{Error, ExecutableSpec, Result, StatusCode};
+
+use crate::error::{check, cuda_error};
+use crate::module::{check_kernel_params, CudaImage, CudaModule, FORMAT_CUDA};
+use crate::probe::Probe;
+use crate::staging::{capacity_for, Pinned, StagingPool};
+use crate::{callback, DRIVER_ID};
+
+static NEXT_API: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The id of the `CudaApi` whose context this thread last made current (0: none).
+    static BOUND: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Forgets which context halcyon-cuda made current on this thread, so the next call binds its
+/// context again. Call it after making another CUDA context current on a thread that also uses
+/// halcyon-cuda (see the [module docs](self)).
+pub fn forget_bound_context() {
+    BOUND.with(|b| b.set(0));
+}
+
+/// Bytes of JIT error log kept when loading a module fails.
+const JIT_LOG_BYTES: usize = 16 << 10;
+
+/// The CUDA driver API for one device, as a [`StreamApi`] (see the [module docs](self)).
+pub struct CudaApi {
+    probe: &'static Probe,
+    ordinal: i32,
+    device: CUdevice,
+    context: CUcontext,
+    /// Process-unique: the thread-local binding key and the owner of host functions.
+    id: u64,
+    info: ApiInfo,
+    /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the host may touch managed memory while
+    /// kernels run, so host-visible (managed) buffers can be offered.
+    concurrent_managed: bool,
+    staging: Arc<StagingPool>,
+    /// Pinned copies of host data captured into graphs (see [`CudaApi::enable_graphs`]); freed
+    /// with the API.
+    captured: Mutex<Vec<Pinned>>,
+    /// Streams created and not destroyed. A destroyed `CUstream` must never reach the driver;
+    /// the stream layer may free stream-ordered memory after the stream is gone and relies on
+    /// an error then (it falls back to `free`).
+    streams: Mutex<HashSet<u64>>,
+}
+
+// SAFETY: the CUDA driver API is thread-safe; the raw handles held here (a retained primary
+// context) may be used from any thread once that thread binds the context, which every method
+// does first.
+unsafe impl Send for CudaApi {}
+// SAFETY: as above; `&CudaApi` methods only read immutable fields or go through the driver and
+// internally synchronised pools.
+unsafe impl Sync for CudaApi {}
+
+/// A host pointer moved into a host function.
+struct HostPtr(*mut u8);
+// SAFETY: the caller of `copy_device_to_host_async` guarantees the memory stays valid and
+// untouched by anything else until the copy completed; only that copy's host function uses it.
+unsafe impl Send for HostPtr {}
+
+impl CudaApi {
+    /// Opens device `index`: retains its primary context and reads its name and capabilities.
+    /// `NotFound` if there is no such device. The probe proves libcuda is loaded and initialised.
+    pub fn new(probe: &'static Probe, index: u32) -> Result<CudaApi> {
+        let count = crate::device_count(probe)?;
+        if i64::from(index) >= i64::from(count) {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "{DRIVER_ID}://{index} does not exist: cuDeviceGetCount reports {count} devices"
+                ),
+            ));
+        }
+        let ordinal = index as c_int;
+        let name = crate::describe_device(probe, ordinal)?;
+        let mut device: CUdevice = 0;
+        // SAFETY: valid out-pointer; the probe initialised the driver.
+        check(unsafe { sys::cuDeviceGet(&mut device, ordinal) }, || {
+            format!("cuDeviceGet({ordinal})")
+        })?;
+        let attribute = |a: Attr| -> i32 {
+            let mut value: c_int = 0;
+            // SAFETY: valid out-pointer and device.
+            let r = unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) };
+            if r == CUresult::CUDA_SUCCESS {
+                value
+            } else {
+                0
+            }
+        };
+        // GRAPHS only on request (enable_graphs).
+        let mut capabilities = Capabilities::HOST_FUNC;
+        if attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) == 1 {
+            capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
+        }
+        let concurrent_managed = attribute(Attr::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 1
+            && attribute(Attr::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) == 1;
+        let sms = attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as u32;
+        let blocks_per_sm =
+            attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR).max(1) as u32;
+
+        let mut context: CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device. Balanced by cuDevicePrimaryCtxRelease in Drop
+        // (or just below on failure).
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
+            || format!("cuDevicePrimaryCtxRetain(device {ordinal})"),
+        )?;
+        let api = CudaApi {
+            probe,
+            ordinal,
+            device,
+            context,
+            id: NEXT_API.fetch_add(1, Ordering::Relaxed),
+            info: ApiInfo {
+                driver: DRIVER_ID.into(),
+                name,
+                capabilities,
+                // 16 bytes: what float4 / uint4 (vector) loads of a binding need.
+                binding_alignment: 16,
+                concurrency: sms.saturating_mul(blocks_per_sm),
+            },
+            concurrent_managed,
+            staging: Arc::default(),
+            captured: Mutex::default(),
+            streams: Mutex::default(),
+        };
+        api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
+        Ok(api)
+    }
+
+    /// Advertises [`Capabilities::GRAPHS`], so the stream layer replays a reusable command list
+    /// submitted again as a CUDA graph (captured with `cuStreamBeginCapture` in relaxed mode,
+    /// then `cuGraphLaunch`) instead of enqueueing its commands one by one.
+    ///
+    /// Off by default, for two reasons. It has not yet been exercised on a GPU. And a graph's
+    /// memcpy nodes read their host source at every launch, so a captured host-to-device update
+    /// is taken from a pinned copy made at capture time (stream capture does not take pageable
+    /// host memory), which lives until this API is dropped: an application that keeps capturing
+    /// new command buffers with updates keeps that memory. The graph methods themselves work
+    /// either way.
+    pub fn enable_graphs(&mut self) {
+        self.info.capabilities |= Capabilities::GRAPHS;
+    }
+
+    fn live_streams(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `InvalidArgument` unless `s` is a stream of this API that was not destroyed (checked
+    /// where a stale handle can arrive: destroying, and stream-ordered memory, which may
+    /// outlive its stream).
+    fn live(&self, s: StreamHandle) -> Result<()> {
+        if self.live_streams().contains(&s.0) {
+            return Ok(());
+        }
+        Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("{s:?} is not a live stream of {}", self.info.name),
+        ))
+    }
+
+    /// Whether `s` is being captured into a graph.
+    fn capturing(&self, s: StreamHandle) -> Result<bool> {
+        // Read as a plain integer: an out-of-range value must not become an enum.
+        let mut status: u32 = 0;
+        // SAFETY: a live stream; the out-pointer is valid for the 4-byte enum.
+        let r = unsafe { sys::cuStreamIsCapturing(stream(s), (&mut status as *mut u32).cast()) };
+        check(r, || format!("cuStreamIsCapturing({s:?})"))?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// The probe this API was opened with.
+    pub fn probe(&self) -> &'static Probe {
+        self.probe
+    }
+
+    /// The retained primary context, for interoperating with other CUDA code (it stays valid
+    /// while this `CudaApi` lives).
+    pub fn context(&self) -> CUcontext {
+        self.context
+    }
+
+    /// Host functions registered and not yet run (after a device fault they never will; they
+    /// are dropped with the API).
+    pub fn pending_host_funcs(&self) -> usize {
+        callback::pending_count(self.id)
+    }
+
+    /// Makes this device's context current on the calling thread, unless it already is.
+    fn bind(&self) -> Result<()> {
+        if BOUND.with(Cell::get) == self.id {
+            return Ok(());
+        }
+        // SAFETY: the context is retained for as long as `self` lives.
+        check(unsafe { sys::cuCtxSetCurrent(self.context) }, || {
+            format!(
+                "cuCtxSetCurrent(primary context of device {})",
+                self.ordinal
+            )
+        })?;
+        BOUND.with(|b| b.set(self.id));
+        Ok(())
+    }
+
+    fn free_pinned(&self, buffers: Vec<Pinned>) {
+        for buffer in buffers {
+            // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
+            // idle in the pool).
+            let _ = unsafe { sys::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
+        }
+    }
+
+    fn pinned(&self, len: usize) -> Result<Pinned> {
+        if let Some(buffer) = self.staging.take(len) {
+            return Ok(buffer);
+        }
+        let capacity = capacity_for(len);
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is bound.
+        check(
+            unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
+            || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
+        )?;
+        let ptr = NonNull::new(ptr.cast()).ok_or_else(|| {
+            Error::new(
+                StatusCode::Internal,
+                "cuMemAllocHost succeeded but returned a null pointer",
+            )
+        })?;
+        Ok(Pinned { ptr, capacity })
+    }
+}
+
+impl Drop for CudaApi {
+    fn drop(&mut self) {
+        // Host functions still pending will never run (a faulted context drops them) or belong
+        // to streams nobody synchronised; either way nothing waits for them any more.
+        callback::drop_owned_by(self.id);
+        if self.bind().is_ok() {
+            self.free_pinned(self.staging.drain());
+            let captured =
+                std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
+            self.free_pinned(captured);
+        }
+        if BOUND.with(Cell::get) == self.id {
+            forget_bound_context();
+        }
+        // SAFETY: balances the retain in `new`. Other users of the primary context keep it
+        // alive; the last release destroys it, with everything still allocated in it.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}
+
+fn stream(handle: StreamHandle) -> CUstream {
+    handle.0 as usize as CUstream
+}
+
+fn event(handle: EventHandle) -> CUevent {
+    handle.0 as usize as CUevent
+}
+
+fn usize_len(len: u64, what: &str) -> Result<usize> {
+    usize::try_from(len).map_err(|_| {
+        Error::new(
+            StatusCode::OutOfRange,
+            format!("{what} of {len} bytes does not fit this host's address space"),
+        )
+    })
+}
+
+impl StreamApi for CudaApi {
+    fn info(&self) -> ApiInfo {
+        self.info.clone()
+    }
+
+    // ---------------------------------------------------------------- streams
+
+    fn create_stream(&self) -> Result<StreamHandle> {
+        self.bind()?;
+        let mut s: CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+        // SAFETY: valid out-pointer; context bound.
+        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, || {
+            "cuStreamCreate(CU_STREAM_NON_BLOCKING)".into()
+        })?;
+        let handle = StreamHandle(s as usize as u64);
+        self.live_streams().insert(handle.0);
+        Ok(handle)
+    }
+
+    fn destroy_stream(&self, handle: StreamHandle) -> Result<()> {
+        self.live(handle)?;
+        self.bind()?;
+        self.live_streams().remove(&handle.0);
+        // SAFETY: a stream this API created; enqueued work still completes (cuStreamDestroy
+        // releases the stream's resources once it is done).
+        check(unsafe { sys::cuStreamDestroy_v2(stream(handle)) }, || {
+            format!("cuStreamDestroy({handle:?})")
+        })
+    }
+
+    fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a live stream of this context.
+        check(unsafe { sys::cuStreamSynchronize(stream(handle)) }, || {
+            format!("cuStreamSynchronize({handle:?})")
+        })
+    }
+
+    // ---------------------------------------------------------------- events
+
+    fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
+        self.bind()?;
+        let mut cu_flags = 0;
+        if flags.contains(EventFlags::BLOCKING_SYNC) {
+            cu_flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint;
+        }
+        if flags.contains(EventFlags::DISABLE_TIMING) {
+            cu_flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+        }
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; context bound.
+        check(unsafe { sys::cuEventCreate(&mut e, cu_flags) }, || {
+            format!("cuEventCreate({flags:?})")
+        })?;
+        Ok(EventHandle(e as usize as u64))
+    }
+
+    fn destroy_event(&self, handle: EventHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: an event this API created; a pending record completes harmlessly (CUDA
+        // defers the release until it has).
+        check(unsafe { sys::cuEventDestroy_v2(event(handle)) }, || {
+            format!("cuEventDestroy({handle:?})")
+        })
+    }
+
+    fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a live event and stream of this context.
+        check(unsafe { sys::cuEventRecord(event(e), stream(s)) }, || {
+            format!("cuEventRecord({e:?}, {s:?})")
+        })
+    }
+
+    fn query_event(&self, e: EventHandle) -> Result<bool> {
+        self.bind()?;
+        // SAFETY: a live event of this context.
+        match unsafe { sys::cuEventQuery(event(e)) } {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(cuda_error(&format!("cuEventQuery({e:?})"), code)),
+        }
+    }
+
+    fn synchronize_event(&self, e: EventHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a live event of this context. With CU_EVENT_BLOCKING_SYNC the thread sleeps.
+        check(unsafe { sys::cuEventSynchronize(event(e)) }, || {
+            format!("cuEventSynchronize({e:?})")
+        })
+    }
+
+    fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a live stream and event of this context; flags 0 (CU_EVENT_WAIT_DEFAULT).
+        check(
+            unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) },
+            || format!("cuStreamWaitEvent({s:?}, {e:?})"),
+        )
+    }
+
+    // ---------------------------------------------------------------- host functions
+
+    fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
+        self.bind()?;
+        let user_data = callback::register(self.id, func);
+        // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
+        // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
+        let r = unsafe { sys::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
+        if r != CUresult::CUDA_SUCCESS {
+            // Not enqueued: CUDA will never call it.
+            callback::cancel(user_data);
+        }
+        check(r, || format!("cuLaunchHostFunc({s:?})"))
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr> {
+        if size == 0 {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                "cannot allocate 0 bytes of CUDA memory",
+            ));
+        }
+        let bytes = usize_len(size, "an allocation")?;
+        self.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        match placement {
+            MemoryPlacement::Device => {
+                // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
+                check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, || {
+                    format!("cuMemAlloc({size} bytes)")
+                })?;
+            }
+            MemoryPlacement::HostVisible => {
+                if !self.concurrent_managed {
+                    return Err(Error::new(
+                        StatusCode::Unavailable,
+                        format!(
+                            "{}: host-visible buffers are managed memory, which this device \
+                             cannot share with the host while kernels run (no \
+                             CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS); allocate device \
+                             memory and use queue reads and writes",
+                            self.info.name
+                        ),
+                    ));
+                }
+                let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
+                // SAFETY: valid out-pointer; context bound.
+                check(
+                    unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, flags) },
+                    || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
+                )?;
+            }
+        }
+        Ok(DevicePtr(ptr))
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.bind()?;
+        // SAFETY: an allocation of this API; the stream layer frees only after the work using
+        // it completed.
+        check(unsafe { sys::cuMemFree_v2(ptr.0) }, || {
+            format!("cuMemFree({ptr:?})")
+        })
+    }
+
+    fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
+        if !self.concurrent_managed || self.bind().is_err() {
+            return None;
+        }
+        // Zeroed and wider than the attribute (an unsigned int / bool), so either width reads
+        // as non-zero exactly when it is true.
+        let mut managed: u64 = 0;
+        // SAFETY: the out-pointer is valid for 8 bytes, more than the attribute's size.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut managed as *mut u64).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                ptr.0,
+            )
+        };
+        if r != CUresult::CUDA_SUCCESS || managed == 0 {
+            return None;
+        }
+        // Managed memory has one address, valid on the host and the device (unified addressing).
+        NonNull::new(ptr.0 as usize as *mut u8)
+    }
+
+    fn allocate_async(&self, size: u64, s: StreamHandle) -> Result<DevicePtr> {
+        if !self
+            .info
+            .capabilities
+            .contains(Capabilities::STREAM_ORDERED_ALLOC)
+        {
+            return Err(halcyon::stream::api::unimplemented(
+                DRIVER_ID,
+                "stream-ordered allocation on a device without memory pools",
+            ));
+        }
+        if size == 0 {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                "cannot allocate 0 bytes of CUDA memory",
+            ));
+        }
+        let bytes = usize_len(size, "an allocation")?;
+        self.live(s)?;
+        self.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; a live stream of this context.
+        check(
+            unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
+            || format!("cuMemAllocAsync({size} bytes, {s:?})"),
+        )?;
+        Ok(DevicePtr(ptr))
+    }
+
+    fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
+        self.live(s)?;
+        self.bind()?;
+        // SAFETY: an allocation of this API, freed once the stream reaches this point.
+        check(unsafe { sys::cuMemFreeAsync(ptr.0, stream(s)) }, || {
+            format!("cuMemFreeAsync({ptr:?}, {s:?})")
+        })
+    }
+
+    unsafe fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: u64,
+        s: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bytes = usize_len(len, "a copy")?;
+        self.bind()?;
+        let mut src = src;
+        if self.info.capabilities.contains(Capabilities::GRAPHS) && self.capturing(s)? {
+            // A graph's memcpy node reads its source at every launch, and capture does not
+            // take pageable memory: copy the bytes now into pinned memory kept with the API.
+            let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
+            check(unsafe { sys::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
+                format!("cuMemAllocHost({bytes} bytes) for a captured host-to-device copy")
+            })?;
+            let ptr: NonNull<u8> = NonNull::new(ptr.cast()).ok_or_else(|| {
+                Error::new(
+                    StatusCode::Internal,
+                    "cuMemAllocHost returned a null pointer",
+                )
+            })?;
+            // SAFETY: the caller guarantees `src..src+len` is readable; the new pinned buffer
+            // holds `bytes` bytes and overlaps nothing.
+            unsafe { std::ptr::copy_nonoverlapping(src, ptr.as_ptr(), bytes) };
+            captured.push(Pinned {
+                ptr,
+                capacity: bytes,
+            });
+            src = ptr.as_ptr();
+        }
+        // SAFETY: the caller keeps `src..src+len` valid and unmodified until the copy completed
+        // (or it is a pinned copy kept until the API is dropped). From pageable memory the
+        // driver stages the bytes (it may wait for staging space on very large copies, never
+        // for the device's work).
+        check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
+            || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes, {s:?})"),
+        )
+    }
+
+    unsafe fn copy_device_to_host_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: u64,
+        s: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bytes = usize_len(len, "a copy")?;
+        self.bind()?;
+        // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
+        // stream reached and finished it (see crate::staging).
+        let pinned = self.pinned(bytes)?;
+        self.free_pinned(self.staging.excess());
+        let staging = pinned.ptr.as_ptr();
+        // SAFETY: `staging` holds at least `bytes` bytes of pinned memory that nothing else
+        // uses until the host function below returns it to the pool.
+        let r = unsafe { sys::cuMemcpyDtoHAsync_v2(staging.cast(), src.0, bytes, stream(s)) };
+        if r != CUresult::CUDA_SUCCESS {
+            self.staging.give(pinned); // nothing was enqueued
+            return Err(cuda_error(
+                &format!("cuMemcpyDtoHAsync({src:?}, {len} bytes, {s:?})"),
+                r,
+            ));
+        }
+        let pool = self.staging.clone();
+        let dst = HostPtr(dst);
+        let copy_out: HostFunc = Box::new(move || {
+            let dst = dst;
+            // SAFETY: runs after the device-to-host copy completed (stream order); `staging`
+            // holds `bytes` bytes; the caller keeps `dst..dst+len` valid and untouched until
+            // the copy completed, which includes this host function (work after it on the
+            // stream waits for it). The two do not overlap (pinned vs. caller memory).
+            unsafe { std::ptr::copy_nonoverlapping(pinned.ptr.as_ptr(), dst.0, bytes) };
+            pool.give(pinned); // no CUDA call on this thread
+        });
+        // If this fails the closure is dropped unrun and its pinned buffer is not reused (the
+        // copy into it may still be in flight); the context reclaims it when destroyed.
+        self.launch_host_func(s, copy_out)
+            .map_err(|e| e.context("cannot enqueue the copy out of pinned staging"))
+    }
+
+    fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        s: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bytes = usize_len(len, "a copy")?;
+        self.bind()?;
+        // SAFETY: device addresses only; invalid ones are reported by the driver, never touch
+        // host memory.
+        check(
+            unsafe { sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
+            || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
+        )
+    }
+
+    fn memset_async(
+        &self,
+        dst: DevicePtr,
+        pattern: u32,
+        pattern_len: u8,
+        len: u64,
+        s: StreamHandle,
+    ) -> Result<()> {
+        let width = u64::from(pattern_len);
+        if !matches!(pattern_len, 1 | 2 | 4) || dst.0 % width != 0 || len % width != 0 {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "memset of {len} bytes at {dst:?} with a {pattern_len}-byte pattern: the \
+                     pattern must be 1, 2 or 4 bytes and the address and length multiples of it"
+                ),
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let count = usize_len(len / width, "a fill")?;
+        self.bind()?;
+        let (d, st) = (dst.0, stream(s));
+        // SAFETY: device addresses only, aligned for the element width (checked above).
+        let (r, call) = unsafe {
+            match pattern_len {
+                1 => (
+                    sys::cuMemsetD8Async(d, pattern as u8, count, st),
+                    "cuMemsetD8Async",
+                ),
+                2 => (
+                    sys::cuMemsetD16Async(d, pattern as u16, count, st),
+                    "cuMemsetD16Async",
+                ),
+                _ => (
+                    sys::cuMemsetD32Async(d, pattern, count, st),
+                    "cuMemsetD32Async",
+                ),
+            }
+        };
+        check(r, || {
+            format!("{call}({dst:?}, {pattern:#x}, {count} elements, {s:?})")
+        })
+    }
+
+    // ---------------------------------------------------------------- modules and kernels
+
+    fn module_formats(&self) -> Vec<String> {
+        vec![FORMAT_CUDA.into()]
+    }
+
+    fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
+        let module = CudaModule::from_spec(spec)?;
+        self.bind()?;
+        let ptx;
+        let image: *const c_void = match &module.image {
+            CudaImage::Ptx(text) => {
+                // NUL-free (validated); cuModuleLoadData reads PTX up to the NUL.
+                ptx = CString::new(text.as_str()).map_err(|_| {
+                    Error::new(StatusCode::InvalidArgument, "PTX text contains a NUL byte")
+                })?;
+                ptx.as_ptr().cast()
+            }
+            CudaImage::Cubin(bytes) => bytes.as_ptr().cast(),
+        };
+        let mut log = vec![0 as c_char; JIT_LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // JIT option values are passed as pointer-sized words: the buffer, then its size.
+        let mut values: [*mut c_void; 2] = [
+            log.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut(JIT_LOG_BYTES),
+        ];
+        let mut handle: CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is NUL-terminated PTX, or a binary image whose declared extents were
+        // checked to lie within its bytes (validate); it, `log`, `options` and `values` outlive
+        // the call; the option count matches both arrays.
+        let r = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut handle,
+                image,
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if r != CUresult::CUDA_SUCCESS {
+            let bytes: Vec<u8> = log
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&b| b != 0)
+                .collect();
+            let log = String::from_utf8_lossy(&bytes);
+            let mut error = cuda_error(
+                &format!(
+                    "cuModuleLoadData({} image with entry points [{}])",
+                    module.kind(),
+                    module
+                        .entry_points
+                        .iter()
+                        .map(|e| e.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                r,
+            );
+            if !log.trim().is_empty() {
+                error = Error::new(
+                    error.code(),
+                    format!("{}; JIT log:\n{}", error.message(), log.trim_end()),
+                );
+            }
+            return Err(error);
+        }
+        let loaded = ModuleHandle(handle as usize as u64);
+        for entry in &module.entry_points {
+            let checked = self
+                .get_function(loaded, &entry.name)
+                .and_then(|f| check_kernel_params(entry, &kernel_params(f)));
+            if let Err(error) = checked {
+                let _ = self.unload_module(loaded);
+                return Err(error);
+            }
+        }
+        Ok(LoadedModule {
+            module: loaded,
+            entry_points: module.entry_points.clone(),
+        })
+    }
+
+    fn unload_module(&self, module: ModuleHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: a module this API loaded; the stream layer unloads only after the work using
+        // it completed.
+        check(
+            unsafe { sys::cuModuleUnload(module.0 as usize as CUmodule) },
+            || format!("cuModuleUnload({module:?})"),
+        )
+    }
+
+    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+        let c_name = CString::new(name).map_err(|_| {
+            Error::new(
+                StatusCode::InvalidArgument,
+                format!("kernel name {name:?} contains a NUL byte"),
+            )
+        })?;
+        self.bind()?;
+        let mut f: CUfunction = std::ptr::null_mut();
+        // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
+        let r = unsafe {
+            sys::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
+        };
+        check(r, || {
+            format!(
+                "cuModuleGetFunction({name:?}) (the module has no such kernel; declare it \
+                 extern \"C\" so its name is not mangled)"
+            )
+        })?;
+        Ok(FunctionHandle(f as usize as u64))
+    }
+
+    fn launch_kernel(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        s: StreamHandle,
+    ) -> Result<()> {
+        self.bind()?;
+        // `kernelParams[i]` points at the value of parameter `i`: the bindings' CUdeviceptrs
+        // (kept in `pointers`), then the u32 constants (in place). The driver copies the values
+        // during the call, so they only need to outlive it.
+        let pointers: Vec<CUdeviceptr> = params.bindings.iter().map(|p| p.0).collect();
+        let mut args: Vec<*mut c_void> =
+            Vec::with_capacity(pointers.len() + params.constants.len());
+        args.extend(
+            pointers
+                .iter()
+                .map(|p| p as *const CUdeviceptr as *mut c_void),
+        );
+        args.extend(
+            params
+                .constants
+                .iter()
+                .map(|c| c as *const u32 as *mut c_void),
+        );
+        let kernel_params = if args.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            args.as_mut_ptr()
+        };
+        let LaunchConfig {
+            grid,
+            block,
+            shared_memory_bytes,
+        } = *config;
+        // SAFETY: a function of a loaded module and a live stream. The kernel's parameters were
+        // checked against its entry point at load (check_kernel_params, where the driver reports
+        // them), so it reads no more argument values, and no larger ones, than `args` points at;
+        // `pointers` and the constants outlive the call; `extra` is null.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                function.0 as usize as CUfunction,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_memory_bytes,
+                stream(s),
+                kernel_params,
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, || {
+            format!(
+                "cuLaunchKernel(grid {grid:?}, block {block:?}, {} bindings, {} constants, {s:?})",
+                params.bindings.len(),
+                params.constants.len()
+            )
+        })
+    }
+
+    // ---------------------------------------------------------------- graphs
+
+    fn begin_capture(&self, s: StreamHandle) -> Result<()> {
+        self.bind()?;
+        // Relaxed mode: no thread is refused "potentially unsafe" calls while this stream
+        // captures. Other threads (the reactor's probe, completion threads) keep querying and
+        // synchronising events, and a captured host-to-device copy allocates pinned memory on
+        // this thread (cuMemAllocHost), which the global and thread-local modes would refuse.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a live stream of this context.
+        check(
+            unsafe { sys::cuStreamBeginCapture_v2(stream(s), mode) },
+            || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
+        )
+    }
+
+    fn end_capture(&self, s: StreamHandle) -> Result<GraphHandle> {
+        self.bind()?;
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: a stream in capture; valid out-pointer.
+        check(
+            unsafe { sys::cuStreamEndCapture(stream(s), &mut graph) },
+            || format!("cuStreamEndCapture({s:?})"),
+        )?;
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: the graph just captured; valid out-pointer; flags 0.
+        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        // SAFETY: the executable graph does not depend on the graph it was instantiated from.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+        check(r, || "cuGraphInstantiateWithFlags".into())?;
+        Ok(GraphHandle(exec as usize as u64))
+    }
+
+    fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: an executable graph of this API and a live stream.
+        check(
+            unsafe { sys::cuGraphLaunch(graph.0 as usize as CUgraphExec, stream(s)) },
+            || format!("cuGraphLaunch({graph:?}, {s:?})"),
+        )
+    }
+
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: an executable graph of this API; runs in flight finish first (CUDA frees it
+        // asynchronously on completion).
+        check(
+            unsafe { sys::cuGraphExecDestroy(graph.0 as usize as CUgraphExec) },
+            || format!("cuGraphExecDestroy({graph:?})"),
+        )
+    }
+}
+
+/// The `(offset, size)` of each parameter of kernel `f` as the driver reports them
+/// (`cuFuncGetParamInfo`, CUDA 12.4+); empty if it reports none or cannot say.
+fn kernel_params(f: FunctionHandle) -> Vec<(usize, usize)> {
+    let function = f.0 as usize as CUfunction;
+    let mut params = Vec::new();
+    // More parameters than the portable parameter space could hold is certainly a mismatch.
+    for index in 0..=crate::module::MAX_PARAM_BYTES as usize {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: a function of a loaded module; valid out-pointers.
+        match unsafe { sys::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
+            CUresult::CUDA_SUCCESS => params.push((offset, size)),
+            // Past the last parameter.
+            CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            // The driver cannot say (e.g. not supported): no check.
+            _ => return Vec::new(),
+        }
+    }
+    params
+}

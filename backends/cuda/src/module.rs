@@ -1,0 +1,743 @@
+//! CUDA executables: a PTX or cubin image plus the entry-point metadata halcyon dispatches by.
+//!
+//! **One format, [`FORMAT_CUDA`] (`"cuda"`)**, for PTX and binary images alike: the metadata
+//! header is the same for both, `cuModuleLoadData` tells PTX from cubin and fatbin by their
+//! content, and a separate format name would give the loader nothing to act on. The image kind
+//! is recorded in the module ([`CudaImage`]), so errors can say which one failed. A spec's
+//! source is either
+//!
+//! * [`ExecutableSource::Native`] holding an `Arc<CudaModule>` ([`CudaModule::spec`]), or
+//! * [`ExecutableSource::Bytes`] from [`CudaModule::to_bytes`]: a header with the entry points,
+//!   then the image (layout below). Raw PTX or cubin bytes are refused with a message saying
+//!   how to attach the metadata: device code does not say how many bindings and constants a
+//!   kernel takes in halcyon's sense.
+//!
+//! **Kernel signature.** An entry point with `b` bindings and `c` constants is a kernel
+//! `extern "C" __global__ void name(T0* binding0, ..., unsigned int constant0, ...)`: one device
+//! pointer (8 bytes) per binding, then one 4-byte `u32` per constant (a `float` constant is
+//! passed as its bits; declare it `float` or use `__uint_as_float`). Its block size is the
+//! entry point's workgroup size. `extern "C"` keeps the name unmangled. Where the driver can
+//! report a kernel's parameters (`cuFuncGetParamInfo`, CUDA 12.4+), loading checks the
+//! signature against the metadata ([`check_kernel_params`]): a kernel taking more or larger
+//! parameters than halcyon passes would make `cuLaunchKernel` read past the argument array.
+//!
+//! **Byte form** (little-endian):
+//!
+//! | bytes     | content                                                             |
+//! |-----------|---------------------------------------------------------------------|
+//! | 8         | magic `b"HLCNCUD1"`                                                 |
+//! | 4         | image kind: 1 = PTX text, 2 = cubin or fatbin                       |
+//! | 4         | entry-point count `n`                                               |
+//! | n × (4 + len + 20) | name length, UTF-8 name, workgroup size x, y, z, binding count, constant count |
+//! | 8         | image length `L`                                                    |
+//! | L         | the image (PTX without a terminating NUL)                           |
+//!
+//! Nothing may follow the image.
+//!
+//! **Validation** ([`CudaModule::validate`], run on every load): at least one entry point,
+//! unique names without NUL bytes, a workgroup size within CUDA's block limits
+//! (x, y ≤ 1024, z ≤ 64, x·y·z ≤ 1024), parameters within the 4 KiB every CUDA device accepts;
+//! PTX must be NUL-free text declaring every entry point as an `.entry`; a binary image must be
+//! a 64-bit little-endian ELF (cubin) or a fatbin whose headers lie within the bytes given.
+//! `cuModuleLoadData` takes no length: the driver reads as far as the image's own headers say,
+//! so a truncated binary image would make it read past the buffer. These checks keep the
+//! declared extents inside it.
+//!
+//! **NVRTC.** [`CudaModule::compile`] compiles CUDA C to PTX at run time (see [`crate::nvrtc`]);
+//! without libnvrtc it is `Unavailable`.
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
+
+/// The executable format name of [`CudaModule`]s.
+pub const FORMAT_CUDA: &str = "cuda";
+
+const MAGIC: &[u8; 8] = b"HLCNCUD1";
+const KIND_PTX: u32 = 1;
+const KIND_BINARY: u32 = 2;
+/// Entry points a byte form may declare at most.
+const MAX_ENTRY_POINTS: u32 = 4096;
+/// The kernel parameter space every CUDA device accepts, in bytes (CUDA 12.1 raised it to
+/// 32764 bytes on Volta and newer; halcyon keeps to the portable limit).
+pub const MAX_PARAM_BYTES: u32 = 4096;
+/// Threads per block on every CUDA device since compute capability 2.0.
+pub const MAX_BLOCK_THREADS: u32 = 1024;
+/// Block size limits in x, y, z.
+pub const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
+
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+
+/// A module's device code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CudaImage {
+    /// PTX assembly text, JIT-compiled by the driver for the device at load time (no
+    /// terminating NUL needed; one is added when loading).
+    Ptx(String),
+    /// A binary image: a cubin (ELF) for the device's architecture, or a fatbin holding one
+    /// (and possibly PTX to fall back on).
+    Cubin(Vec<u8>),
+}
+
+impl CudaImage {
+    fn kind(&self) -> &'static str {
+        match self {
+            CudaImage::Ptx(_) => "PTX",
+            CudaImage::Cubin(_) => "cubin",
+        }
+    }
+}
+
+/// A CUDA module with the metadata of the entry points to expose, in dispatch index order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaModule {
+    /// The device code.
+    pub image: CudaImage,
+    /// The kernels to expose (by name), with their metadata.
+    pub entry_points: Vec<EntryPoint>,
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(StatusCode::InvalidArgument, message)
+}
+
+impl CudaModule {
+    /// A module from an image and entry points.
+    pub fn new(image: CudaImage, entry_points: Vec<EntryPoint>) -> Self {
+        CudaModule {
+            image,
+            entry_points,
+        }
+    }
+
+    /// A module from PTX text.
+    pub fn ptx(ptx: impl Into<String>, entry_points: Vec<EntryPoint>) -> Self {
+        Self::new(CudaImage::Ptx(ptx.into()), entry_points)
+    }
+
+    /// A module from a cubin or fatbin.
+    pub fn cubin(image: impl Into<Vec<u8>>, entry_points: Vec<EntryPoint>) -> Self {
+        Self::new(CudaImage::Cubin(image.into()), entry_points)
+    }
+
+    /// Compiles CUDA C `source` to PTX with NVRTC (`options` as NVRTC takes them, e.g.
+    /// `--gpu-architecture=compute_90`) and checks that every entry point is a kernel of the
+    /// result. `Unavailable` when libnvrtc cannot be used; `InvalidArgument` with NVRTC's log
+    /// for a compilation error; `NotFound` for an entry point the source does not define as
+    /// an `extern "C" __global__` function. Needs no GPU.
+    pub fn compile(
+        source: &str,
+        entry_points: Vec<EntryPoint>,
+        options: &[&str],
+    ) -> Result<CudaModule> {
+        let ptx = crate::nvrtc::compile_ptx(source, "halcyon_module.cu", options)?;
+        let module = CudaModule::ptx(ptx, entry_points);
+        module.validate()?;
+        Ok(module)
+    }
+
+    /// An executable spec (format [`FORMAT_CUDA`], native source).
+    pub fn spec(self) -> ExecutableSpec {
+        ExecutableSpec::native(FORMAT_CUDA, Arc::new(self))
+    }
+
+    /// The byte form (see the [module docs](self)).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let (kind, image) = match &self.image {
+            CudaImage::Ptx(text) => (KIND_PTX, text.as_bytes()),
+            CudaImage::Cubin(bytes) => (KIND_BINARY, &bytes[..]),
+        };
+        let mut out = MAGIC.to_vec();
+        let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
+        put(&mut out, kind);
+        put(&mut out, self.entry_points.len() as u32);
+        for e in &self.entry_points {
+            put(&mut out, e.name.len() as u32);
+            out.extend_from_slice(e.name.as_bytes());
+            for v in e.workgroup_size {
+                put(&mut out, v);
+            }
+            put(&mut out, e.binding_count);
+            put(&mut out, e.constant_count);
+        }
+        out.extend_from_slice(&(image.len() as u64).to_le_bytes());
+        out.extend_from_slice(image);
+        out
+    }
+
+    /// Parses [`CudaModule::to_bytes`] output (the structure only; [`CudaModule::validate`]
+    /// checks the content).
+    pub fn from_bytes(bytes: &[u8]) -> Result<CudaModule> {
+        let bad = |what: &str| invalid(format!("malformed halcyon CUDA executable: {what}"));
+        let Some(rest) = bytes.strip_prefix(MAGIC) else {
+            if bytes.starts_with(ELF_MAGIC) || looks_like_ptx(bytes) || is_fatbin(bytes) {
+                return Err(invalid(
+                    "raw PTX or cubin carries no entry-point metadata (binding and constant \
+                     counts, workgroup size): pass a halcyon_cuda::CudaModule \
+                     (CudaModule::spec) or its to_bytes() form",
+                ));
+            }
+            return Err(bad(
+                "missing the b\"HLCNCUD1\" header (build it with CudaModule::to_bytes)",
+            ));
+        };
+        let mut reader = Reader { bytes: rest, at: 0 };
+        let kind = reader.u32().map_err(|_| bad("truncated header"))?;
+        let count = reader.u32().map_err(|_| bad("truncated header"))?;
+        if count > MAX_ENTRY_POINTS {
+            return Err(bad(&format!(
+                "it declares {count} entry points; at most {MAX_ENTRY_POINTS} are allowed"
+            )));
+        }
+        let mut entry_points = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let truncated = |_| bad(&format!("entry point {index} is truncated"));
+            let len = reader.u32().map_err(truncated)? as usize;
+            let name = reader.take(len).map_err(truncated)?;
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| bad(&format!("entry point {index}'s name is not UTF-8")))?;
+            let mut field = || reader.u32().map_err(truncated);
+            let workgroup_size = [field()?, field()?, field()?];
+            let binding_count = field()?;
+            let constant_count = field()?;
+            entry_points.push(EntryPoint {
+                name,
+                workgroup_size,
+                binding_count,
+                constant_count,
+            });
+        }
+        let len = reader
+            .u64()
+            .map_err(|_| bad("truncated before the image length"))?;
+        let remaining = reader.bytes.len() - reader.at;
+        if len != remaining as u64 {
+            return Err(bad(&format!(
+                "the header declares a {len}-byte image but {remaining} bytes follow it"
+            )));
+        }
+        let image = &reader.bytes[reader.at..];
+        let image = match kind {
+            KIND_PTX => CudaImage::Ptx(String::from_utf8(image.to_vec()).map_err(|e| {
+                bad(&format!(
+                    "the PTX image is not UTF-8 (at byte {})",
+                    e.utf8_error().valid_up_to()
+                ))
+            })?),
+            KIND_BINARY => CudaImage::Cubin(image.to_vec()),
+            other => {
+                return Err(bad(&format!(
+                    "unknown image kind {other} (1 is PTX, 2 is cubin/fatbin)"
+                )))
+            }
+        };
+        Ok(CudaModule {
+            image,
+            entry_points,
+        })
+    }
+
+    /// Checks the metadata and the image (see the [module docs](self)).
+    pub fn validate(&self) -> Result<()> {
+        if self.entry_points.is_empty() {
+            return Err(invalid(
+                "a CUDA executable must declare at least one entry point",
+            ));
+        }
+        for (i, entry) in self.entry_points.iter().enumerate() {
+            validate_entry_point(entry)?;
+            if self.entry_points[..i].iter().any(|e| e.name == entry.name) {
+                return Err(invalid(format!(
+                    "CUDA entry point name '{}' is declared twice",
+                    entry.name
+                )));
+            }
+        }
+        match &self.image {
+            CudaImage::Ptx(text) => validate_ptx(text, &self.entry_points),
+            CudaImage::Cubin(bytes) => validate_binary(bytes),
+        }
+    }
+
+    /// The module a spec of format [`FORMAT_CUDA`] holds, validated.
+    pub(crate) fn from_spec(spec: &ExecutableSpec) -> Result<Cow<'_, CudaModule>> {
+        if spec.format != FORMAT_CUDA {
+            return Err(invalid(format!(
+                "cannot load executable format '{}'; the CUDA device loads '{FORMAT_CUDA}' \
+                 (halcyon_cuda::CudaModule::spec or to_bytes)",
+                spec.format
+            )));
+        }
+        let module = match &spec.source {
+            ExecutableSource::Native(object) => Cow::Borrowed(
+                (&**object as &dyn Any)
+                    .downcast_ref::<CudaModule>()
+                    .ok_or_else(|| {
+                        invalid(
+                            "a native 'cuda' executable source must be an \
+                             Arc<halcyon_cuda::CudaModule> (CudaModule::spec)",
+                        )
+                    })?,
+            ),
+            ExecutableSource::Bytes(bytes) => Cow::Owned(CudaModule::from_bytes(bytes)?),
+        };
+        module.validate()?;
+        Ok(module)
+    }
+
+    /// The image kind, for messages (`PTX`, `cubin`).
+    pub(crate) fn kind(&self) -> &'static str {
+        self.image.kind()
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> std::result::Result<&'a [u8], ()> {
+        let end = self.at.checked_add(len).ok_or(())?;
+        let slice = self.bytes.get(self.at..end).ok_or(())?;
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u32(&mut self) -> std::result::Result<u32, ()> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> std::result::Result<u64, ()> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+fn validate_entry_point(entry: &EntryPoint) -> Result<()> {
+    let name = &entry.name;
+    if name.is_empty() || name.contains('\0') {
+        return Err(invalid(format!(
+            "CUDA entry point name {name:?} must be non-empty and free of NUL bytes"
+        )));
+    }
+    let [x, y, z] = entry.workgroup_size;
+    let threads = u64::from(x) * u64::from(y) * u64::from(z);
+    let fits = entry
+        .workgroup_size
+        .iter()
+        .zip(MAX_BLOCK_DIM)
+        .all(|(&v, max)| (1..=max).contains(&v));
+    if !fits || threads > u64::from(MAX_BLOCK_THREADS) {
+        return Err(invalid(format!(
+            "CUDA entry point '{name}' has workgroup size {:?}; a CUDA block needs every \
+             dimension at least 1, at most {MAX_BLOCK_DIM:?}, and at most {MAX_BLOCK_THREADS} \
+             threads in all",
+            entry.workgroup_size
+        )));
+    }
+    let bytes = u64::from(entry.binding_count) * 8 + u64::from(entry.constant_count) * 4;
+    if bytes > u64::from(MAX_PARAM_BYTES) {
+        return Err(invalid(format!(
+            "CUDA entry point '{name}' takes {} bindings and {} constants, {bytes} bytes of \
+             kernel parameters; at most {MAX_PARAM_BYTES} bytes are portable",
+            entry.binding_count, entry.constant_count
+        )));
+    }
+    Ok(())
+}
+
+fn looks_like_ptx(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(4096)];
+    let text = String::from_utf8_lossy(head);
+    text.contains(".version") || text.contains(".target") || text.contains(".entry")
+}
+
+/// The names of the kernels (`.entry` directives) a PTX text defines, in order.
+pub fn ptx_entries(ptx: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    // Line comments removed; a name may follow `.entry` on the next line.
+    let code: String = ptx
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find(".entry") {
+        let before_ok = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        rest = &rest[at + ".entry".len()..];
+        if !before_ok || !rest.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let name: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.' | '%'))
+            .collect();
+        if !name.is_empty() && !name.starts_with('.') {
+            names.push(name);
+        }
+    }
+    names
+}
+
+fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
+    if let Some(at) = text.find('\0') {
+        // cuModuleLoadData reads PTX up to its NUL: anything after an inner one would be lost.
+        return Err(invalid(format!(
+            "PTX text contains a NUL byte at offset {at}; PTX is text without NULs"
+        )));
+    }
+    if text.trim().is_empty() {
+        return Err(invalid("the PTX text is empty"));
+    }
+    let entries = ptx_entries(text);
+    for entry in entry_points {
+        if !entries.contains(&entry.name) {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "the PTX defines no kernel '{}' (it defines: [{}]); declare it \
+                     `extern \"C\" __global__` so its name is not mangled",
+                    entry.name,
+                    entries.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_fatbin(bytes: &[u8]) -> bool {
+    bytes.len() >= 4 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) == FATBIN_MAGIC
+}
+
+fn le(bytes: &[u8], at: usize, width: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a[..width].copy_from_slice(&bytes[at..at + width]);
+    u64::from_le_bytes(a)
+}
+
+fn validate_binary(bytes: &[u8]) -> Result<()> {
+    let len = bytes.len() as u64;
+    let beyond = |what: &str, end: u64| {
+        invalid(format!(
+            "cubin image is {len} bytes but its {what} extends to byte {end}: the image is \
+             truncated or corrupt (cuModuleLoadData would read past it)"
+        ))
+    };
+    if is_fatbin(bytes) {
+        // struct { u32 magic; u16 version; u16 header_size; u64 fat_size; }
+        if bytes.len() < 16 {
+            return Err(beyond("fatbin header", 16));
+        }
+        let end = le(bytes, 6, 2).saturating_add(le(bytes, 8, 8));
+        if end > len {
+            return Err(beyond("fatbin", end));
+        }
+        return Ok(());
+    }
+    if !bytes.starts_with(ELF_MAGIC) {
+        let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        let hint = if looks_like_ptx(bytes) {
+            "; this looks like PTX text: use CudaImage::Ptx"
+        } else {
+            ""
+        };
+        return Err(invalid(format!(
+            "a CUDA binary image must be a cubin (ELF, 7f 45 4c 46) or a fatbin (50 ed 55 ba); \
+             this one starts with [{}]{hint}",
+            head.join(" ")
+        )));
+    }
+    // ELF64 little-endian: e_ident[EI_CLASS] = 2, e_ident[EI_DATA] = 1; header is 64 bytes.
+    if bytes.len() < 64 || bytes[4] != 2 || bytes[5] != 1 {
+        return Err(invalid(
+            "a cubin must be a 64-bit little-endian ELF file with a complete 64-byte header",
+        ));
+    }
+    let (phoff, shoff) = (le(bytes, 0x20, 8), le(bytes, 0x28, 8));
+    let (phentsize, phnum) = (le(bytes, 0x36, 2), le(bytes, 0x38, 2));
+    let (shentsize, shnum) = (le(bytes, 0x3a, 2), le(bytes, 0x3c, 2));
+    let ph_end = phoff.saturating_add(phentsize * phnum);
+    if phnum > 0 && (ph_end > len || phentsize < 56) {
+        return Err(beyond("program header table", ph_end));
+    }
+    let sh_end = shoff.saturating_add(shentsize * shnum);
+    if shnum > 0 && (sh_end > len || shentsize < 64) {
+        return Err(beyond("section header table", sh_end));
+    }
+    for i in 0..shnum {
+        let at = (shoff + i * shentsize) as usize;
+        let kind = le(bytes, at + 4, 4);
+        let (offset, size) = (le(bytes, at + 0x18, 8), le(bytes, at + 0x20, 8));
+        let end = offset.saturating_add(size);
+        if kind != 8 /* SHT_NOBITS occupies no bytes */ && end > len {
+            return Err(beyond(&format!("section {i}"), end));
+        }
+    }
+    for i in 0..phnum {
+        let at = (phoff + i * phentsize) as usize;
+        let (offset, size) = (le(bytes, at + 8, 8), le(bytes, at + 0x20, 8));
+        let end = offset.saturating_add(size);
+        if end > len {
+            return Err(beyond(&format!("segment {i}"), end));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a kernel's real parameters — `(offset, size)` per parameter as `cuFuncGetParamInfo`
+/// reports them — against what halcyon passes for `entry`: an 8-byte device pointer per
+/// binding, then a 4-byte `u32` per constant.
+///
+/// An empty `params` is taken as "unknown" and accepted (the driver reports nothing for a
+/// kernel without parameters, and passing a kernel more arguments than it takes is harmless).
+/// Anything else must match exactly: a kernel taking more or larger parameters would make
+/// `cuLaunchKernel` read past the argument values halcyon provides.
+pub fn check_kernel_params(entry: &EntryPoint, params: &[(usize, usize)]) -> Result<()> {
+    if params.is_empty() {
+        return Ok(());
+    }
+    let expected: Vec<usize> = std::iter::repeat_n(8, entry.binding_count as usize)
+        .chain(std::iter::repeat_n(4, entry.constant_count as usize))
+        .collect();
+    let actual: Vec<usize> = params.iter().map(|&(_, size)| size).collect();
+    if actual == expected {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "kernel '{}' takes {} parameters of sizes {actual:?} bytes, but its entry point declares \
+         {} bindings and {} constants, which halcyon passes as {expected:?} bytes (an 8-byte \
+         device pointer per binding, then a 4-byte u32 per constant); fix the kernel's \
+         signature or the EntryPoint",
+        entry.name,
+        actual.len(),
+        entry.binding_count,
+        entry.constant_count
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &str = "//\n.version 8.7\n.target sm_52\n.address_size 64\n\n\
+        .visible .entry add_one_u32(\n\t.param .u64 add_one_u32_param_0,\n\t.param .u32 \
+        add_one_u32_param_1\n)\n{\n\tret;\n}\n.visible .entry fail()\n{\n\tret;\n}\n";
+
+    fn entry(name: &str, bindings: u32, constants: u32) -> EntryPoint {
+        EntryPoint {
+            name: name.into(),
+            workgroup_size: [64, 1, 1],
+            binding_count: bindings,
+            constant_count: constants,
+        }
+    }
+
+    fn module() -> CudaModule {
+        CudaModule::ptx(PTX, vec![entry("add_one_u32", 1, 1), entry("fail", 0, 0)])
+    }
+
+    /// A minimal valid ELF64 LE header with one section whose data lies at `offset..+size`.
+    fn elf(offset: u64, size: u64, total: usize) -> Vec<u8> {
+        let mut b = vec![0u8; total];
+        b[..4].copy_from_slice(ELF_MAGIC);
+        b[4] = 2;
+        b[5] = 1;
+        b[0x28..0x30].copy_from_slice(&64u64.to_le_bytes()); // e_shoff
+        b[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        b[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes()); // e_shnum
+        b[64 + 4..64 + 8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
+        b[64 + 0x18..64 + 0x20].copy_from_slice(&offset.to_le_bytes());
+        b[64 + 0x20..64 + 0x28].copy_from_slice(&size.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn bytes_round_trip_for_both_image_kinds() {
+        let m = module();
+        let bytes = m.to_bytes();
+        assert!(bytes.starts_with(b"HLCNCUD1"));
+        assert_eq!(CudaModule::from_bytes(&bytes).unwrap(), m);
+        m.validate().unwrap();
+
+        let c = CudaModule::cubin(elf(128, 16, 144), vec![entry("k", 2, 3)]);
+        let back = CudaModule::from_bytes(&c.to_bytes()).unwrap();
+        assert_eq!(back, c);
+        back.validate().unwrap();
+    }
+
+    #[test]
+    fn specs_of_both_sources_load_the_same_module() {
+        let native = module().spec();
+        assert_eq!(native.format, FORMAT_CUDA);
+        assert_eq!(*CudaModule::from_spec(&native).unwrap(), module());
+        let bytes = ExecutableSpec::bytes(FORMAT_CUDA, module().to_bytes());
+        assert_eq!(*CudaModule::from_spec(&bytes).unwrap(), module());
+        let e = CudaModule::from_spec(&ExecutableSpec::bytes("spirv", vec![1u8])).unwrap_err();
+        assert!(e.message().contains("loads 'cuda'"), "{e}");
+        let e = CudaModule::from_spec(&ExecutableSpec::native(FORMAT_CUDA, Arc::new(5u32)))
+            .unwrap_err();
+        assert!(e.message().contains("Arc<halcyon_cuda::CudaModule>"), "{e}");
+    }
+
+    #[test]
+    fn raw_images_and_garbage_are_refused_with_advice() {
+        for raw in [PTX.as_bytes(), &elf(128, 16, 144)[..]] {
+            let e = CudaModule::from_bytes(raw).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument);
+            assert!(e.message().contains("no entry-point metadata"), "{e}");
+        }
+        let e = CudaModule::from_bytes(b"hello").unwrap_err();
+        assert!(
+            e.message().contains("missing the b\"HLCNCUD1\" header"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn truncation_and_trailing_bytes_are_refused() {
+        let bytes = module().to_bytes();
+        for cut in [9, 16, 20, 30, bytes.len() - PTX.len() - 3, bytes.len() - 1] {
+            let e = CudaModule::from_bytes(&bytes[..cut]).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "cut {cut}: {e}");
+            assert!(
+                e.message().starts_with("malformed halcyon CUDA executable"),
+                "{e}"
+            );
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        let e = CudaModule::from_bytes(&long).unwrap_err();
+        assert!(e.message().contains("bytes follow it"), "{e}");
+        let mut kind = bytes.clone();
+        kind[8] = 7;
+        let e = CudaModule::from_bytes(&kind).unwrap_err();
+        assert!(e.message().contains("unknown image kind 7"), "{e}");
+        let mut count = bytes;
+        count[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = CudaModule::from_bytes(&count).unwrap_err();
+        assert!(e.message().contains("entry points; at most 4096"), "{e}");
+    }
+
+    #[test]
+    fn entry_point_metadata_is_validated() {
+        let check = |e: EntryPoint| CudaModule::ptx(PTX, vec![e]).validate();
+        let mut e = entry("add_one_u32", 1, 1);
+        e.workgroup_size = [64, 0, 1];
+        assert!(check(e.clone())
+            .unwrap_err()
+            .message()
+            .contains("[64, 0, 1]"));
+        e.workgroup_size = [1024, 2, 1];
+        assert!(check(e.clone())
+            .unwrap_err()
+            .message()
+            .contains("1024 threads"));
+        e.workgroup_size = [1, 1, 65];
+        check(e.clone()).unwrap_err();
+        e.workgroup_size = [32, 32, 1];
+        check(e.clone()).unwrap();
+        let e = check(entry("add_one_u32", 500, 100)).unwrap_err();
+        assert!(
+            e.message().contains("4400 bytes of kernel parameters"),
+            "{e}"
+        );
+        let e = CudaModule::ptx(PTX, vec![]).validate().unwrap_err();
+        assert!(e.message().contains("at least one entry point"), "{e}");
+        let twice = vec![entry("fail", 0, 0), entry("fail", 0, 0)];
+        let e = CudaModule::ptx(PTX, twice).validate().unwrap_err();
+        assert!(e.message().contains("'fail' is declared twice"), "{e}");
+        let e = check(entry("a\0b", 0, 0)).unwrap_err();
+        assert!(e.message().contains("NUL"), "{e}");
+    }
+
+    #[test]
+    fn ptx_must_define_every_entry_point() {
+        assert_eq!(ptx_entries(PTX), ["add_one_u32", "fail"]);
+        let e = CudaModule::ptx(PTX, vec![entry("saxpy_f32", 2, 2)])
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.code(), StatusCode::NotFound);
+        assert!(
+            e.message()
+                .contains("no kernel 'saxpy_f32' (it defines: [add_one_u32, fail])"),
+            "{e}"
+        );
+        assert!(e.message().contains("extern \"C\""), "{e}");
+        let e = CudaModule::ptx(format!("{PTX}\0"), vec![entry("fail", 0, 0)])
+            .validate()
+            .unwrap_err();
+        assert!(e.message().contains("NUL byte at offset"), "{e}");
+        assert_eq!(
+            ptx_entries(".entryx y\n// .entry\n.entry  _Z3fooPf ("),
+            ["_Z3fooPf"]
+        );
+    }
+
+    #[test]
+    fn binary_images_must_stay_within_their_bytes() {
+        let ok = elf(128, 16, 144);
+        validate_binary(&ok).unwrap();
+        let e = validate_binary(&elf(128, 17, 144)).unwrap_err();
+        assert!(e.message().contains("section 0 extends to byte 145"), "{e}");
+        let e = validate_binary(&ok[..100]).unwrap_err();
+        assert!(
+            e.message()
+                .contains("section header table extends to byte 128"),
+            "{e}"
+        );
+        let mut nobits = elf(128, 1 << 40, 144);
+        nobits[64 + 4..64 + 8].copy_from_slice(&8u32.to_le_bytes());
+        validate_binary(&nobits).unwrap();
+        let mut class32 = ok.clone();
+        class32[4] = 1;
+        assert!(validate_binary(&class32)
+            .unwrap_err()
+            .message()
+            .contains("64-bit"));
+
+        let mut fatbin = vec![0u8; 64];
+        fatbin[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
+        fatbin[8..16].copy_from_slice(&48u64.to_le_bytes());
+        validate_binary(&fatbin).unwrap();
+        fatbin[8..16].copy_from_slice(&49u64.to_le_bytes());
+        assert!(validate_binary(&fatbin)
+            .unwrap_err()
+            .message()
+            .contains("fatbin"));
+
+        let e = validate_binary(PTX.as_bytes()).unwrap_err();
+        assert!(e.message().contains("looks like PTX"), "{e}");
+        let e = validate_binary(&[1, 2, 3]).unwrap_err();
+        assert!(e.message().contains("starts with [01 02 03]"), "{e}");
+    }
+
+    #[test]
+    fn kernel_params_must_match_the_metadata() {
+        let e = entry("saxpy_f32", 2, 2);
+        check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4)]).unwrap();
+        check_kernel_params(&e, &[]).unwrap();
+        let err = check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4)]).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(
+            err.message()
+                .contains("takes 3 parameters of sizes [8, 8, 4] bytes"),
+            "{err}"
+        );
+        assert!(err.message().contains("[8, 8, 4, 4]"), "{err}");
+        check_kernel_params(&e, &[(0, 8), (8, 8), (16, 8), (24, 4)]).unwrap_err();
+        check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4), (24, 4)]).unwrap_err();
+    }
+}

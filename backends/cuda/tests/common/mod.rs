@@ -1,0 +1,65 @@
+//! The standard kernels as CUDA modules, and device helpers that skip without a GPU.
+
+#![allow(dead_code)]
+
+use halcyon::{Device, EntryPoint, Executable, Result, StatusCode};
+use halcyon_conformance::kernels;
+use halcyon_cuda::CudaModule;
+
+/// CUDA C of the standard kernels (and `empty`).
+pub const STANDARD_CU: &str = include_str!("../kernels/standard.cu");
+/// NVRTC 12.8's PTX for [`STANDARD_CU`]: the tests load this, so they need no libnvrtc.
+pub const STANDARD_PTX: &str = include_str!("../kernels/standard.ptx");
+
+/// The `empty` kernel's metadata.
+pub fn empty() -> EntryPoint {
+    EntryPoint {
+        name: "empty".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    }
+}
+
+/// The standard entry points.
+pub fn standard_entry_points() -> Vec<EntryPoint> {
+    vec![
+        kernels::add_one_u32(),
+        kernels::saxpy_f32(),
+        kernels::fail(),
+    ]
+}
+
+/// The standard kernels from the checked-in PTX.
+pub fn standard_module() -> CudaModule {
+    CudaModule::ptx(STANDARD_PTX, standard_entry_points())
+}
+
+/// The conformance [`halcyon_conformance::Kernels`] provider for CUDA.
+pub struct CudaKernels;
+
+impl halcyon_conformance::Kernels for CudaKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        device.load_executable(&standard_module().spec())
+    }
+
+    /// A CUDA kernel cannot fail its launch without a sticky fault (`__trap()`, an illegal
+    /// address) that kills the device's context, and with it every later test sharing the
+    /// primary context: the `fail` kernel does nothing. (A device-side status word checked on
+    /// completion, as halcyon-vulkan has, would be the way to add it.)
+    fn can_fail(&self) -> bool {
+        false
+    }
+}
+
+/// `cuda://0`, or `None` (the reason printed) when there is no usable CUDA device.
+pub fn device_or_skip(test: &str) -> Option<Device> {
+    match halcyon_cuda::create_device(0) {
+        Ok(device) => Some(device),
+        Err(e) if e.code() == StatusCode::Unavailable => {
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: cannot create cuda://0: {e}"),
+    }
+}

@@ -1,0 +1,60 @@
+//! The conformance suite on `cuda://0`, once per completion strategy, with the standard kernels
+//! from checked-in PTX (tests/kernels/standard.ptx, compiled from standard.cu by NVRTC 12.8).
+//! Without libcuda or a device, every case prints why and passes as skipped (the suite skips
+//! a device factory that returns `Unavailable`).
+//!
+//! A third instance opts into graph replay ([`CudaDeviceOptions::graphs`]).
+//!
+//! `failing_dispatch_fails_the_chain` prints why and skips on CUDA: a kernel cannot fail its
+//! launch without a sticky fault that kills the context (see `CudaKernels::can_fail`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::CudaKernels;
+use halcyon::stream::CompletionStrategy;
+use halcyon_cuda::{create_device_with, CudaDeviceOptions};
+
+fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        queue_count: 2,
+        completion,
+        probe_interval: Duration::from_millis(10),
+        graphs: false,
+    }
+}
+
+fn with_graphs() -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        graphs: true,
+        ..options(CompletionStrategy::CompletionThread)
+    }
+}
+
+/// A thread per queue blocked in `cuEventSynchronize` (the default).
+mod completion_thread {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device_with(0, options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// `cuLaunchHostFunc` callbacks on a callback stream per queue, posting to the reactor.
+mod host_callback {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device_with(0, options(CompletionStrategy::HostCallback)),
+        CudaKernels
+    );
+}
+
+/// The default strategy with reusable command lists replayed as CUDA graphs (opt-in).
+mod graphs {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(|| create_device_with(0, with_graphs()), CudaKernels);
+}
