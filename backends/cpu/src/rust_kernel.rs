@@ -15,6 +15,9 @@ pub const FORMAT_RUST: &str = "cpu-rust";
 pub struct WorkgroupContext<'a> {
     dispatch: &'a DispatchState,
     workgroup_id: [u32; 3],
+    /// Set when a binding was asked for as a type it is not aligned for: the workgroup then
+    /// fails with this message, instead of silently seeing an empty slice.
+    misaligned: std::sync::OnceLock<String>,
 }
 
 impl WorkgroupContext<'_> {
@@ -54,16 +57,22 @@ impl WorkgroupContext<'_> {
             return (std::ptr::NonNull::dangling().as_ptr(), 0);
         };
         let size = std::mem::size_of::<T>().max(1);
-        let aligned = (ptr as usize) % std::mem::align_of::<T>() == 0;
-        if aligned {
+        let align = std::mem::align_of::<T>();
+        if (ptr as usize) % align == 0 {
             (ptr.cast(), len as usize / size)
         } else {
+            let _ = self.misaligned.set(format!(
+                "binding {index} is not aligned for {} ({align}-byte alignment): bind it at an \
+                 offset that is a multiple of {align}",
+                std::any::type_name::<T>()
+            ));
             (std::ptr::NonNull::dangling().as_ptr(), 0)
         }
     }
 
     /// Binding `index` as a slice of `T` (whole elements; empty if the binding does not exist
-    /// or is not aligned for `T`).
+    /// or is not aligned for `T`, and then the workgroup fails with an error naming the
+    /// binding, even if the kernel returns `Ok`).
     ///
     /// # Safety
     /// No other workgroup of this dispatch (nor any other work the semaphores let run at the
@@ -76,7 +85,8 @@ impl WorkgroupContext<'_> {
     }
 
     /// Binding `index` as a mutable slice of `T` (whole elements; empty if the binding does
-    /// not exist or is not aligned for `T`).
+    /// not exist or is not aligned for `T`, which fails the workgroup as in
+    /// [`WorkgroupContext::binding`]).
     ///
     /// # Safety
     /// The workgroups of a dispatch run concurrently: each must only touch elements no other
@@ -100,10 +110,16 @@ impl Kernel for RustKernel {
         dispatch: &DispatchState,
         workgroup_id: [u32; 3],
     ) -> std::result::Result<(), String> {
-        (self.0)(&WorkgroupContext {
+        let context = WorkgroupContext {
             dispatch,
             workgroup_id,
-        })
+            misaligned: std::sync::OnceLock::new(),
+        };
+        (self.0)(&context)?;
+        match context.misaligned.into_inner() {
+            Some(message) => Err(message),
+            None => Ok(()),
+        }
     }
 }
 
