@@ -18,7 +18,7 @@
 //! | `query_event`                       | `cuEventQuery`: success → `true`, `CUDA_ERROR_NOT_READY` → `false`, else the error |
 //! | `synchronize_event`                 | `cuEventSynchronize`                                           |
 //! | `stream_wait_event`                 | `cuStreamWaitEvent(stream, event, 0)`                          |
-//! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`) |
+//! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`); refused on a capturing stream (one-shot closures cannot be replayed) |
 //! | `allocate(Device)`                  | `cuMemAlloc`                                                   |
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
 //! | `free`                              | `cuMemFree`                                                    |
@@ -241,6 +241,39 @@ impl CudaApi {
         Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
     }
 
+    /// `FailedPrecondition` if `s` is being captured. Host functions here are one-shot closures
+    /// taken out of the registry when they run (`src/callback.rs`), so a host node in a graph
+    /// would run its closure on the first launch only; a captured device-to-host read would
+    /// also hand its pinned staging back to the pool after the first launch while every later
+    /// launch still copies into it (corrupting whatever read reuses it). Refuse both instead.
+    fn refuse_capture(&self, s: StreamHandle, what: &str) -> Result<()> {
+        if !self.capturing(s)? {
+            return Ok(());
+        }
+        Err(Error::new(
+            StatusCode::FailedPrecondition,
+            format!(
+                "{what} cannot be enqueued on {s:?} while it is captured into a graph (a CUDA \
+                 graph would replay it, but halcyon-cuda's host functions run once); enqueue it \
+                 outside the capture"
+            ),
+        ))
+    }
+
+    /// `cuLaunchHostFunc` of `func` through the registry; the caller has bound the context and
+    /// checked that `s` is not capturing.
+    fn enqueue_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
+        let user_data = callback::register(self.id, func);
+        // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
+        // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
+        let r = unsafe { sys::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
+        if r != CUresult::CUDA_SUCCESS {
+            // Not enqueued: CUDA will never call it.
+            callback::cancel(user_data);
+        }
+        check(r, || format!("cuLaunchHostFunc({s:?})"))
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> i32 {
         self.ordinal
@@ -451,15 +484,8 @@ impl StreamApi for CudaApi {
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
         self.bind()?;
-        let user_data = callback::register(self.id, func);
-        // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
-        // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
-        let r = unsafe { sys::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
-        if r != CUresult::CUDA_SUCCESS {
-            // Not enqueued: CUDA will never call it.
-            callback::cancel(user_data);
-        }
-        check(r, || format!("cuLaunchHostFunc({s:?})"))
+        self.refuse_capture(s, "a host function")?;
+        self.enqueue_host_func(s, func)
     }
 
     // ---------------------------------------------------------------- memory
@@ -633,6 +659,8 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(len, "a copy")?;
         self.bind()?;
+        // Checked before anything is enqueued (the copy into staging would be captured too).
+        self.refuse_capture(s, "a device-to-host copy")?;
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
         // stream reached and finished it (see crate::staging).
         let pinned = self.pinned(bytes)?;
@@ -661,7 +689,7 @@ impl StreamApi for CudaApi {
         });
         // If this fails the closure is dropped unrun and its pinned buffer is not reused (the
         // copy into it may still be in flight); the context reclaims it when destroyed.
-        self.launch_host_func(s, copy_out)
+        self.enqueue_host_func(s, copy_out)
             .map_err(|e| e.context("cannot enqueue the copy out of pinned staging"))
     }
 

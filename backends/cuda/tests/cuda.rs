@@ -265,6 +265,9 @@ mod gpu {
         api.begin_capture(s).unwrap();
         api.launch_kernel(add_one, &config, &params, s).unwrap();
         api.launch_kernel(add_one, &config, &params, s).unwrap();
+        // One-shot host functions (and reads, which use one) cannot be replayed by a graph.
+        let err = api.launch_host_func(s, Box::new(|| {})).unwrap_err();
+        assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
         let graph = api.end_capture(s).unwrap();
         api.launch_graph(graph, s).unwrap();
         api.launch_graph(graph, s).unwrap();

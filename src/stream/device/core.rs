@@ -16,6 +16,7 @@ use crate::semaphore::Semaphore;
 use crate::stream::api::{Capabilities, StreamApi, StreamHandle};
 use crate::stream::device::completion::{Fifo, ParkSignal};
 use crate::stream::device::graphs::GraphCache;
+use crate::stream::device::memory::StreamOrder;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::{Event, EventPool};
 use crate::stream::timeline::{StreamSemaphore, Timeline};
@@ -65,8 +66,9 @@ pub(crate) struct QueueStreams {
     /// The dedicated stream its completion host functions run on (host-callback strategy), so
     /// a waiting host function never blocks the work stream.
     pub(crate) callback: Option<StreamHandle>,
-    /// Held while one submission is enqueued, so submissions reach the stream whole.
-    pub(crate) issue: Mutex<()>,
+    /// Its lock is held while one submission is enqueued, so submissions reach the stream whole
+    /// (and nothing else lands in a graph being captured); see [`StreamOrder`].
+    pub(crate) order: Arc<StreamOrder>,
     /// Submissions for the completion thread (completion-thread strategy).
     pub(crate) fifo: Option<Fifo>,
     /// Graphs of resubmitted command lists.
@@ -189,6 +191,7 @@ impl<A: StreamApi> Drop for Core<A> {
             for graph in queue.graphs.drain() {
                 let _ = self.api.destroy_graph(graph);
             }
+            queue.order.free_deferred_now(&*self.api);
             let _ = self.api.destroy_stream(queue.stream);
             if let Some(callback) = queue.callback {
                 let _ = self.api.destroy_stream(callback);

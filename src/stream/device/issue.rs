@@ -74,7 +74,7 @@ impl<A: StreamApi> Core<A> {
             }
         }
         let queue = &self.queues[index];
-        let _in_order = lock(&queue.issue);
+        let _in_order = lock(&queue.order.issue);
         for event in &events {
             self.api.stream_wait_event(queue.stream, event.handle())?;
         }
@@ -123,6 +123,9 @@ impl<A: StreamApi> Core<A> {
         timepoint.error = enqueued.err();
         let id = self.register(timepoint);
         self.track(index, id, event);
+        // Stream-ordered frees that found the stream busy with an issue (this one or another):
+        // safe to enqueue now, with no capture open.
+        queue.order.free_deferred(&*self.api, queue.stream);
         Ok(())
     }
 

@@ -12,11 +12,47 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi, StreamHandle};
+
+/// What orders work on one queue's stream: the lock held while a submission is enqueued (and
+/// while a command list is captured into a graph), and stream-ordered frees that found it held.
+///
+/// Everything enqueued on a stream while it is capturing becomes part of the graph, whichever
+/// thread enqueues it. A stream-ordered allocation or free (a queue `alloca` buffer's memory)
+/// must therefore never be enqueued while an issue holds the lock: allocations take the lock,
+/// and a free that finds it held (another thread issuing, or the issuing thread itself dropping
+/// the last reference) is deferred to the end of that issue.
+#[derive(Default)]
+pub(crate) struct StreamOrder {
+    pub(crate) issue: Mutex<()>,
+    deferred: Mutex<Vec<DevicePtr>>,
+}
+
+impl StreamOrder {
+    /// Frees, in stream order, what was deferred. Call with `issue` held (and no capture open).
+    pub(crate) fn free_deferred<A: StreamApi>(&self, api: &A, stream: StreamHandle) {
+        let deferred =
+            std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        for ptr in deferred {
+            if api.free_async(ptr, stream).is_err() {
+                let _ = api.free(ptr);
+            }
+        }
+    }
+
+    /// Frees what was deferred directly (the stream is going away).
+    pub(crate) fn free_deferred_now<A: StreamApi>(&self, api: &A) {
+        let deferred =
+            std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        for ptr in deferred {
+            let _ = api.free(ptr);
+        }
+    }
+}
 
 /// Device memory behind a buffer of a stream device.
 pub(crate) struct StreamMemory<A: StreamApi> {
@@ -26,8 +62,9 @@ pub(crate) struct StreamMemory<A: StreamApi> {
     pub(crate) ptr: DevicePtr,
     len: u64,
     host: Option<NonNull<u8>>,
-    /// The stream it was allocated on in stream order (freed on it in stream order too).
-    stream: Option<StreamHandle>,
+    /// The stream it was allocated on in stream order (freed on it in stream order too), and
+    /// what orders that stream.
+    stream: Option<(StreamHandle, Arc<StreamOrder>)>,
 }
 
 // SAFETY: `host` is the host address of device memory this value owns (freed only in `Drop`);
@@ -87,15 +124,20 @@ impl<A: StreamApi> StreamMemory<A> {
         owner: u64,
         size: u64,
         stream: StreamHandle,
+        order: &Arc<StreamOrder>,
     ) -> Result<Self> {
-        let ptr = api.allocate_async(size, stream)?;
+        let ptr = {
+            let _in_order = order.issue.lock().unwrap_or_else(|p| p.into_inner());
+            order.free_deferred(&**api, stream);
+            api.allocate_async(size, stream)?
+        };
         Ok(StreamMemory {
             api: api.clone(),
             owner,
             ptr,
             len: size,
             host: None,
-            stream: Some(stream),
+            stream: Some((stream, order.clone())),
         })
     }
 }
@@ -118,13 +160,26 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
     fn drop(&mut self) {
         // Every submission that used the memory holds it until its fence settled, so nothing
         // enqueued still addresses it. A failure cannot be reported from here.
-        if let Some(stream) = self.stream {
-            // In stream order: after what the stream holds now, without blocking.
-            if self.api.free_async(self.ptr, stream).is_ok() {
-                return;
+        if let Some((stream, order)) = &self.stream {
+            match order.issue.try_lock() {
+                // In stream order: after what the stream holds now, without blocking.
+                Ok(_in_order) => {
+                    if self.api.free_async(self.ptr, *stream).is_ok() {
+                        return;
+                    }
+                    // The stream is gone (the buffer outlived its device): free it directly,
+                    // which stream-ordered memory allows.
+                }
+                // An issue (perhaps a graph capture) holds the stream: it frees this when done.
+                Err(_) => {
+                    order
+                        .deferred
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(self.ptr);
+                    return;
+                }
             }
-            // The stream is gone (the buffer outlived its device): free it directly, which
-            // stream-ordered memory allows.
         }
         let _ = self.api.free(self.ptr);
     }

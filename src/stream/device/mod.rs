@@ -186,7 +186,7 @@ impl<A: StreamApi> StreamDevice<A> {
             queues.push(QueueStreams {
                 stream,
                 callback,
-                issue: Default::default(),
+                order: Default::default(),
                 graphs: Default::default(),
                 fifo: (strategy == CompletionStrategy::CompletionThread).then(Fifo::default),
             });
@@ -364,7 +364,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         }
         Stats::bump(&core.stats.queued_allocations, 1);
         Some(
-            StreamMemory::allocate_async(&core.api, core.id, size, queue.stream)
+            StreamMemory::allocate_async(&core.api, core.id, size, queue.stream, &queue.order)
                 .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
         )
     }
