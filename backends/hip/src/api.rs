@@ -14,7 +14,9 @@
 //! | device memory                    | `hipMalloc` / `hipFree`                                      |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
 //! | stream-ordered allocation        | `hipMallocAsync` / `hipFreeAsync`, when exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copies                           | `hipMemcpyAsync` (`HostToDevice`, `DeviceToHost`, `DeviceToDevice`) |
+//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`src/staging.rs`); straight from the source if it lies in this API's host-visible memory |
+//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`src/staging.rs`); straight into the destination if it lies in this API's host-visible memory |
+//! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
@@ -50,6 +52,28 @@
 //! layer enqueues them on a dedicated callback stream for that reason. If HIP never calls the
 //! callback (the device was lost), the function is leaked, never run.
 //!
+//! # Copies between host and device
+//!
+//! In hipamd, `hipMemcpyAsync` with a pageable host pointer (a `Vec`, which is what the stream
+//! layer hands a queue write or read) on either side waits on the host for the stream, which
+//! [`StreamApi`] forbids outside `synchronize_*`. So both directions go through pinned staging
+//! buffers (`hipHostMalloc`, pooled; see `src/staging.rs`), from which `hipMemcpyAsync` is
+//! asynchronous, with a host function on the same stream after the copy: for a write it only
+//! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
+//! read it first copies the bytes to the caller's memory, and the stream's later work (the
+//! submission's completion event) waits for it. The host functions call no HIP function.
+//! Copies from or to this API's own host-visible memory (managed or mapped pinned, known from
+//! the allocation registry) need no staging and go straight to `hipMemcpyAsync`.
+//!
+//! Costs: an extra host memcpy per copy, and a host function per copy (on HIP 5.2, without
+//! `hipLaunchHostFunc`, a stream callback, slower and blocking the copy's stream until it
+//! returns). Idle buffers are bounded (8 buffers, 64 MiB); pinned memory is freed
+//! (`hipHostFree`, which waits for the device's null stream in hipamd) only in
+//! `synchronize_stream`, `synchronize_event`, `free` and on drop. A buffer whose host function
+//! is dropped unrun (a stream error) may still be in use by the device: it is never reused and
+//! is freed only when the `HipStreamApi` is dropped, after its streams were synchronised and
+//! destroyed; one whose callback HIP never calls at all stays allocated (leaked).
+//!
 //! # Host-visible memory
 //!
 //! halcyon maps host-visible buffers at the address the device uses, so a host-visible
@@ -76,6 +100,7 @@ use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
 use crate::module::{HipModule, FORMAT_HSACO};
 use crate::result::Hip;
+use crate::staging::{capacity_for, Lease, Pinned, StagingPool};
 use crate::sys;
 
 /// How [`MemoryPlacement::HostVisible`] allocations are made (see the module docs).
@@ -299,6 +324,18 @@ impl Allocations {
         }
     }
 
+    /// Whether `len` bytes of host memory at `ptr` lie within one live host-visible
+    /// allocation (managed or mapped pinned), which `hipMemcpyAsync` copies asynchronously.
+    pub(crate) fn host_resident(&self, ptr: *const u8, len: u64) -> bool {
+        let ptr = ptr as usize as u64;
+        matches!(
+            self.find(ptr),
+            Some((base, size, kind))
+                if kind.host_visible()
+                    && (ptr - base).checked_add(len).is_some_and(|end| end <= size)
+        )
+    }
+
     pub(crate) fn drain(&self) -> Vec<(u64, AllocKind)> {
         std::mem::take(&mut *lock(&self.live))
             .into_iter()
@@ -401,6 +438,36 @@ unsafe extern "C" fn host_fn(user_data: *mut c_void) {
     unsafe { consume_host_func(user_data, true) }
 }
 
+/// A host address moved into a host function.
+struct HostPtr(*mut u8);
+
+// SAFETY: only the address moves; the copy's safety contract says who may touch the memory.
+unsafe impl Send for HostPtr {}
+
+/// The host function after a host-to-device copy from staging: the copy completed (stream
+/// order), so the buffer can be reused. Calls no HIP function. Dropped unrun (a stream error),
+/// it orphans the buffer instead.
+fn release_staging(lease: Lease) -> HostFunc {
+    Box::new(move || lease.release())
+}
+
+/// The host function after a device-to-host copy of `len` bytes into `lease`'s buffer: copies
+/// them to `dst` and returns the buffer. Calls no HIP function. Dropped unrun (a stream error),
+/// it leaves `dst` untouched and orphans the buffer.
+///
+/// # Safety
+/// When it runs, `lease`'s buffer holds `len` bytes written by the completed copy, and
+/// `dst..dst+len` is valid for writes, touched by nothing else and disjoint from the buffer.
+unsafe fn copy_out_of_staging(lease: Lease, dst: *mut u8, len: usize) -> HostFunc {
+    let dst = HostPtr(dst);
+    Box::new(move || {
+        let dst = dst;
+        // SAFETY: guaranteed by the caller of `copy_out_of_staging`.
+        unsafe { std::ptr::copy_nonoverlapping(lease.ptr(), dst.0, len) };
+        lease.release();
+    })
+}
+
 /// Halcyon's [`StreamApi`] over HIP for one device (see the [module docs](self)).
 pub struct HipStreamApi {
     hip: Hip,
@@ -412,6 +479,8 @@ pub struct HipStreamApi {
     modules: Registry<RawModule>,
     functions: Registry<RawFunction>,
     memory: Allocations,
+    /// Pinned staging for host↔device copies (`src/staging.rs`).
+    staging: Arc<StagingPool>,
 }
 
 impl std::fmt::Debug for HipStreamApi {
@@ -431,6 +500,14 @@ fn null_from(call: &str) -> Error {
         StatusCode::Internal,
         format!("{call} succeeded but returned a null handle"),
     )
+}
+
+/// `len` as a host length, `InvalidArgument` if it cannot be one.
+fn host_len(len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| invalid(format!("a copy of {len} bytes is too large for this host")))
 }
 
 fn size_of(size: u64) -> Result<usize> {
@@ -496,6 +573,7 @@ impl HipStreamApi {
             modules: Registry::new("module"),
             functions: Registry::new("function"),
             memory: Allocations::default(),
+            staging: Arc::default(),
         })
     }
 
@@ -539,12 +617,70 @@ impl HipStreamApi {
         // stream layer frees memory only after the work using it completed.
         unsafe {
             match kind {
-                AllocKind::Device | AllocKind::Managed | AllocKind::StreamOrdered => {
-                    self.hip.free(ptr)
-                }
+                AllocKind::Device | AllocKind::Managed => self.hip.free(ptr),
+                // Pool memory goes back through hipFreeAsync (on the null stream, always valid):
+                // newer runtimes' hipFree returns pool allocations to their pool, but older
+                // hipamd releases the memory behind the pool's back.
+                AllocKind::StreamOrdered => self.hip.free_async(ptr, std::ptr::null_mut()),
                 AllocKind::MappedHost => self.hip.host_free(ptr),
             }
         }
+    }
+
+    /// A pinned staging buffer of at least `len` bytes: an idle one, else a new one.
+    fn pinned(&self, len: usize) -> Result<Lease> {
+        let buffer = match self.staging.take(len) {
+            Some(buffer) => buffer,
+            None => {
+                let capacity = capacity_for(len);
+                let ptr = self
+                    .hip
+                    .host_malloc(capacity, sys::hipHostMallocDefault)
+                    .map_err(|e| e.context("cannot allocate pinned staging for a copy"))?;
+                let ptr = NonNull::new(ptr.cast()).ok_or_else(|| null_from("hipHostMalloc"))?;
+                Pinned { ptr, capacity }
+            }
+        };
+        self.staging.trim();
+        Ok(Lease::new(buffer, self.staging.clone()))
+    }
+
+    /// Frees pinned buffers no device work uses (`hipHostFree` may wait for the device: only
+    /// where the API may block).
+    fn free_pinned(&self, buffers: Vec<Pinned>) {
+        for buffer in buffers {
+            // SAFETY: allocated by hipHostMalloc, handed over by the pool exactly once, and no
+            // longer used by any copy (idle or retired, or everything is synchronised).
+            let _ = unsafe { self.hip.host_free(buffer.ptr.as_ptr().cast()) };
+        }
+    }
+
+    /// Frees the staging buffers retired beyond the pool's limits.
+    fn free_retired(&self) {
+        self.free_pinned(self.staging.take_retired());
+    }
+
+    /// Enqueues `func` on `stream`: `hipLaunchHostFunc` if exported, else a stream callback.
+    /// If HIP refuses it, `func` is dropped unrun on this thread.
+    fn enqueue_host_func(&self, stream: &RawStream, func: HostFunc) -> Result<()> {
+        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
+        // SAFETY: a live stream; `user_data` is a leaked `Box<HostFunc>` that HIP hands back to
+        // the trampoline exactly once, which reclaims it; the trampolines call no HIP function
+        // and never unwind.
+        let enqueued = unsafe {
+            if self.hip.has_launch_host_func() {
+                self.hip.launch_host_func(stream.raw, host_fn, user_data)
+            } else {
+                self.hip
+                    .stream_add_callback(stream.raw, stream_callback, user_data)
+            }
+        };
+        if enqueued.is_err() {
+            // SAFETY: HIP refused the callback, so it never sees `user_data`: reclaim it here
+            // (dropped unrun, on this thread, which may call HIP).
+            unsafe { consume_host_func(user_data, false) };
+        }
+        enqueued
     }
 
     fn allocate_host_visible(&self, size: usize) -> Result<(*mut c_void, AllocKind)> {
@@ -596,6 +732,9 @@ impl Drop for HipStreamApi {
         for (base, kind) in self.memory.drain() {
             let _ = self.free_kind(base, kind);
         }
+        // The streams are synchronised and destroyed: no copy uses staging any more (after a
+        // device fault, orphaned buffers are freed here too; see the module docs).
+        self.free_pinned(self.staging.drain());
     }
 }
 
@@ -625,7 +764,9 @@ impl StreamApi for HipStreamApi {
         let stream = self.stream(stream)?;
         self.bind()?;
         // SAFETY: a live stream, held for the call.
-        unsafe { self.hip.stream_synchronize(stream.raw) }
+        let synchronized = unsafe { self.hip.stream_synchronize(stream.raw) };
+        self.free_retired(); // this method may block
+        synchronized
     }
 
     fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
@@ -662,7 +803,9 @@ impl StreamApi for HipStreamApi {
         self.bind()?;
         // SAFETY: a live event, held for the call (a concurrent destroy_event only drops the
         // registry's reference).
-        unsafe { self.hip.event_synchronize(event.raw) }
+        let synchronized = unsafe { self.hip.event_synchronize(event.raw) };
+        self.free_retired(); // this method may block
+        synchronized
     }
 
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
@@ -676,24 +819,7 @@ impl StreamApi for HipStreamApi {
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
         let stream = self.stream(stream)?;
         self.bind()?;
-        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
-        // SAFETY: a live stream; `user_data` is a leaked `Box<HostFunc>` that HIP hands back to
-        // the trampoline exactly once, which reclaims it; the trampolines call no HIP function
-        // and never unwind.
-        let enqueued = unsafe {
-            if self.hip.has_launch_host_func() {
-                self.hip.launch_host_func(stream.raw, host_fn, user_data)
-            } else {
-                self.hip
-                    .stream_add_callback(stream.raw, stream_callback, user_data)
-            }
-        };
-        if enqueued.is_err() {
-            // SAFETY: HIP refused the callback, so it never sees `user_data`: reclaim it here
-            // (dropped unrun, on this thread, which may call HIP).
-            unsafe { consume_host_func(user_data, false) };
-        }
-        enqueued
+        self.enqueue_host_func(&stream, func)
     }
 
     fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr> {
@@ -714,7 +840,10 @@ impl StreamApi for HipStreamApi {
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         let kind = self.memory.remove(ptr.0, |_| Ok(()))?;
         self.bind()?;
-        self.free_kind(ptr.0, kind)
+        let freed = self.free_kind(ptr.0, kind);
+        // hipFree waits for the device in hipamd already; hipHostFree waits the same way.
+        self.free_retired();
+        freed
     }
 
     fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
@@ -779,19 +908,40 @@ impl StreamApi for HipStreamApi {
             return Ok(());
         }
         self.memory.check(dst, len, "copy to the device")?;
+        let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
         self.bind()?;
-        // SAFETY: `dst..dst+len` lies in a live allocation; the caller keeps `src..src+len`
-        // valid and unmodified until the copy completed on the (live, held) stream.
-        unsafe {
-            self.hip.memcpy_async(
-                dst.0 as usize as *mut c_void,
-                src.cast(),
-                len as usize,
-                sys::hipMemcpyHostToDevice,
-                stream.raw,
-            )
+        let copy = |src: *const u8| {
+            // SAFETY: `dst..dst+len` lies in a live allocation; `src..src+len` is pinned or
+            // host-visible memory that stays valid and unmodified until the copy completed on
+            // the (live, held) stream (the caller's contract, or the staging lease).
+            unsafe {
+                self.hip.memcpy_async(
+                    dst.0 as usize as *mut c_void,
+                    src.cast(),
+                    bytes,
+                    sys::hipMemcpyHostToDevice,
+                    stream.raw,
+                )
+            }
+        };
+        if self.memory.host_resident(src, len) {
+            return copy(src); // already asynchronous: no staging
         }
+        // Through pinned staging: from pageable memory hipMemcpyAsync would wait for the stream
+        // (see the module docs).
+        let lease = self.pinned(bytes)?;
+        // SAFETY: the caller keeps `src..src+len` readable now; the leased buffer holds at
+        // least `bytes` bytes, is used by nothing else, and is not the caller's memory.
+        unsafe { std::ptr::copy_nonoverlapping(src, lease.ptr(), bytes) };
+        if let Err(e) = copy(lease.ptr()) {
+            lease.release(); // nothing was enqueued
+            return Err(e);
+        }
+        // If this fails the lease is dropped unrun: the buffer is orphaned, not reused while
+        // the copy from it may be in flight.
+        self.enqueue_host_func(&stream, release_staging(lease))
+            .map_err(|e| e.context("cannot enqueue the release of pinned staging"))
     }
 
     unsafe fn copy_device_to_host_async(
@@ -805,19 +955,42 @@ impl StreamApi for HipStreamApi {
             return Ok(());
         }
         self.memory.check(src, len, "copy from the device")?;
+        let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
         self.bind()?;
-        // SAFETY: `src..src+len` lies in a live allocation; the caller keeps `dst..dst+len`
-        // valid and untouched until the copy completed on the (live, held) stream.
-        unsafe {
-            self.hip.memcpy_async(
-                dst.cast(),
-                src.0 as usize as *const c_void,
-                len as usize,
-                sys::hipMemcpyDeviceToHost,
-                stream.raw,
-            )
+        let copy = |dst: *mut u8| {
+            // SAFETY: `src..src+len` lies in a live allocation; `dst..dst+len` is pinned or
+            // host-visible memory that stays valid and untouched until the copy completed on
+            // the (live, held) stream (the caller's contract, or the staging lease).
+            unsafe {
+                self.hip.memcpy_async(
+                    dst.cast(),
+                    src.0 as usize as *const c_void,
+                    bytes,
+                    sys::hipMemcpyDeviceToHost,
+                    stream.raw,
+                )
+            }
+        };
+        if self.memory.host_resident(dst, len) {
+            return copy(dst); // already asynchronous: no staging
         }
+        // Into pinned staging: into pageable memory hipMemcpyAsync would wait for the stream
+        // (see the module docs).
+        let lease = self.pinned(bytes)?;
+        if let Err(e) = copy(lease.ptr()) {
+            lease.release(); // nothing was enqueued
+            return Err(e);
+        }
+        // SAFETY: the host function runs after the copy into the leased buffer completed
+        // (stream order), and the caller keeps `dst..dst+len` valid and untouched until the
+        // copy completed, which includes the host function (later work on the stream waits
+        // for it); pinned staging and the caller's memory are disjoint.
+        let copy_out = unsafe { copy_out_of_staging(lease, dst, bytes) };
+        // If this fails the function is dropped unrun: `dst` is not written and the buffer is
+        // orphaned, not reused while the copy into it may be in flight.
+        self.enqueue_host_func(&stream, copy_out)
+            .map_err(|e| e.context("cannot enqueue the copy out of pinned staging"))
     }
 
     fn copy_device_to_device_async(
@@ -1103,6 +1276,112 @@ mod tests {
         );
         assert!(memory.remove(0x2000, |_| Ok(())).is_err(), "freed once");
         assert_eq!(memory.drain(), [(0x1000, AllocKind::Device)]);
+    }
+
+    #[test]
+    fn only_copies_within_host_visible_allocations_skip_staging() {
+        let memory = Allocations::default();
+        memory.insert(0x1000, 0x100, AllocKind::Device);
+        memory.insert(0x2000, 0x100, AllocKind::MappedHost);
+        memory.insert(0x3000, 0x100, AllocKind::Managed);
+        let at = |a: usize| a as *const u8;
+        assert!(memory.host_resident(at(0x2000), 0x100));
+        assert!(memory.host_resident(at(0x3080), 0x80));
+        assert!(!memory.host_resident(at(0x2080), 0x81), "runs past the end");
+        assert!(!memory.host_resident(at(0x1000), 0x10), "device memory");
+        assert!(
+            !memory.host_resident(at(0x4000), 1),
+            "not this API's memory"
+        );
+        assert!(!memory.host_resident(at(0x2000), u64::MAX));
+    }
+
+    #[test]
+    fn host_lengths_fit_the_address_space() {
+        assert_eq!(host_len(4096).unwrap(), 4096);
+        let e = host_len(u64::MAX).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    }
+
+    /// A heap buffer standing in for pinned memory (never given to HIP).
+    fn fake_pinned(capacity: usize, fill: u8) -> crate::staging::Pinned {
+        let buffer = vec![fill; capacity].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(buffer).cast::<u8>()).unwrap();
+        crate::staging::Pinned { ptr, capacity }
+    }
+
+    fn free_fake(pool: &StagingPool) -> usize {
+        let all = pool.drain();
+        let n = all.len();
+        for p in all {
+            // SAFETY: made by `fake_pinned` with this capacity, freed once.
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    p.ptr.as_ptr(),
+                    p.capacity,
+                ))
+            });
+        }
+        n
+    }
+
+    /// Hands a host function to a trampoline as HIP would; `status` None: `hipLaunchHostFunc`.
+    fn deliver(func: HostFunc, status: Option<sys::hipError_t>) {
+        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
+        // SAFETY: a fresh leaked HostFunc, consumed once.
+        unsafe {
+            match status {
+                Some(status) => stream_callback(std::ptr::null_mut(), status, user_data),
+                None => host_fn(user_data),
+            }
+        }
+    }
+
+    #[test]
+    fn reads_copy_out_of_staging_then_reuse_it_unless_the_stream_failed() {
+        let pool = Arc::new(StagingPool::default());
+        for status in [None, Some(sys::hipSuccess)] {
+            let mut dst = [0u8; 5];
+            let lease = Lease::new(fake_pinned(16, 7), pool.clone());
+            // SAFETY: the fake buffer holds 16 bytes; `dst` is 5 bytes, alive and disjoint.
+            let func = unsafe { copy_out_of_staging(lease, dst.as_mut_ptr(), dst.len()) };
+            deliver(func, status);
+            assert_eq!(dst, [7; 5]);
+            assert_eq!(pool.counts(), (1, 0, 0), "back among the idle buffers");
+            free_fake(&pool);
+        }
+        let mut dst = [0u8; 5];
+        let lease = Lease::new(fake_pinned(16, 7), pool.clone());
+        // SAFETY: as above.
+        let func = unsafe { copy_out_of_staging(lease, dst.as_mut_ptr(), dst.len()) };
+        deliver(func, Some(sys::hipErrorLaunchFailure));
+        assert_eq!(dst, [0; 5], "not written after a stream error");
+        assert_eq!(
+            pool.counts(),
+            (0, 0, 1),
+            "orphaned: the device may still write it"
+        );
+        assert_eq!(free_fake(&pool), 1);
+    }
+
+    #[test]
+    fn writes_return_staging_after_the_copy_unless_the_stream_failed() {
+        let pool = Arc::new(StagingPool::default());
+        deliver(
+            release_staging(Lease::new(fake_pinned(8, 0), pool.clone())),
+            None,
+        );
+        deliver(
+            release_staging(Lease::new(fake_pinned(8, 0), pool.clone())),
+            Some(sys::hipSuccess),
+        );
+        assert_eq!(pool.counts(), (2, 0, 0));
+        deliver(
+            release_staging(Lease::new(fake_pinned(8, 0), pool.clone())),
+            Some(sys::hipErrorLaunchFailure),
+        );
+        assert_eq!(pool.counts(), (2, 0, 1));
+        assert_eq!(free_fake(&pool), 3);
     }
 
     #[test]

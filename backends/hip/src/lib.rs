@@ -49,6 +49,7 @@ pub mod api;
 pub mod module;
 pub mod result;
 pub mod rtc;
+mod staging;
 pub mod sys;
 
 use std::sync::{Arc, OnceLock};

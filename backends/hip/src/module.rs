@@ -639,6 +639,12 @@ pub fn target_id(flags: u32, code_object_version: u32) -> String {
         0x45 => "gfx1036",
         0x46 => "gfx1101",
         0x47 => "gfx1102",
+        0x48 => "gfx1200",
+        0x4a => "gfx1151",
+        0x4b => "gfx941",
+        0x4c => "gfx942",
+        0x4e => "gfx1201",
+        0x4f => "gfx950",
         _ => "",
     };
     let mut id = if name.is_empty() {
@@ -1156,6 +1162,7 @@ mod tests {
         assert_eq!(target_id(0x23f | 0xc00, 4), "gfx90a:sramecc+:xnack-");
         assert_eq!(target_id(0x33f, 5), "gfx90a:xnack+");
         assert_eq!(target_id(0x341, 4), "gfx1100:xnack+");
+        assert_eq!(target_id(0x84c, 5), "gfx942:sramecc-");
         assert_eq!(target_id(0x32c, 3), "gfx900:sramecc+:xnack+");
         assert_eq!(target_id(0x7f, 4), "EF_AMDGPU_MACH 0x7f");
     }
