@@ -24,7 +24,7 @@
 //! | `free`                              | `cuMemFree`                                                    |
 //! | `host_pointer`                      | `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`       |
 //! | `allocate_async` / `free_async`     | `cuMemAllocAsync` / `cuMemFreeAsync` (device's default pool; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`) |
-//! | `copy_host_to_device_async`         | `cuMemcpyHtoDAsync`                                            |
+//! | `copy_host_to_device_async`         | the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`src/staging.rs`); while capturing, from a pinned copy kept until the API drops |
 //! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`src/staging.rs`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
@@ -50,7 +50,9 @@
 //! **Host functions after a device fault.** CUDA drops enqueued host functions after a sticky
 //! error without running them. Their closures live in a registry (`src/callback.rs`), not in
 //! leaked boxes, and are dropped with the `CudaApi`; the stream layer's fault probe turns the
-//! fault into errors on the affected fences.
+//! fault into errors on the affected fences. A pinned staging buffer held by such a host
+//! function (a read's or a write's) never returns to the pool: it is dropped with the closure,
+//! not freed (the copy may still use it), and reclaimed when the context is destroyed.
 
 use std::cell::Cell;
 use std::collections::HashSet;
@@ -339,6 +341,48 @@ impl CudaApi {
         })?;
         Ok(Pinned { ptr, capacity })
     }
+
+    /// A host-to-device copy on a stream captured into a graph. The graph's memcpy node reads
+    /// its source at every launch, and capture does not take pageable memory: the bytes are
+    /// copied now into pinned memory kept with the API until it is dropped (see
+    /// [`CudaApi::enable_graphs`]). No host function is involved (it would run once only).
+    ///
+    /// # Safety
+    /// `src..src+bytes` must be readable.
+    unsafe fn copy_captured_host_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        s: StreamHandle,
+    ) -> Result<()> {
+        let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
+        check(unsafe { sys::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
+            format!("cuMemAllocHost({bytes} bytes) for a captured host-to-device copy")
+        })?;
+        let ptr: NonNull<u8> = NonNull::new(ptr.cast()).ok_or_else(|| {
+            Error::new(
+                StatusCode::Internal,
+                "cuMemAllocHost returned a null pointer",
+            )
+        })?;
+        let pinned = Pinned {
+            ptr,
+            capacity: bytes,
+        };
+        // SAFETY: the caller guarantees `src..src+bytes` is readable; the new pinned buffer
+        // holds `bytes` bytes and overlaps nothing.
+        unsafe { pinned.fill_from(src, bytes) };
+        captured.push(pinned);
+        // SAFETY: a pinned copy kept until the API is dropped, which outlives the graph's use
+        // of it (graphs are this API's).
+        check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, stream(s)) },
+            || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
+        )
+    }
 }
 
 impl Drop for CudaApi {
@@ -612,39 +656,42 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(len, "a copy")?;
         self.bind()?;
-        let mut src = src;
-        if self.info.capabilities.contains(Capabilities::GRAPHS) && self.capturing(s)? {
-            // A graph's memcpy node reads its source at every launch, and capture does not
-            // take pageable memory: copy the bytes now into pinned memory kept with the API.
-            let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
-            let mut ptr: *mut c_void = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
-            check(unsafe { sys::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
-                format!("cuMemAllocHost({bytes} bytes) for a captured host-to-device copy")
-            })?;
-            let ptr: NonNull<u8> = NonNull::new(ptr.cast()).ok_or_else(|| {
-                Error::new(
-                    StatusCode::Internal,
-                    "cuMemAllocHost returned a null pointer",
-                )
-            })?;
-            // SAFETY: the caller guarantees `src..src+len` is readable; the new pinned buffer
-            // holds `bytes` bytes and overlaps nothing.
-            unsafe { std::ptr::copy_nonoverlapping(src, ptr.as_ptr(), bytes) };
-            captured.push(Pinned {
-                ptr,
-                capacity: bytes,
-            });
-            src = ptr.as_ptr();
+        // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
+        // function, which a capture would turn into a one-shot host node (see refuse_capture).
+        if self.capturing(s)? {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.copy_captured_host_to_device(dst, src, bytes, s) };
         }
-        // SAFETY: the caller keeps `src..src+len` valid and unmodified until the copy completed
-        // (or it is a pinned copy kept until the API is dropped). From pageable memory the
-        // driver stages the bytes (it may wait for staging space on very large copies, never
-        // for the device's work).
-        check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
-            || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes, {s:?})"),
-        )
+        // From pageable memory cuMemcpyHtoDAsync may wait for the stream (the driver stages
+        // the bytes and may synchronise to do so); from pinned memory it returns at once. So
+        // copy the caller's bytes (valid now, per the safety contract) into pooled pinned
+        // staging, enqueue the copy from there, and return the staging to the pool from a host
+        // function once the stream has passed the copy (see crate::staging).
+        let pinned = self.pinned(bytes)?;
+        self.free_pinned(self.staging.excess());
+        // SAFETY: the caller guarantees `src..src+len` is readable now; `pinned` holds at least
+        // `bytes` bytes and, taken out of the pool, is used by nothing else.
+        unsafe { pinned.fill_from(src, bytes) };
+        let staging = pinned.ptr.as_ptr();
+        // SAFETY: `staging` holds `bytes` bytes of pinned memory that nothing else uses until
+        // the host function below returns it to the pool.
+        let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, staging.cast(), bytes, stream(s)) };
+        if r != CUresult::CUDA_SUCCESS {
+            self.staging.give(pinned); // nothing was enqueued
+            return Err(cuda_error(
+                &format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes, {s:?})"),
+                r,
+            ));
+        }
+        let pool = self.staging.clone();
+        // Runs after the copy completed (stream order), so the buffer may be reused; on a CUDA
+        // thread, so no CUDA call: it only hands the buffer back.
+        let give_back: HostFunc = Box::new(move || pool.give(pinned));
+        // If this fails, or the host function never runs (a sticky fault drops it), the buffer
+        // never returns to the pool (the copy may still read it): the closure is dropped with
+        // the API and the memory reclaimed when the context is destroyed.
+        self.enqueue_host_func(s, give_back)
+            .map_err(|e| e.context("cannot enqueue the return of pinned staging"))
     }
 
     unsafe fn copy_device_to_host_async(

@@ -26,7 +26,8 @@
 //! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX or cubin plus entry-point
 //!   metadata, native or as bytes with a header), validation, [`CudaModule::compile`].
 //! * [`api`]: [`CudaApi`], the translation table (its docs have the call-by-call table), with
-//!   the host-function registry behind `cuLaunchHostFunc` and pinned staging for reads.
+//!   the host-function registry behind `cuLaunchHostFunc` and pinned staging for reads and
+//!   writes.
 //! * this module: [`CudaDriver`] for a [`DriverRegistry`] (`cuda://N`), [`create_device`] and
 //!   [`create_device_with`].
 //!
