@@ -28,12 +28,17 @@
 //! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`src/staging.rs`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
-//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature |
+//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below) |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`                                          |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant |
 //! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy` |
 //! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
+//!
+//! Every call above exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
+//! which is made only when the driver supports [`PARAM_INFO_VERSION`]
+//! ([`Probe::supports`]): cudarc resolves each symbol on first use and panics if the driver
+//! lacks it, and the probe admits drivers from CUDA 12.0.
 //!
 //! Handles are the CUDA pointers (`CUstream`, `CUevent`, `CUmodule`, `CUfunction`,
 //! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is.
@@ -74,7 +79,7 @@ use halcyon::{Error, ExecutableSpec, Result, StatusCode};
 
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, CudaImage, CudaModule, FORMAT_CUDA};
-use crate::probe::Probe;
+use crate::probe::{Probe, PARAM_INFO_VERSION};
 use crate::staging::{capacity_for, Pinned, StagingPool};
 use crate::{callback, DRIVER_ID};
 
@@ -881,7 +886,7 @@ impl StreamApi for CudaApi {
         for entry in &module.entry_points {
             let checked = self
                 .get_function(loaded, &entry.name)
-                .and_then(|f| check_kernel_params(entry, &kernel_params(f)));
+                .and_then(|f| check_kernel_params(entry, &kernel_params(self.probe, f)));
             if let Err(error) = checked {
                 let _ = self.unload_module(loaded);
                 return Err(error);
@@ -1042,8 +1047,12 @@ impl StreamApi for CudaApi {
 }
 
 /// The `(offset, size)` of each parameter of kernel `f` as the driver reports them
-/// (`cuFuncGetParamInfo`, CUDA 12.4+); empty if it reports none or cannot say.
-fn kernel_params(f: FunctionHandle) -> Vec<(usize, usize)> {
+/// (`cuFuncGetParamInfo`, CUDA 12.4+); empty if it reports none or cannot say, and without
+/// calling it on a driver older than CUDA 12.4 (which lacks the symbol: cudarc would panic).
+fn kernel_params(probe: &Probe, f: FunctionHandle) -> Vec<(usize, usize)> {
+    if !probe.supports(PARAM_INFO_VERSION) {
+        return Vec::new();
+    }
     let function = f.0 as usize as CUfunction;
     let mut params = Vec::new();
     // More parameters than the portable parameter space could hold is certainly a mismatch.

@@ -1,14 +1,16 @@
 //! # halcyon-cuda
 //!
 //! halcyon's CUDA backend, built on [cudarc]'s raw driver bindings with libcuda opened at run
-//! time: nothing from CUDA is needed to build it. With no NVIDIA driver, a driver older than the
-//! bindings, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
+//! time: nothing from CUDA is needed to build it. With no NVIDIA driver, a driver older than
+//! CUDA 12.0, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
 //! which, and never panic.
 //!
 //! cudarc itself panics in those cases, so no cudarc function is called before
 //! [`probe::probe`] has succeeded: it opens libcuda with libloading, checks
-//! `cuDriverGetVersion` against the bindings ([`probe::BINDINGS_VERSION`], CUDA 12.8) and
-//! runs `cuInit(0)`. Every function here that calls cudarc takes the resulting
+//! `cuDriverGetVersion` against [`probe::MIN_DRIVER_VERSION`] (CUDA 12.0, driver R525; the
+//! bindings are CUDA 12.8's, but cudarc resolves symbols one at a time on first use, and calls
+//! newer than 12.0 are made only where the driver has them: see [`probe`]) and runs
+//! `cuInit(0)`. Every function here that calls cudarc takes the resulting
 //! [`probe::Probe`] as proof. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
 //! `catch_unwind`, so this holds under `panic = "abort"` too.
 //!
@@ -20,7 +22,7 @@
 //!
 //! Modules, bottom up (cudarc's own layering, `sys` → checked calls → safe API):
 //!
-//! * [`probe`]: the gate in front of cudarc (libcuda present, new enough, initialised).
+//! * [`probe`]: the gate in front of cudarc (libcuda present, CUDA 12.0 or newer, initialised).
 //! * [`error`]: `CUresult` → [`halcyon::Error`] with the call, the error's name and number.
 //! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
 //! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX or cubin plus entry-point
@@ -199,9 +201,14 @@ impl Driver for CudaDriver {
     fn info(&self) -> DriverInfo {
         let driver = match probe::probe() {
             Ok(p) => format!(
-                "NVIDIA driver CUDA {} via {}",
+                "NVIDIA driver CUDA {} via {}{}",
                 probe::version_string(p.driver_version()),
-                p.soname()
+                p.soname(),
+                if p.supports(probe::PARAM_INFO_VERSION) {
+                    ""
+                } else {
+                    " (before CUDA 12.4: kernel signatures are not checked at load)"
+                }
             ),
             Err(e) => e.message().to_string(),
         };
@@ -209,9 +216,10 @@ impl Driver for CudaDriver {
             id: DRIVER_ID.into(),
             name: "CUDA".into(),
             full_name: format!(
-                "halcyon-cuda {} (cudarc 0.19, CUDA {} bindings; {driver})",
+                "halcyon-cuda {} (cudarc 0.19, CUDA {} bindings, driver CUDA {}+; {driver})",
                 env!("CARGO_PKG_VERSION"),
-                probe::version_string(probe::BINDINGS_VERSION)
+                probe::version_string(probe::BINDINGS_VERSION),
+                probe::version_string(probe::MIN_DRIVER_VERSION)
             ),
         }
     }

@@ -17,9 +17,11 @@
 //! pointer (8 bytes) per binding, then one 4-byte `u32` per constant (a `float` constant is
 //! passed as its bits; declare it `float` or use `__uint_as_float`). Its block size is the
 //! entry point's workgroup size. `extern "C"` keeps the name unmangled. Where the driver can
-//! report a kernel's parameters (`cuFuncGetParamInfo`, CUDA 12.4+), loading checks the
-//! signature against the metadata ([`check_kernel_params`]): a kernel taking more or larger
-//! parameters than halcyon passes would make `cuLaunchKernel` read past the argument array.
+//! report a kernel's parameters (`cuFuncGetParamInfo`, drivers supporting CUDA 12.4+, R550),
+//! loading checks the signature against the metadata ([`check_kernel_params`]): a kernel taking
+//! more or larger parameters than halcyon passes would make `cuLaunchKernel` read past the
+//! argument array. On CUDA 12.0 to 12.3 drivers there is no such check: the metadata must be
+//! right.
 //!
 //! **Byte form** (little-endian):
 //!
@@ -531,7 +533,7 @@ pub fn check_kernel_params(entry: &EntryPoint, params: &[(usize, usize)]) -> Res
 mod tests {
     use super::*;
 
-    const PTX: &str = "//\n.version 8.7\n.target sm_52\n.address_size 64\n\n\
+    const PTX: &str = "//\n.version 8.0\n.target sm_52\n.address_size 64\n\n\
         .visible .entry add_one_u32(\n\t.param .u64 add_one_u32_param_0,\n\t.param .u32 \
         add_one_u32_param_1\n)\n{\n\tret;\n}\n.visible .entry fail()\n{\n\tret;\n}\n";
 

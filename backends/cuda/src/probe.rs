@@ -4,9 +4,21 @@
 //! symbol its bindings expect is missing from an older driver. halcyon must never panic for
 //! "no GPU" (and under `panic = "abort"` a panic is fatal), so before any cudarc function runs,
 //! [`probe`] opens libcuda itself with [`libloading`], reads `cuDriverGetVersion`, compares it
-//! with the CUDA version of the bindings this crate was built with ([`BINDINGS_VERSION`]), and
+//! with the oldest CUDA version this crate supports ([`MIN_DRIVER_VERSION`], CUDA 12.0), and
 //! calls `cuInit(0)`. Only a successful probe yields a [`Probe`], and every function of this
 //! crate that calls cudarc takes one; the result is cached for the process.
+//!
+//! **Driver versions.** The bindings are CUDA 12.8's ([`BINDINGS_VERSION`]), but the driver
+//! need not be that new: cudarc resolves each driver symbol lazily, by name, the first time it
+//! is called (and panics then if the driver lacks it), so an older driver works as long as
+//! nothing calls a function it does not have. Every driver function this crate calls exists
+//! in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4), which is called only when
+//! [`Probe::supports`] says the driver has it ([`PARAM_INFO_VERSION`]); on CUDA 12.0 to 12.3
+//! drivers, loading a module skips the kernel-signature check it provides. The minimum is
+//! CUDA 12.0 (driver R525) rather than 11.4 because the bindings are CUDA 12 headers: NVIDIA's
+//! minor-version compatibility covers CUDA 12.x on any 12.x driver, and nothing is tested
+//! against CUDA 11 drivers. When adding a driver call, check the version that introduced it
+//! and gate it like `cuFuncGetParamInfo` if it is newer than [`MIN_DRIVER_VERSION`].
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::OnceLock;
@@ -18,8 +30,17 @@ use libloading::Library;
 pub const LIBCUDA_SONAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
 
 /// The CUDA version of cudarc's bindings (the `cuda-XXXXX` feature), `1000 * major + 10 *
-/// minor`: the driver must support at least this version.
+/// minor`. Informational: the driver need only support [`MIN_DRIVER_VERSION`].
 pub const BINDINGS_VERSION: i32 = cudarc::driver::sys::CUDA_VERSION as i32;
+
+/// The oldest CUDA version the driver must support (`cuDriverGetVersion`): CUDA 12.0, driver
+/// R525 or newer. Every driver function this crate calls unconditionally exists there (see the
+/// [module docs](self)).
+pub const MIN_DRIVER_VERSION: i32 = 12000;
+
+/// The CUDA version that introduced `cuFuncGetParamInfo` (12.4, driver R550): below it,
+/// loading a module does not check kernel signatures against the entry points.
+pub const PARAM_INFO_VERSION: i32 = 12040;
 
 /// A successful probe: libcuda is loaded, new enough, and initialised. Only [`probe`] makes
 /// one, so holding a `&Probe` proves cudarc may be called.
@@ -39,6 +60,12 @@ impl Probe {
     pub fn driver_version(&self) -> i32 {
         self.driver_version
     }
+
+    /// Whether the driver supports CUDA `version` (for example [`PARAM_INFO_VERSION`]), so
+    /// functions introduced in it may be called: cudarc panics on a symbol the driver lacks.
+    pub fn supports(&self, version: i32) -> bool {
+        self.driver_version >= version
+    }
 }
 
 /// Formats a CUDA version number: `12080` as `12.8`.
@@ -52,12 +79,12 @@ pub fn version_string(version: i32) -> String {
 }
 
 /// Probes once per process and caches the outcome: `Unavailable` with the reason when libcuda
-/// is missing, too old for the bindings, or fails to initialise (no device).
+/// is missing, older than [`MIN_DRIVER_VERSION`], or fails to initialise (no device).
 pub fn probe() -> Result<&'static Probe> {
     static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            let probe = probe_with(LIBCUDA_SONAMES, BINDINGS_VERSION)?;
+            let probe = probe_with(LIBCUDA_SONAMES, MIN_DRIVER_VERSION)?;
             // cudarc opens libcuda by its own list of names; make sure it finds one, since
             // its loader panics when it does not.
             // SAFETY: only tries dlopen on cudarc's candidate names (a driver that just
@@ -77,18 +104,19 @@ pub fn probe() -> Result<&'static Probe> {
         .map_err(Clone::clone)
 }
 
-/// The error when the driver is older than the bindings; `Ok` otherwise.
-pub fn check_driver_version(driver_version: i32, bindings_version: i32) -> Result<()> {
-    if driver_version >= bindings_version {
+/// The error when the driver supports an older CUDA version than `minimum_version`
+/// ([`MIN_DRIVER_VERSION`] in the probe); `Ok` otherwise.
+pub fn check_driver_version(driver_version: i32, minimum_version: i32) -> Result<()> {
+    if driver_version >= minimum_version {
         return Ok(());
     }
     Err(Error::new(
         StatusCode::Unavailable,
         format!(
-            "driver supports CUDA {} but halcyon-cuda was built against CUDA {} bindings; \
-             update the NVIDIA driver or build with an older cudarc cuda-XXXXX feature",
+            "driver supports CUDA {} but halcyon-cuda needs CUDA {} or newer; update the NVIDIA \
+             driver",
             version_string(driver_version),
-            version_string(bindings_version)
+            version_string(minimum_version)
         ),
     ))
 }
@@ -97,9 +125,9 @@ type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type CuInit = unsafe extern "C" fn(c_uint) -> c_int;
 type CuGetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
 
-/// The probe proper, uncached, against `sonames` and `bindings_version`. Calls no cudarc
+/// The probe proper, uncached, against `sonames` and `minimum_version`. Calls no cudarc
 /// function.
-pub(crate) fn probe_with(sonames: &[&str], bindings_version: i32) -> Result<Probe> {
+pub(crate) fn probe_with(sonames: &[&str], minimum_version: i32) -> Result<Probe> {
     let mut tried = Vec::new();
     let mut opened = None;
     for &soname in sonames {
@@ -171,7 +199,7 @@ pub(crate) fn probe_with(sonames: &[&str], bindings_version: i32) -> Result<Prob
             format!("{soname}: cuDriverGetVersion failed: {}", describe(e)),
         ));
     }
-    check_driver_version(driver_version, bindings_version)?;
+    check_driver_version(driver_version, minimum_version)?;
 
     // SAFETY: cuInit takes a flags value, which must be 0.
     let e = unsafe { init(0) };
@@ -197,7 +225,7 @@ mod tests {
 
     #[test]
     fn missing_library_names_each_soname() {
-        let err = probe_with(&["libhalcyon-no-such-cuda.so.1"], BINDINGS_VERSION).unwrap_err();
+        let err = probe_with(&["libhalcyon-no-such-cuda.so.1"], MIN_DRIVER_VERSION).unwrap_err();
         assert_eq!(err.code(), StatusCode::Unavailable);
         assert!(
             err.message()
@@ -208,20 +236,47 @@ mod tests {
 
     #[test]
     fn old_driver_is_refused_with_both_versions() {
-        let err = check_driver_version(11040, 12080).unwrap_err();
+        let err = check_driver_version(11080, MIN_DRIVER_VERSION).unwrap_err();
         assert_eq!(err.code(), StatusCode::Unavailable);
         assert!(
-            err.message().starts_with(
-                "driver supports CUDA 11.4 but halcyon-cuda was built against CUDA 12.8 bindings"
-            ),
+            err.message()
+                .starts_with("driver supports CUDA 11.8 but halcyon-cuda needs CUDA 12.0 or newer"),
             "{err}"
         );
-        check_driver_version(12080, 12080).unwrap();
-        check_driver_version(13000, 12080).unwrap();
+        let err = check_driver_version(11040, 12080).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("driver supports CUDA 11.4 but halcyon-cuda needs CUDA 12.8"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn drivers_older_than_the_bindings_are_accepted() {
+        // CUDA 12.0 (R525), 12.2 (R535), 12.4 (R550), 12.8 (R570), 13.0.
+        for version in [12000, 12020, 12040, 12080, 13000] {
+            check_driver_version(version, MIN_DRIVER_VERSION).unwrap();
+        }
+    }
+
+    #[test]
+    fn newer_calls_are_gated_on_the_driver_version() {
+        let probe = |driver_version| Probe {
+            soname: "libcuda.so.1".into(),
+            driver_version,
+        };
+        for (version, param_info) in [(12000, false), (12020, false), (12030, false)] {
+            assert_eq!(probe(version).supports(PARAM_INFO_VERSION), param_info);
+        }
+        assert!(probe(12040).supports(PARAM_INFO_VERSION));
+        assert!(probe(12080).supports(PARAM_INFO_VERSION));
+        assert!(probe(12000).supports(MIN_DRIVER_VERSION));
     }
 
     #[test]
     fn bindings_version_is_the_selected_feature() {
         assert_eq!(BINDINGS_VERSION, 12080);
+        assert_eq!(version_string(MIN_DRIVER_VERSION), "12.0");
+        assert_eq!(version_string(PARAM_INFO_VERSION), "12.4");
     }
 }

@@ -1,5 +1,5 @@
 //! The conformance suite on `cuda://0`, once per completion strategy, with the standard kernels
-//! from checked-in PTX (tests/kernels/standard.ptx, compiled from standard.cu by NVRTC 12.8).
+//! from checked-in PTX (tests/kernels/standard.ptx: standard.cu by NVRTC 12.8, PTX ISA 8.0).
 //! Without libcuda or a device, every case prints why and passes as skipped (the suite skips
 //! a device factory that returns `Unavailable`).
 //!

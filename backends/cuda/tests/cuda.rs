@@ -45,6 +45,8 @@ fn sonames_and_bindings() {
     let info = CudaDriver.info();
     assert_eq!(info.id, "cuda");
     assert!(info.full_name.contains("CUDA 12.8 bindings"), "{info:?}");
+    assert_eq!(probe::MIN_DRIVER_VERSION, 12000);
+    assert!(info.full_name.contains("driver CUDA 12.0+"), "{info:?}");
 }
 
 #[test]
@@ -168,6 +170,20 @@ fn nvrtc_compiles_the_standard_kernels() {
         panic!("NVRTC returns PTX");
     };
     assert_eq!(ptx_entries(ptx), ptx_entries(common::STANDARD_PTX));
+    // With the NVRTC that produced it, the checked-in PTX is reproduced exactly.
+    let regenerated = nvrtc::compile_ptx(
+        common::STANDARD_CU,
+        "standard.cu",
+        common::STANDARD_NVRTC_OPTIONS,
+    )
+    .unwrap();
+    if nvrtc::probe().unwrap().version() == (12, 8) {
+        assert_eq!(
+            common::standard_ptx_from_nvrtc(&regenerated),
+            common::STANDARD_PTX,
+            "tests/kernels/standard.ptx is stale: regenerate it (see write_standard_ptx)"
+        );
+    }
     // A kernel the source does not define (or defines without extern "C") is NotFound.
     let mut missing = entry_points;
     missing[0].name = "add_two_u32".into();
@@ -177,14 +193,71 @@ fn nvrtc_compiles_the_standard_kernels() {
     assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
 }
 
-/// Regenerates tests/kernels/standard.ptx (needs NVRTC 12.8: newer PTX would need a newer
-/// driver than the bindings require).
+/// The checked-in PTX declares CUDA 12.0's PTX ISA and a Maxwell target, so every driver the
+/// probe accepts (CUDA 12.0 and newer) can JIT it for any GPU it supports.
+#[test]
+fn checked_in_ptx_loads_on_every_supported_driver() {
+    let directive = |name: &str| {
+        common::STANDARD_PTX
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(name))
+            .map(str::trim)
+    };
+    assert_eq!(directive(".version "), Some(common::STANDARD_PTX_ISA));
+    assert_eq!(directive(".target "), Some("sm_52"));
+    // PTX ISA 8.0 is CUDA 12.0's.
+    assert_eq!(probe::version_string(probe::MIN_DRIVER_VERSION), "12.0");
+    assert_eq!(common::STANDARD_PTX_ISA, "8.0");
+}
+
+/// Assembles the checked-in PTX with ptxas for sm_52, sm_70 and sm_90 where ptxas is found
+/// (`$PTXAS`, or on `PATH`): it rejects any instruction newer than the declared PTX ISA.
+/// Prints why and passes without one.
+#[test]
+fn checked_in_ptx_assembles_with_ptxas() {
+    let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
+    let dir = std::env::temp_dir().join(format!("halcyon-cuda-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("standard.ptx");
+    std::fs::write(&input, common::STANDARD_PTX).unwrap();
+    for arch in ["sm_52", "sm_70", "sm_90"] {
+        let out = std::process::Command::new(&ptxas)
+            .arg(format!("-arch={arch}"))
+            .arg(&input)
+            .arg("-o")
+            .arg(dir.join(format!("standard.{arch}.cubin")))
+            .output();
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                eprintln!("skipped: cannot run {ptxas}: {e}");
+                break;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "ptxas -arch={arch} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regenerates tests/kernels/standard.ptx: NVRTC 12.8's PTX for standard.cu with
+/// `STANDARD_NVRTC_OPTIONS`, its `.version` lowered to PTX ISA 8.0 (CUDA 12.0) by
+/// `standard_ptx_from_nvrtc`. Then check it with ptxas (`checked_in_ptx_assembles_with_ptxas`).
 #[test]
 #[ignore = "writes tests/kernels/standard.ptx; run by hand with NVRTC 12.8"]
 fn write_standard_ptx() {
-    let ptx = nvrtc::compile_ptx(common::STANDARD_CU, "standard.cu", &[]).unwrap();
+    assert_eq!(nvrtc::probe().unwrap().version(), (12, 8), "use NVRTC 12.8");
+    let ptx = nvrtc::compile_ptx(
+        common::STANDARD_CU,
+        "standard.cu",
+        common::STANDARD_NVRTC_OPTIONS,
+    )
+    .unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kernels/standard.ptx");
-    std::fs::write(path, ptx).unwrap();
+    std::fs::write(path, common::standard_ptx_from_nvrtc(&ptx)).unwrap();
 }
 
 /// Direct tests of the translation table and a device: each prints why and passes without a
@@ -360,7 +433,7 @@ mod gpu {
             return;
         };
         let bad = CudaModule::ptx(
-            ".version 8.7\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n\tbogus;\n}\n",
+            ".version 8.0\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n\tbogus;\n}\n",
             vec![common::empty()],
         );
         let e = api.load_module(&bad.spec()).unwrap_err();
@@ -368,18 +441,25 @@ mod gpu {
         assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
         println!("{e}");
 
-        // add_one_u32 takes (pointer, u32); declaring two bindings must be refused.
+        // add_one_u32 takes (pointer, u32); declaring two bindings must be refused where the
+        // driver reports kernel parameters (cuFuncGetParamInfo, CUDA 12.4+). An older driver
+        // lacks the call, so loading cannot check and succeeds.
         let mut wrong = kernels::add_one_u32();
         wrong.binding_count = 2;
         wrong.constant_count = 0;
-        let e = api
-            .load_module(&CudaModule::ptx(common::STANDARD_PTX, vec![wrong]).spec())
-            .unwrap_err();
-        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
-        assert!(
-            e.message().contains("takes 2 parameters of sizes [8, 4]"),
-            "{e}"
-        );
+        let wrong = CudaModule::ptx(common::STANDARD_PTX, vec![wrong]).spec();
+        if probe::probe().unwrap().supports(probe::PARAM_INFO_VERSION) {
+            let e = api.load_module(&wrong).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(
+                e.message().contains("takes 2 parameters of sizes [8, 4]"),
+                "{e}"
+            );
+        } else {
+            println!("driver older than CUDA 12.4: no kernel signature check");
+            let loaded = api.load_module(&wrong).unwrap();
+            api.unload_module(loaded.module).unwrap();
+        }
 
         let loaded = api.load_module(&common::standard_module().spec()).unwrap();
         let e = api.get_function(loaded.module, "nope").unwrap_err();

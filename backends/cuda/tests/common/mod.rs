@@ -8,8 +8,32 @@ use halcyon_cuda::CudaModule;
 
 /// CUDA C of the standard kernels (and `empty`).
 pub const STANDARD_CU: &str = include_str!("../kernels/standard.cu");
-/// NVRTC 12.8's PTX for [`STANDARD_CU`]: the tests load this, so they need no libnvrtc.
+/// The PTX for [`STANDARD_CU`]: the tests load this, so they need no libnvrtc. NVRTC 12.8's
+/// output with [`STANDARD_NVRTC_OPTIONS`], passed through [`standard_ptx_from_nvrtc`].
 pub const STANDARD_PTX: &str = include_str!("../kernels/standard.ptx");
+/// The NVRTC options [`STANDARD_PTX`] is compiled with (`.target sm_52`: every GPU since
+/// Maxwell JITs it).
+pub const STANDARD_NVRTC_OPTIONS: &[&str] = &["--gpu-architecture=compute_52"];
+/// The PTX ISA version of [`STANDARD_PTX`]: CUDA 12.0's, the oldest driver the probe accepts
+/// (`probe::MIN_DRIVER_VERSION`). NVRTC writes its own release's ISA (8.7 for 12.8), which a
+/// CUDA 12.2 or 12.4 driver (R535, R550) refuses with `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`.
+pub const STANDARD_PTX_ISA: &str = "8.0";
+
+/// [`STANDARD_PTX`] from NVRTC's PTX for [`STANDARD_CU`]: the `.version` directive lowered to
+/// [`STANDARD_PTX_ISA`], with a comment saying so. Sound because the kernels use nothing newer
+/// (ptxas checks each instruction against the declared ISA: see standard.cu).
+pub fn standard_ptx_from_nvrtc(ptx: &str) -> String {
+    ptx.split_inclusive('\n')
+        .map(|line| match line.trim_end().strip_prefix(".version ") {
+            Some(from) => format!(
+                "// halcyon: .version lowered from {from} to {STANDARD_PTX_ISA} (CUDA 12.0's PTX ISA) so \
+                 every driver halcyon-cuda accepts\n// can JIT it; checked with ptxas -arch=sm_52, \
+                 sm_70 and sm_90. See standard.cu.\n.version {STANDARD_PTX_ISA}\n"
+            ),
+            None => line.to_string(),
+        })
+        .collect()
+}
 
 /// The `empty` kernel's metadata.
 pub fn empty() -> EntryPoint {
