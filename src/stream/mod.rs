@@ -25,6 +25,8 @@
 //!   thread per queue blocked on blocking-sync events. A **probe** on the reactor queries the
 //!   events in flight while the device is busy: a device fault (after which host functions never
 //!   run) becomes an error on every affected fence instead of a hang.
+//! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
+//!   copies never block the issuing thread; the backend allocates and frees them.
 //! * **[`host::HostStreamApi`]**: a real implementation on host threads (a thread per stream),
 //!   with fault injection, so all of the above runs and is tested without a GPU; the timeline
 //!   and event-pool logic is also model-checked with loom (`loom_tests/tests/stream.rs`).
@@ -65,6 +67,7 @@ pub mod api;
 pub mod device;
 pub mod event_pool;
 pub mod host;
+pub mod staging;
 pub mod timeline;
 mod timepoint;
 

@@ -24,8 +24,8 @@
 //! | `free`                              | `cuMemFree`                                                    |
 //! | `host_pointer`                      | `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`       |
 //! | `allocate_async` / `free_async`     | `cuMemAllocAsync` / `cuMemFreeAsync` (device's default pool; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`) |
-//! | `copy_host_to_device_async`         | the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`src/staging.rs`); while capturing, from a pinned copy kept until the API drops |
-//! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`src/staging.rs`) |
+//! | `copy_host_to_device_async`         | the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`halcyon::stream::staging`); while capturing, from a pinned copy kept until the API drops |
+//! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below) |
@@ -70,6 +70,7 @@ use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
     CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
 };
+use halcyon::stream::staging::{capacity_for, Pinned, StagingPool};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle,
     HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
@@ -80,7 +81,6 @@ use halcyon::{Error, ExecutableSpec, Result, StatusCode};
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, CudaImage, CudaModule, FORMAT_CUDA};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
-use crate::staging::{capacity_for, Pinned, StagingPool};
 use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
@@ -325,6 +325,12 @@ impl CudaApi {
             // idle in the pool).
             let _ = unsafe { sys::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
         }
+    }
+
+    /// Frees the idle staging buffers beyond the pool's limits, at once (on the issuing thread).
+    fn free_excess(&self) {
+        self.staging.trim();
+        self.free_pinned(self.staging.take_retired());
     }
 
     fn pinned(&self, len: usize) -> Result<Pinned> {
@@ -671,9 +677,9 @@ impl StreamApi for CudaApi {
         // the bytes and may synchronise to do so); from pinned memory it returns at once. So
         // copy the caller's bytes (valid now, per the safety contract) into pooled pinned
         // staging, enqueue the copy from there, and return the staging to the pool from a host
-        // function once the stream has passed the copy (see crate::staging).
+        // function once the stream has passed the copy (see halcyon::stream::staging).
         let pinned = self.pinned(bytes)?;
-        self.free_pinned(self.staging.excess());
+        self.free_excess();
         // SAFETY: the caller guarantees `src..src+len` is readable now; `pinned` holds at least
         // `bytes` bytes and, taken out of the pool, is used by nothing else.
         unsafe { pinned.fill_from(src, bytes) };
@@ -714,9 +720,9 @@ impl StreamApi for CudaApi {
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, "a device-to-host copy")?;
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
-        // stream reached and finished it (see crate::staging).
+        // stream reached and finished it (see halcyon::stream::staging).
         let pinned = self.pinned(bytes)?;
-        self.free_pinned(self.staging.excess());
+        self.free_excess();
         let staging = pinned.ptr.as_ptr();
         // SAFETY: `staging` holds at least `bytes` bytes of pinned memory that nothing else
         // uses until the host function below returns it to the pool.

@@ -65,7 +65,6 @@ pub mod error;
 pub mod module;
 pub mod nvrtc;
 pub mod probe;
-mod staging;
 
 use std::ffi::c_int;
 use std::sync::Arc;

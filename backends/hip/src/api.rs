@@ -14,8 +14,8 @@
 //! | device memory                    | `hipMalloc` / `hipFree`                                      |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
 //! | stream-ordered allocation        | `hipMallocAsync` / `hipFreeAsync`, when exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`src/staging.rs`); straight from the source if it lies in this API's host-visible memory |
-//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`src/staging.rs`); straight into the destination if it lies in this API's host-visible memory |
+//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source if it lies in this API's host-visible memory |
+//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination if it lies in this API's host-visible memory |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
@@ -57,7 +57,7 @@
 //! In hipamd, `hipMemcpyAsync` with a pageable host pointer (a `Vec`, which is what the stream
 //! layer hands a queue write or read) on either side waits on the host for the stream, which
 //! [`StreamApi`] forbids outside `synchronize_*`. So both directions go through pinned staging
-//! buffers (`hipHostMalloc`, pooled; see `src/staging.rs`), from which `hipMemcpyAsync` is
+//! buffers (`hipHostMalloc`, pooled; see `halcyon::stream::staging`), from which `hipMemcpyAsync` is
 //! asynchronous, with a host function on the same stream after the copy: for a write it only
 //! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
 //! read it first copies the bytes to the caller's memory, and the stream's later work (the
@@ -91,6 +91,7 @@ use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use halcyon::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
     KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
@@ -100,7 +101,6 @@ use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
 use crate::module::{HipModule, FORMAT_HSACO};
 use crate::result::Hip;
-use crate::staging::{capacity_for, Lease, Pinned, StagingPool};
 use crate::sys;
 
 /// How [`MemoryPlacement::HostVisible`] allocations are made (see the module docs).
@@ -479,7 +479,7 @@ pub struct HipStreamApi {
     modules: Registry<RawModule>,
     functions: Registry<RawFunction>,
     memory: Allocations,
-    /// Pinned staging for host↔device copies (`src/staging.rs`).
+    /// Pinned staging for host↔device copies (`halcyon::stream::staging`).
     staging: Arc<StagingPool>,
 }
 
@@ -1304,10 +1304,10 @@ mod tests {
     }
 
     /// A heap buffer standing in for pinned memory (never given to HIP).
-    fn fake_pinned(capacity: usize, fill: u8) -> crate::staging::Pinned {
+    fn fake_pinned(capacity: usize, fill: u8) -> Pinned {
         let buffer = vec![fill; capacity].into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(buffer).cast::<u8>()).unwrap();
-        crate::staging::Pinned { ptr, capacity }
+        Pinned { ptr, capacity }
     }
 
     fn free_fake(pool: &StagingPool) -> usize {

@@ -49,7 +49,6 @@ pub mod api;
 pub mod module;
 pub mod result;
 pub mod rtc;
-mod staging;
 pub mod sys;
 
 use std::sync::{Arc, OnceLock};
