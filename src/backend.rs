@@ -16,7 +16,9 @@ use std::any::Any;
 
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};
-pub use crate::executable::ExecutableBackend;
+pub use crate::executable::{
+    read_entry_points, write_entry_points, ExecutableBackend, MAX_ENTRY_POINTS,
+};
 pub use crate::queue::ReadSink;
 
 use crate::error::{Error, Result};

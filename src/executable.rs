@@ -257,3 +257,110 @@ impl ExecutableCache {
         self.len() == 0
     }
 }
+
+/// The most entry points an executable's byte form may declare (a bound against hostile input).
+pub const MAX_ENTRY_POINTS: u32 = 4096;
+
+/// Appends the entry-point table of a backend's executable byte form: the count, then for each
+/// entry point its name length, the name (UTF-8), workgroup size x, y, z, binding count and
+/// constant count, every number a little-endian `u32`. [`read_entry_points`] reads it back.
+pub fn write_entry_points(out: &mut Vec<u8>, entry_points: &[EntryPoint]) {
+    let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
+    put(out, entry_points.len() as u32);
+    for e in entry_points {
+        put(out, e.name.len() as u32);
+        out.extend_from_slice(e.name.as_bytes());
+        for v in e.workgroup_size {
+            put(out, v);
+        }
+        put(out, e.binding_count);
+        put(out, e.constant_count);
+    }
+}
+
+/// Reads a table written by [`write_entry_points`] from the start of `bytes`: the entry points
+/// and the bytes after the table. Malformed input (truncated, over [`MAX_ENTRY_POINTS`], a name
+/// that is not UTF-8) is `InvalidArgument` reading "malformed {what}: ...".
+pub fn read_entry_points<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<EntryPoint>, &'a [u8])> {
+    let bad = |why: String| {
+        Error::new(
+            StatusCode::InvalidArgument,
+            format!("malformed {what}: {why}"),
+        )
+    };
+    let mut rest = bytes;
+    let mut take = |n: usize, why: &dyn Fn() -> String| -> Result<&'a [u8]> {
+        if rest.len() < n {
+            return Err(bad(why()));
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let count = word(take(4, &|| "truncated header".into())?);
+    if count > MAX_ENTRY_POINTS {
+        return Err(bad(format!(
+            "it declares {count} entry points; at most {MAX_ENTRY_POINTS} are allowed"
+        )));
+    }
+    let mut entry_points = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let truncated = move || format!("entry point {index} is truncated");
+        let len = word(take(4, &truncated)?) as usize;
+        let name = String::from_utf8(take(len, &truncated)?.to_vec())
+            .map_err(|_| bad(format!("entry point {index}'s name is not UTF-8")))?;
+        let mut field = || take(4, &truncated).map(word);
+        let workgroup_size = [field()?, field()?, field()?];
+        let binding_count = field()?;
+        let constant_count = field()?;
+        entry_points.push(EntryPoint {
+            name,
+            workgroup_size,
+            binding_count,
+            constant_count,
+        });
+    }
+    Ok((entry_points, rest))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_point_tables_round_trip_and_refuse_bad_input() {
+        let entries = vec![
+            EntryPoint {
+                name: "a".into(),
+                workgroup_size: [64, 1, 1],
+                binding_count: 2,
+                constant_count: 1,
+            },
+            EntryPoint {
+                name: "bé".into(),
+                workgroup_size: [8, 8, 2],
+                binding_count: 0,
+                constant_count: 0,
+            },
+        ];
+        let mut bytes = Vec::new();
+        write_entry_points(&mut bytes, &entries);
+        bytes.extend_from_slice(b"tail");
+        let (read, rest) = read_entry_points(&bytes, "test executable").unwrap();
+        assert_eq!(read, entries);
+        assert_eq!(rest, b"tail");
+        for cut in [0, 3, 6, 20, bytes.len() - 5] {
+            let error = read_entry_points(&bytes[..cut], "test executable").unwrap_err();
+            assert_eq!(error.code(), StatusCode::InvalidArgument);
+            assert!(
+                error.message().contains("malformed test executable"),
+                "{error}"
+            );
+            assert!(error.message().contains("truncated"), "{cut}: {error}");
+        }
+        let huge = (MAX_ENTRY_POINTS + 1).to_le_bytes();
+        let error = read_entry_points(&huge, "test executable").unwrap_err();
+        assert!(error.message().contains("at most 4096"), "{error}");
+    }
+}

@@ -52,6 +52,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use halcyon::backend::{read_entry_points, write_entry_points};
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
 /// The executable format name of [`CudaModule`]s.
@@ -60,8 +61,6 @@ pub const FORMAT_CUDA: &str = "cuda";
 const MAGIC: &[u8; 8] = b"HLCNCUD1";
 const KIND_PTX: u32 = 1;
 const KIND_BINARY: u32 = 2;
-/// Entry points a byte form may declare at most.
-const MAX_ENTRY_POINTS: u32 = 4096;
 /// The kernel parameter space every CUDA device accepts, in bytes (CUDA 12.1 raised it to
 /// 32764 bytes on Volta and newer; halcyon keeps to the portable limit).
 pub const MAX_PARAM_BYTES: u32 = 4096;
@@ -153,18 +152,8 @@ impl CudaModule {
             CudaImage::Cubin(bytes) => (KIND_BINARY, &bytes[..]),
         };
         let mut out = MAGIC.to_vec();
-        let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
-        put(&mut out, kind);
-        put(&mut out, self.entry_points.len() as u32);
-        for e in &self.entry_points {
-            put(&mut out, e.name.len() as u32);
-            out.extend_from_slice(e.name.as_bytes());
-            for v in e.workgroup_size {
-                put(&mut out, v);
-            }
-            put(&mut out, e.binding_count);
-            put(&mut out, e.constant_count);
-        }
+        out.extend_from_slice(&kind.to_le_bytes());
+        write_entry_points(&mut out, &self.entry_points);
         out.extend_from_slice(&(image.len() as u64).to_le_bytes());
         out.extend_from_slice(image);
         out
@@ -186,42 +175,21 @@ impl CudaModule {
                 "missing the b\"HLCNCUD1\" header (build it with CudaModule::to_bytes)",
             ));
         };
-        let mut reader = Reader { bytes: rest, at: 0 };
-        let kind = reader.u32().map_err(|_| bad("truncated header"))?;
-        let count = reader.u32().map_err(|_| bad("truncated header"))?;
-        if count > MAX_ENTRY_POINTS {
+        let (kind, rest) = match rest.split_first_chunk::<4>() {
+            Some((kind, rest)) => (u32::from_le_bytes(*kind), rest),
+            None => return Err(bad("truncated header")),
+        };
+        let (entry_points, rest) = read_entry_points(rest, "halcyon CUDA executable")?;
+        let Some((len, image)) = rest.split_first_chunk::<8>() else {
+            return Err(bad("truncated before the image length"));
+        };
+        let len = u64::from_le_bytes(*len);
+        if len != image.len() as u64 {
             return Err(bad(&format!(
-                "it declares {count} entry points; at most {MAX_ENTRY_POINTS} are allowed"
+                "the header declares a {len}-byte image but {} bytes follow it",
+                image.len()
             )));
         }
-        let mut entry_points = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            let truncated = |_| bad(&format!("entry point {index} is truncated"));
-            let len = reader.u32().map_err(truncated)? as usize;
-            let name = reader.take(len).map_err(truncated)?;
-            let name = String::from_utf8(name.to_vec())
-                .map_err(|_| bad(&format!("entry point {index}'s name is not UTF-8")))?;
-            let mut field = || reader.u32().map_err(truncated);
-            let workgroup_size = [field()?, field()?, field()?];
-            let binding_count = field()?;
-            let constant_count = field()?;
-            entry_points.push(EntryPoint {
-                name,
-                workgroup_size,
-                binding_count,
-                constant_count,
-            });
-        }
-        let len = reader
-            .u64()
-            .map_err(|_| bad("truncated before the image length"))?;
-        let remaining = reader.bytes.len() - reader.at;
-        if len != remaining as u64 {
-            return Err(bad(&format!(
-                "the header declares a {len}-byte image but {remaining} bytes follow it"
-            )));
-        }
-        let image = &reader.bytes[reader.at..];
         let image = match kind {
             KIND_PTX => CudaImage::Ptx(String::from_utf8(image.to_vec()).map_err(|e| {
                 bad(&format!(
@@ -293,32 +261,6 @@ impl CudaModule {
     /// The image kind, for messages (`PTX`, `cubin`).
     pub(crate) fn kind(&self) -> &'static str {
         self.image.kind()
-    }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize) -> std::result::Result<&'a [u8], ()> {
-        let end = self.at.checked_add(len).ok_or(())?;
-        let slice = self.bytes.get(self.at..end).ok_or(())?;
-        self.at = end;
-        Ok(slice)
-    }
-
-    fn u32(&mut self) -> std::result::Result<u32, ()> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> std::result::Result<u64, ()> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
     }
 }
 

@@ -39,6 +39,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use halcyon::backend::{read_entry_points, write_entry_points};
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
 /// The executable format name.
@@ -64,8 +65,6 @@ const SHT_NOBITS: u32 = 8;
 const NT_AMDGPU_METADATA: u32 = 32;
 /// Workgroup size limit of a kernel without `__launch_bounds__` / `amdgpu-flat-work-group-size`.
 const DEFAULT_MAX_FLAT_WORKGROUP_SIZE: u32 = 1024;
-/// At most this many entry points in a byte-form header (a sanity bound for hostile input).
-const MAX_ENTRY_POINTS: u32 = 4096;
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(StatusCode::InvalidArgument, message)
@@ -111,17 +110,7 @@ impl HipModule {
     /// little-endian `u32`), then the code object.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = HEADER_MAGIC.to_vec();
-        let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
-        put(&mut out, self.entry_points.len() as u32);
-        for e in &self.entry_points {
-            put(&mut out, e.name.len() as u32);
-            out.extend_from_slice(e.name.as_bytes());
-            for v in e.workgroup_size {
-                put(&mut out, v);
-            }
-            put(&mut out, e.binding_count);
-            put(&mut out, e.constant_count);
-        }
+        write_entry_points(&mut out, &self.entry_points);
         out.extend_from_slice(&self.code_object);
         out
     }
@@ -140,40 +129,9 @@ impl HipModule {
         let rest = bytes.strip_prefix(HEADER_MAGIC).ok_or_else(|| {
             bad("missing the b\"HLCNHIP1\" header (build it with HipModule::to_bytes)")
         })?;
-        let mut at = 0usize;
-        let word = |at: &mut usize| -> Result<u32> {
-            let b = rest
-                .get(*at..*at + 4)
-                .ok_or_else(|| bad("truncated header"))?;
-            *at += 4;
-            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        let count = word(&mut at)?;
-        if count > MAX_ENTRY_POINTS {
-            return Err(bad(&format!(
-                "the header declares {count} entry points (at most {MAX_ENTRY_POINTS})"
-            )));
-        }
-        let mut entry_points = Vec::new();
-        for _ in 0..count {
-            let len = word(&mut at)? as usize;
-            let name = at
-                .checked_add(len)
-                .and_then(|end| rest.get(at..end))
-                .ok_or_else(|| bad("truncated entry-point name"))?;
-            let name = String::from_utf8(name.to_vec())
-                .map_err(|_| bad("an entry-point name is not UTF-8"))?;
-            at += len;
-            let workgroup_size = [word(&mut at)?, word(&mut at)?, word(&mut at)?];
-            entry_points.push(EntryPoint {
-                name,
-                workgroup_size,
-                binding_count: word(&mut at)?,
-                constant_count: word(&mut at)?,
-            });
-        }
+        let (entry_points, code_object) = read_entry_points(rest, "halcyon HIP executable")?;
         Ok(HipModule {
-            code_object: rest[at..].to_vec(),
+            code_object: code_object.to_vec(),
             entry_points,
         })
     }

@@ -31,7 +31,7 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use ash::vk;
-use halcyon::backend::ExecutableBackend;
+use halcyon::backend::{read_entry_points, write_entry_points, ExecutableBackend};
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
 use crate::context::Context;
@@ -77,17 +77,7 @@ impl SpirvModule {
     /// The byte form: metadata header, then the SPIR-V words (little-endian).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = HEADER_MAGIC.to_vec();
-        let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
-        put(&mut out, self.entry_points.len() as u32);
-        for e in &self.entry_points {
-            put(&mut out, e.name.len() as u32);
-            out.extend_from_slice(e.name.as_bytes());
-            for v in e.workgroup_size {
-                put(&mut out, v);
-            }
-            put(&mut out, e.binding_count);
-            put(&mut out, e.constant_count);
-        }
+        write_entry_points(&mut out, &self.entry_points);
         for w in &self.words {
             out.extend_from_slice(&w.to_le_bytes());
         }
@@ -114,32 +104,7 @@ impl SpirvModule {
         let rest = bytes.strip_prefix(HEADER_MAGIC).ok_or_else(|| {
             bad("missing the b\"HLCNSPV1\" header (build it with SpirvModule::to_bytes)")
         })?;
-        let mut at = 0usize;
-        let word = |at: &mut usize| -> Result<u32> {
-            let b = rest
-                .get(*at..*at + 4)
-                .ok_or_else(|| bad("truncated header"))?;
-            *at += 4;
-            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        let count = word(&mut at)?;
-        let mut entry_points = Vec::new();
-        for _ in 0..count.min(1024) {
-            let len = word(&mut at)? as usize;
-            let name = rest
-                .get(at..at + len)
-                .ok_or_else(|| bad("truncated entry-point name"))?;
-            let name = String::from_utf8(name.to_vec()).map_err(|_| bad("name is not UTF-8"))?;
-            at += len;
-            let workgroup_size = [word(&mut at)?, word(&mut at)?, word(&mut at)?];
-            entry_points.push(EntryPoint {
-                name,
-                workgroup_size,
-                binding_count: word(&mut at)?,
-                constant_count: word(&mut at)?,
-            });
-        }
-        let code = &rest[at..];
+        let (entry_points, code) = read_entry_points(rest, "halcyon SPIR-V executable")?;
         if code.len() % 4 != 0 {
             return Err(bad(&format!(
                 "the SPIR-V part is {} bytes, not a multiple of 4",
