@@ -22,9 +22,11 @@
 //! * `{host_callback,completion_thread}/dispatch_block_on`: the same with `queue.dispatch`, which
 //!   records, validates and resolves a one-shot command list inside the call.
 //!
-//! * `paired` (printed, not a criterion measurement): the three round trips above
-//!   (`raw/launch_record_sync` and both strategies' `execute_block_on`) interleaved, one of each
-//!   per round for 3000 rounds, with the median of each and the ratios to raw. On a shared 2-core
+//! * `paired` (printed, not a criterion measurement): the round trips above
+//!   (`raw/launch_record_sync` and both strategies' `execute_block_on`), plus the raw loop
+//!   polling `query_event` instead of sleeping and a completion-thread device with a 50 µs
+//!   spin budget (`StreamDeviceOptions::completion_spin`), interleaved, one of each per round
+//!   for 3000 rounds, with the median of each and the ratios to raw. On a shared 2-core
 //!   VM the cost of a cross-thread wake swings between about 2 µs and tens of µs depending on
 //!   whether the woken thread's CPU was idle (other load changes that from minute to minute), so
 //!   only measurements taken in the same time window compare; this one is. Pinning the process
@@ -140,11 +142,12 @@ struct DeviceLoop {
 }
 
 impl DeviceLoop {
-    fn new(completion: CompletionStrategy) -> DeviceLoop {
+    fn new(completion: CompletionStrategy, completion_spin: Duration) -> DeviceLoop {
         let device = create_device(
             HostStreamApi::new(),
             StreamDeviceOptions {
                 completion,
+                completion_spin,
                 ..StreamDeviceOptions::default()
             },
         )
@@ -208,26 +211,51 @@ fn paired(_: &mut Criterion) {
         api.synchronize_event(event).expect("sync");
         start.elapsed()
     };
-    let callback = DeviceLoop::new(CompletionStrategy::HostCallback);
-    let thread = DeviceLoop::new(CompletionStrategy::CompletionThread);
-    let mut samples = (Vec::new(), Vec::new(), Vec::new());
+    let raw_spin = || {
+        let start = Instant::now();
+        api.launch_kernel(function, &config, &params, stream)
+            .expect("launch");
+        api.record_event(event, stream).expect("record");
+        while !api.query_event(event).expect("query") {
+            std::hint::spin_loop();
+        }
+        start.elapsed()
+    };
+    let callback = DeviceLoop::new(CompletionStrategy::HostCallback, Duration::ZERO);
+    let thread = DeviceLoop::new(CompletionStrategy::CompletionThread, Duration::ZERO);
+    let spinning = DeviceLoop::new(CompletionStrategy::CompletionThread, SPIN);
+    let mut samples: [Vec<Duration>; 5] = Default::default();
     for round in 0..ROUNDS + 300 {
-        let (r, c, t) = (raw(), callback.round_trip(), thread.round_trip());
+        let round_trips = [
+            raw(),
+            raw_spin(),
+            callback.round_trip(),
+            thread.round_trip(),
+            spinning.round_trip(),
+        ];
         if round >= 300 {
             // The first rounds are warm-up.
-            samples.0.push(r);
-            samples.1.push(c);
-            samples.2.push(t);
+            for (samples, sample) in samples.iter_mut().zip(round_trips) {
+                samples.push(sample);
+            }
         }
     }
-    let (r, c, t) = (median(samples.0), median(samples.1), median(samples.2));
+    let [r, rs, c, t, ts] = samples.map(median);
     println!(
-        "stream_round_trip/paired ({ROUNDS} interleaved rounds): medians raw {r:.1} µs, \
-         host_callback {c:.1} µs ({:.2}x raw), completion_thread {t:.1} µs ({:.2}x raw)",
+        "stream_round_trip/paired ({ROUNDS} interleaved rounds), medians: raw {r:.1} µs, \
+         raw polling {rs:.1} µs; host_callback {c:.1} µs ({:.2}x raw), completion_thread \
+         {t:.1} µs ({:.2}x raw), completion_thread with a {} µs spin {ts:.1} µs ({:.2}x raw, \
+         {:.2}x raw polling)",
         c / r,
-        t / r
+        t / r,
+        SPIN.as_micros(),
+        ts / r,
+        ts / rs,
     );
 }
+
+/// The completion-thread spin budget of the `paired` comparison's spinning device.
+const SPIN: Duration = Duration::from_micros(50);
 
 /// Dispatches in the replayed command buffer of group `replay_100`.
 const REPLAYED: usize = 100;

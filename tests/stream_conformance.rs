@@ -91,3 +91,21 @@ mod completion_thread {
         HostKernels
     );
 }
+
+/// Completion threads that poll for up to 100 µs before they sleep
+/// (`StreamDeviceOptions::completion_spin`): the same outcomes, whichever of the poll or the
+/// sleep sees a completion.
+mod completion_thread_spin {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device(
+            HostStreamApi::new(),
+            StreamDeviceOptions {
+                completion_spin: Duration::from_micros(100),
+                ..options(CompletionStrategy::CompletionThread)
+            }
+        ),
+        HostKernels
+    );
+}

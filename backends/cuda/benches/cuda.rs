@@ -11,11 +11,16 @@
 //!   scheduling: it spins, then yields, on a machine with more cores than GPUs).
 //! * `raw/launch_record_event_sync`: `cuLaunchKernel` + `cuEventRecord` + `cuEventSynchronize`
 //!   on a blocking-sync event: what a completion thread does, the floor for halcyon's default.
-//! * `{completion_thread,host_callback}/execute_block_on`: `queue.execute` of a reusable
-//!   command buffer holding the empty dispatch on a queue timeline, then
-//!   `futures::executor::block_on` of the submission: the whole halcyon path (a completion
-//!   thread waking the awaiting thread, or a `cuLaunchHostFunc` callback on a callback stream
-//!   posting to the reactor, which wakes it).
+//! * `{completion_thread,completion_thread_spin,host_callback}/execute_block_on`:
+//!   `queue.execute` of a reusable command buffer holding the empty dispatch on a queue
+//!   timeline, then `futures::executor::block_on` of the submission: the whole halcyon path (a
+//!   completion thread waking the awaiting thread, the same thread polling for up to 50 µs
+//!   before it sleeps ([`CudaDeviceOptions::completion_spin`]), or a `cuLaunchHostFunc`
+//!   callback on a callback stream posting to the reactor, which wakes it).
+//!
+//! `cuda_round_trip/paired` (printed): the five round trips above interleaved, one of each per
+//! round for 5000 rounds, with medians and ratios to both raw forms; compare these, not
+//! figures from separate criterion groups taken minutes apart.
 //!
 //! Group `cuda_replay_100` (100 empty kernels per iteration; divide by 100 for the cost per
 //! dispatch, or read criterion's element throughput):
@@ -30,7 +35,7 @@
 //!   stream layer captures the list into a graph on its second submission and launches that.
 
 use std::ffi::{c_uint, CString};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use cudarc::driver::sys::{self, CUcontext, CUevent, CUfunction, CUgraphExec, CUresult, CUstream};
@@ -250,6 +255,17 @@ fn options(completion: CompletionStrategy, graphs: bool) -> CudaDeviceOptions {
     }
 }
 
+/// The spin budget of the `completion_thread_spin` variants
+/// ([`CudaDeviceOptions::completion_spin`]).
+const SPIN: Duration = Duration::from_micros(50);
+
+fn spinning() -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        completion_spin: SPIN,
+        ..options(CompletionStrategy::CompletionThread, false)
+    }
+}
+
 fn round_trip(c: &mut Criterion, raw: &Raw) {
     let mut group = c.benchmark_group("cuda_round_trip");
     group
@@ -268,16 +284,74 @@ fn round_trip(c: &mut Criterion, raw: &Raw) {
             raw.event_sync();
         })
     });
-    for (name, completion) in [
-        ("completion_thread", CompletionStrategy::CompletionThread),
-        ("host_callback", CompletionStrategy::HostCallback),
+    for (name, options) in [
+        (
+            "completion_thread",
+            options(CompletionStrategy::CompletionThread, false),
+        ),
+        ("completion_thread_spin", spinning()),
+        (
+            "host_callback",
+            options(CompletionStrategy::HostCallback, false),
+        ),
     ] {
-        let device = DeviceLoop::new(options(completion, false), 1);
+        let device = DeviceLoop::new(options, 1);
         group.bench_function(format!("{name}/execute_block_on"), |b| {
             b.iter(|| device.run())
         });
     }
     group.finish();
+}
+
+/// The round trips of `cuda_round_trip` interleaved, one of each per round, so that every
+/// figure comes from the same minutes of the same machine; prints medians and ratios.
+fn paired(raw: &Raw) {
+    const ROUNDS: usize = 5000;
+    let timed = |f: &dyn Fn()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    let thread = DeviceLoop::new(options(CompletionStrategy::CompletionThread, false), 1);
+    let spin = DeviceLoop::new(spinning(), 1);
+    let callback = DeviceLoop::new(options(CompletionStrategy::HostCallback, false), 1);
+    let rounds: [(&str, &dyn Fn()); 5] = [
+        ("raw launch + cuStreamSynchronize", &|| {
+            raw.launch();
+            raw.stream_sync();
+        }),
+        ("raw launch + blocking-sync event", &|| {
+            raw.launch();
+            raw.event_sync();
+        }),
+        ("completion thread", &|| thread.run()),
+        ("completion thread, 50 µs spin", &|| spin.run()),
+        ("host callback", &|| callback.run()),
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); rounds.len()];
+    for round in 0..ROUNDS + 500 {
+        for ((_, f), samples) in rounds.iter().zip(&mut samples) {
+            let sample = timed(*f);
+            if round >= 500 {
+                samples.push(sample);
+            }
+        }
+    }
+    let medians: Vec<f64> = samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort();
+            s[s.len() / 2].as_secs_f64() * 1e6
+        })
+        .collect();
+    println!("cuda_round_trip/paired ({ROUNDS} interleaved rounds), medians:");
+    for ((name, _), median) in rounds.iter().zip(&medians) {
+        println!(
+            "  {name:<36} {median:>7.1} µs  {:.2}x stream sync  {:.2}x event sync",
+            median / medians[0],
+            median / medians[1]
+        );
+    }
 }
 
 fn replay(c: &mut Criterion, raw: &Raw) {
@@ -346,6 +420,7 @@ fn main() {
     let raw = Raw::new();
     let mut criterion = Criterion::default().configure_from_args();
     round_trip(&mut criterion, &raw);
+    paired(&raw);
     replay(&mut criterion, &raw);
     criterion.final_summary();
 }

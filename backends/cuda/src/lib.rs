@@ -155,6 +155,11 @@ pub struct CudaDeviceOptions {
     /// `cuGraphLaunch`: one call per submission instead of one per command). Default off: see
     /// [`CudaApi::enable_graphs`] for why.
     pub graphs: bool,
+    /// With completion threads: how long a queue's thread polls (for the next submission,
+    /// then `cuEventQuery` on its event) before it sleeps in the driver. Default zero (never
+    /// polls; an idle device uses no CPU). See
+    /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
+    pub completion_spin: Duration,
 }
 
 impl Default for CudaDeviceOptions {
@@ -164,6 +169,7 @@ impl Default for CudaDeviceOptions {
             completion: CompletionStrategy::CompletionThread,
             probe_interval: Duration::from_millis(10),
             graphs: false,
+            completion_spin: Duration::ZERO,
         }
     }
 }
@@ -188,6 +194,7 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
             queue_count: options.queue_count,
             completion: options.completion,
             probe_interval: options.probe_interval,
+            completion_spin: options.completion_spin,
         },
     )
 }

@@ -3,7 +3,8 @@
 //! Without libcuda or a device, every case prints why and passes as skipped (the suite skips
 //! a device factory that returns `Unavailable`).
 //!
-//! A third instance opts into graph replay ([`CudaDeviceOptions::graphs`]).
+//! A third instance opts into graph replay ([`CudaDeviceOptions::graphs`]), a fourth into
+//! completion threads that poll before they sleep ([`CudaDeviceOptions::completion_spin`]).
 //!
 //! `failing_dispatch_fails_the_chain` prints why and skips on CUDA: a kernel cannot fail its
 //! launch without a sticky fault that kills the context (see `CudaKernels::can_fail`).
@@ -21,7 +22,7 @@ fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
         queue_count: 2,
         completion,
         probe_interval: Duration::from_millis(10),
-        graphs: false,
+        ..CudaDeviceOptions::default()
     }
 }
 
@@ -38,6 +39,23 @@ mod completion_thread {
 
     halcyon_conformance::conformance_tests!(
         || create_device_with(0, options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// Completion threads that poll `cuEventQuery` for up to 100 µs before they sleep
+/// ([`CudaDeviceOptions::completion_spin`]).
+mod completion_thread_spin {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device_with(
+            0,
+            CudaDeviceOptions {
+                completion_spin: Duration::from_micros(100),
+                ..options(CompletionStrategy::CompletionThread)
+            }
+        ),
         CudaKernels
     );
 }

@@ -235,6 +235,11 @@ pub struct HipDeviceOptions {
     pub probe_interval: Duration,
     /// The allocator of host-visible buffers.
     pub host_visible_memory: HostVisibleMemory,
+    /// With completion threads: how long a queue's thread polls (for the next submission,
+    /// then `hipEventQuery` on its event) before it sleeps in the driver. Default zero (never
+    /// polls; an idle device uses no CPU). See
+    /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
+    pub completion_spin: Duration,
 }
 
 impl Default for HipDeviceOptions {
@@ -244,6 +249,7 @@ impl Default for HipDeviceOptions {
             completion: CompletionStrategy::CompletionThread,
             probe_interval: Duration::from_millis(10),
             host_visible_memory: HostVisibleMemory::Auto,
+            completion_spin: Duration::ZERO,
         }
     }
 }
@@ -272,6 +278,7 @@ impl HipDriver {
                 queue_count: options.queue_count,
                 completion: options.completion,
                 probe_interval: options.probe_interval,
+                completion_spin: options.completion_spin,
             },
         )
     }

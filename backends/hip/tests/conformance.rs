@@ -77,6 +77,7 @@ fn device(completion: CompletionStrategy) -> Result<Device> {
             completion,
             probe_interval: Duration::from_millis(10),
             host_visible_memory: HostVisibleMemory::Auto,
+            ..HipDeviceOptions::default()
         },
     )?;
     // Compile (once) with the device current on this thread; no compiler means no kernels,

@@ -10,7 +10,12 @@
 //! * **Completion threads.** One thread per queue takes the queue's submissions in order from a
 //!   [`Fifo`] and blocks in `synchronize_event` on each (events created with
 //!   [`crate::stream::EventFlags::BLOCKING_SYNC`], so it sleeps rather than spins), then settles
-//!   it. The thread is idle on a condition variable while the queue is empty.
+//!   it. The thread is idle on a condition variable while the queue is empty. With a nonzero
+//!   spin budget ([`crate::stream::StreamDeviceOptions::completion_spin`]) it first polls, for
+//!   up to the budget, both for the next submission (`Fifo::next`) and for its event
+//!   (`query_event`) before it sleeps: an OS wake-up (an interrupt, a futex wake of a sleeping
+//!   thread) costs microseconds that a short poll saves when work completes quickly, and a
+//!   bounded budget caps what the poll costs when it does not.
 //!
 //! **The fault probe.** After a sticky device error host functions never run, so with host
 //! callbacks a fault would leave every fence in flight unsettled. The reactor therefore sleeps in
@@ -24,7 +29,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::reactor::{Parker, Unpark};
 use crate::stream::api::StreamApi;
@@ -36,10 +41,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One queue's submissions for its completion thread, in stream order.
-#[derive(Default)]
 pub(crate) struct Fifo {
     state: Mutex<FifoState>,
     ready: Condvar,
+    /// Whether the thread sleeps on `ready` (so `push` must notify): a thread that is polling
+    /// needs no wake.
+    sleeping: AtomicBool,
+    /// How long the thread polls before it sleeps (zero: it sleeps at once).
+    spin: Duration,
 }
 
 #[derive(Default)]
@@ -49,27 +58,60 @@ struct FifoState {
 }
 
 impl Fifo {
+    /// An empty queue whose thread polls for up to `spin` before it sleeps.
+    pub(crate) fn new(spin: Duration) -> Self {
+        Fifo {
+            state: Mutex::default(),
+            ready: Condvar::new(),
+            sleeping: AtomicBool::new(false),
+            spin,
+        }
+    }
+
     /// Adds submission `id`, complete once `event` is.
     pub(crate) fn push(&self, id: u64, event: Event) {
         let mut state = lock(&self.state);
-        let was_empty = state.pending.is_empty();
         state.pending.push_back((id, event));
         drop(state);
-        if was_empty {
+        // The thread sets `sleeping` under the lock before it waits, and checks `pending` after
+        // setting it: a push that reads `false` here happened before that check (its element is
+        // seen), a push that reads `true` notifies.
+        if self.sleeping.load(Ordering::SeqCst) {
             self.ready.notify_one();
         }
     }
 
-    /// The next submission, blocking while there is none; `None` once stopped and drained.
+    /// The next submission, blocking while there is none (after polling for up to the spin
+    /// budget); `None` once stopped and drained.
     fn next(&self) -> Option<(u64, Event)> {
+        if !self.spin.is_zero() {
+            let start = Instant::now();
+            loop {
+                let mut state = lock(&self.state);
+                if let Some(next) = state.pending.pop_front() {
+                    return Some(next);
+                }
+                if state.stop {
+                    return None;
+                }
+                drop(state);
+                if start.elapsed() >= self.spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
         let mut state = lock(&self.state);
         loop {
             if let Some(next) = state.pending.pop_front() {
+                self.sleeping.store(false, Ordering::SeqCst);
                 return Some(next);
             }
             if state.stop {
+                self.sleeping.store(false, Ordering::SeqCst);
                 return None;
             }
+            self.sleeping.store(true, Ordering::SeqCst);
             state = self.ready.wait(state).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -87,9 +129,28 @@ pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) 
         return;
     };
     while let Some((id, event)) = fifo.next() {
-        let status = core.api.synchronize_event(event.handle());
+        let status = wait(&*core.api, &event, fifo.spin);
         core.complete(id, Some(status), Via::Thread);
     }
+}
+
+/// Waits for `event`: polls `query_event` for up to `spin`, then sleeps in `synchronize_event`.
+fn wait<A: StreamApi>(api: &A, event: &Event, spin: Duration) -> crate::error::Result<()> {
+    if !spin.is_zero() {
+        let start = Instant::now();
+        loop {
+            match api.query_event(event.handle()) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(error) => return Err(error),
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    api.synchronize_event(event.handle())
 }
 
 /// The reactor's sleep: a flag and a condition variable, so the sleep can have a timeout.

@@ -92,6 +92,14 @@ pub struct StreamDeviceOptions {
     pub completion: CompletionStrategy,
     /// How often, at most, the fault probe queries the events in flight while the device is busy.
     pub probe_interval: Duration,
+    /// With [`CompletionStrategy::CompletionThread`]: how long a completion thread polls (for
+    /// the next submission, then for its event) before it sleeps in the OS. Zero, the default,
+    /// never polls: an idle device uses no CPU. A budget of a few tens of microseconds takes
+    /// an OS wake-up off the completion path of short work, at the cost of up to that much CPU
+    /// time per submission on one thread per queue; vendor runtimes make the same trade when
+    /// their synchronisation spins (CUDA's default `CU_CTX_SCHED_AUTO`). Ignored with host
+    /// callbacks.
+    pub completion_spin: Duration,
 }
 
 impl Default for StreamDeviceOptions {
@@ -101,6 +109,7 @@ impl Default for StreamDeviceOptions {
             queue_count: 1,
             completion: CompletionStrategy::default(),
             probe_interval: Duration::from_millis(10),
+            completion_spin: Duration::ZERO,
         }
     }
 }
@@ -188,7 +197,8 @@ impl<A: StreamApi> StreamDevice<A> {
                 callback,
                 order: Default::default(),
                 graphs: Default::default(),
-                fifo: (strategy == CompletionStrategy::CompletionThread).then(Fifo::default),
+                fifo: (strategy == CompletionStrategy::CompletionThread)
+                    .then(|| Fifo::new(options.completion_spin)),
             });
             Ok(())
         });
