@@ -23,11 +23,12 @@
 //! timeout, and at most once per probe interval it queries the event of every submission in
 //! flight ([`super::core::Core::probe`]), settling those that completed and failing those whose
 //! event reports an error, with that error (whose message names the cause). With completion
-//! threads the blocked `synchronize_event` returns the error itself; the probe is a second line.
-//! An idle device's reactor sleeps without a timeout.
+//! threads the blocked `synchronize_event` returns the error itself; the probe is a second line
+//! for the submissions queued behind, and skips the one a thread waits on
+//! ([`Core::awaited_by_thread`]). An idle device's reactor sleeps without a timeout.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,8 @@ pub(crate) struct Fifo {
     sleeping: AtomicBool,
     /// How long the thread polls before it sleeps (zero: it sleeps at once).
     spin: Duration,
+    /// The submission whose event the thread waits on (0: none), which the probe leaves to it.
+    waiting: AtomicU64,
 }
 
 #[derive(Default)]
@@ -65,6 +68,7 @@ impl Fifo {
             ready: Condvar::new(),
             sleeping: AtomicBool::new(false),
             spin,
+            waiting: AtomicU64::new(0),
         }
     }
 
@@ -129,8 +133,26 @@ pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) 
         return;
     };
     while let Some((id, event)) = fifo.next() {
+        fifo.waiting.store(id, Ordering::SeqCst);
         let status = wait(&*core.api, &event, fifo.spin);
+        fifo.waiting.store(0, Ordering::SeqCst);
         core.complete(id, Some(status), Via::Thread);
+    }
+}
+
+impl<A: StreamApi> Core<A> {
+    /// Whether a completion thread is waiting on submission `id`'s event right now. The probe
+    /// leaves such an event alone: the thread sees its outcome (an error included) as soon as
+    /// the probe could, and on HIP a query of an event that another thread synchronises on
+    /// waits for that synchronisation (the runtime holds the event's lock across it), which
+    /// would stall the reactor for as long as the work runs.
+    pub(crate) fn awaited_by_thread(&self, id: u64) -> bool {
+        self.queues.iter().any(|queue| {
+            queue
+                .fifo
+                .as_ref()
+                .is_some_and(|fifo| fifo.waiting.load(Ordering::SeqCst) == id)
+        })
     }
 }
 

@@ -129,7 +129,12 @@ impl<A: StreamApi> Core<A> {
     /// ended).
     pub(crate) fn settle_leftovers(&self) {
         for id in self.in_flight_ids() {
+    /// The submission a completion thread waits on is that thread's to settle (see
+    /// [`Core::awaited_by_thread`]).
             self.complete(id, None, Via::Shutdown);
         }
     }
+            if self.awaited_by_thread(id) {
+                continue;
+            }
 }
