@@ -1,7 +1,10 @@
 //! The conformance suite on the generic stream device over the host stream API, once per
-//! completion strategy, with the standard kernels written as host kernels.
+//! completion strategy, with the standard kernels written as host kernels; and the failure
+//! case once more per strategy with a `fail` kernel that fails through a status word, as a GPU
+//! kernel does, instead of returning an error from its launch.
 
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use halcyon::stream::host::{HostModule, HostStreamApi, LaunchArgs};
@@ -9,19 +12,37 @@ use halcyon::stream::{create_device, CompletionStrategy, StreamDeviceOptions};
 use halcyon::{Device, Executable, Result};
 use halcyon_conformance::kernels;
 
+/// How the `fail` kernel fails its dispatch.
+#[derive(Clone, Copy)]
+enum Fail {
+    /// Its launch returns an error (the host API's own way: the stream reports it).
+    LaunchError,
+    /// It writes 1 to its status word and returns normally (the way CUDA and HIP kernels fail:
+    /// the stream device checks the word on completion).
+    StatusWord,
+}
+
 /// The suite's standard kernels as host-stream kernels.
-struct HostKernels;
+struct HostKernels(Fail);
 
 impl halcyon_conformance::Kernels for HostKernels {
     fn load(&self, device: &Device) -> Result<Executable> {
-        let spec = HostModule::new()
+        let module = HostModule::new()
             .kernel(kernels::add_one_u32(), add_one_u32)
-            .kernel(kernels::saxpy_f32(), saxpy_f32)
-            .kernel(kernels::fail(), |_| {
+            .kernel(kernels::saxpy_f32(), saxpy_f32);
+        let module = match self.0 {
+            Fail::LaunchError => module.kernel(kernels::fail(), |_| {
                 Err("the conformance suite's 'fail' kernel always fails".into())
-            })
-            .spec();
-        device.load_executable(&spec)
+            }),
+            Fail::StatusWord => module.kernel_with_status_word(kernels::fail(), |args| {
+                let word = args
+                    .status_word()
+                    .ok_or("the launch passed no status word")?;
+                word.store(1, Ordering::Relaxed);
+                Ok(())
+            }),
+        };
+        device.load_executable(&module.spec())
     }
 }
 
@@ -75,7 +96,7 @@ mod host_callback {
             HostStreamApi::new(),
             options(CompletionStrategy::HostCallback)
         ),
-        HostKernels
+        HostKernels(Fail::LaunchError)
     );
 }
 
@@ -88,7 +109,7 @@ mod completion_thread {
             HostStreamApi::new(),
             options(CompletionStrategy::CompletionThread)
         ),
-        HostKernels
+        HostKernels(Fail::LaunchError)
     );
 }
 
@@ -106,6 +127,31 @@ mod completion_thread_spin {
                 ..options(CompletionStrategy::CompletionThread)
             }
         ),
-        HostKernels
+        HostKernels(Fail::LaunchError)
     );
+}
+
+/// The failure case with the `fail` kernel failing through its status word, in both completion
+/// strategies (the rest of the suite does not dispatch `fail`).
+mod status_word {
+    use super::*;
+
+    fn failing_dispatch_fails_the_chain(completion: CompletionStrategy) {
+        halcyon_conformance::run(
+            "failing_dispatch_fails_the_chain",
+            || create_device(HostStreamApi::new(), options(completion)),
+            &HostKernels(Fail::StatusWord),
+            halcyon_conformance::cases::failing_dispatch_fails_the_chain,
+        );
+    }
+
+    #[test]
+    fn failing_dispatch_fails_the_chain_host_callback() {
+        failing_dispatch_fails_the_chain(CompletionStrategy::HostCallback);
+    }
+
+    #[test]
+    fn failing_dispatch_fails_the_chain_completion_thread() {
+        failing_dispatch_fails_the_chain(CompletionStrategy::CompletionThread);
+    }
 }

@@ -17,6 +17,36 @@
 //! expected a compile error, and costs a backend one cast at its boundary (`CUstream` ↔ `u64`,
 //! `CUdeviceptr` is a `u64` already). A handle means nothing to another `StreamApi` instance.
 //!
+//! # Status words
+//!
+//! A GPU kernel has no return code, and the only way for one to stop with an error (a trap, an
+//! illegal address) is a sticky fault that kills the whole context. So a kernel fails its
+//! dispatch through a **status word** instead, by this convention: an entry point declared
+//! with `b` bindings and `c` constants whose kernel takes exactly one more parameter, a
+//! pointer, after the constants, takes a status word. That parameter is the address of a `u32`
+//! in device memory that is zero when the kernel starts; the kernel writes a nonzero value to
+//! fail its dispatch (any thread, any number of times; which nonzero value wins is
+//! unspecified). [`StreamApi::load_module`] reports which entry points take one
+//! ([`LoadedModule::status_words`]), and the stream layer launches those with
+//! [`StreamApi::launch_kernel_with_status`]. In CUDA C or HIP:
+//!
+//! ```text
+//! extern "C" __global__ void checked(float* x, unsigned int n, unsigned int* status) {
+//!     // ... on an error:
+//!     *status = 1u;
+//! }
+//! ```
+//!
+//! The stream device gives every such dispatch of a submission its own word, zeroes them
+//! before the first launch, copies them back after the last, and checks them when the
+//! submission completes: a nonzero word fails the submission with
+//! [`crate::StatusCode::Internal`] naming the device, the entry point and the value, and with
+//! it everything waiting on its signals. (The commands after a failing dispatch in the same
+//! submission still run: the words are only read once the whole submission completed.) Because the check runs on the host, such a submission
+//! signals its semaphores from the host after the check, never on the device: work waiting on
+//! it (on any queue) starts only after the check passed, and never if it failed. Dispatches of
+//! entry points without a status word keep the fully device-side path.
+//!
 //! # Errors
 //!
 //! Every method returns [`crate::Result`] with the vendor error already turned into an
@@ -143,6 +173,18 @@ pub struct LoadedModule {
     /// Entry points, in the order dispatches index them. Each name is looked up with
     /// [`StreamApi::get_function`]; the workgroup size is the launch's block size.
     pub entry_points: Vec<EntryPoint>,
+    /// Index-aligned with `entry_points`: whether the entry point's kernel takes a status word
+    /// after its constants (see [the convention](crate::stream::api#status-words)); such
+    /// kernels are launched with [`StreamApi::launch_kernel_with_status`]. Entry points beyond
+    /// the vector's length take none, so an API without status words leaves it empty.
+    pub status_words: Vec<bool>,
+}
+
+impl LoadedModule {
+    /// Whether entry point `index` takes a status word ([`LoadedModule::status_words`]).
+    pub fn takes_status_word(&self, index: usize) -> bool {
+        self.status_words.get(index).copied().unwrap_or(false)
+    }
 }
 
 /// The shape of a kernel launch.
@@ -157,7 +199,8 @@ pub struct LaunchConfig {
 }
 
 /// A kernel's parameters in halcyon's one dispatch model: every binding as a device pointer, in
-/// binding order, then every `u32` constant, in order.
+/// binding order, then every `u32` constant, in order (then, for an entry point that takes one,
+/// the status word, passed separately to [`StreamApi::launch_kernel_with_status`]).
 #[derive(Clone, Copy, Debug)]
 pub struct KernelParams<'a> {
     /// One device address per binding (the buffer's address plus the binding's offset).
@@ -351,7 +394,9 @@ pub trait StreamApi: Send + Sync + 'static {
 
     /// Enqueues a launch of `function` with `config` and `params` on `stream`. Argument errors
     /// (a block too large, a bad address) are reported synchronously where the API can; errors
-    /// while the kernel runs complete the next recorded event with an error.
+    /// while the kernel runs complete the next recorded event with an error. `function` must be
+    /// an entry point without a status word (launch the others with
+    /// [`StreamApi::launch_kernel_with_status`]).
     fn launch_kernel(
         &self,
         function: FunctionHandle,
@@ -359,6 +404,28 @@ pub trait StreamApi: Send + Sync + 'static {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()>;
+
+    /// Enqueues a launch of `function`, an entry point whose kernel takes a status word
+    /// ([`LoadedModule::status_words`]), like [`StreamApi::launch_kernel`], passing `status`
+    /// (the address of a device `u32`, 4-byte aligned) as its last parameter, after the
+    /// constants (see [the convention](crate::stream::api#status-words)). The API neither
+    /// zeroes nor reads the word: the stream layer does. An API whose
+    /// [`StreamApi::load_module`] reports no status words never gets this call; the default
+    /// fails with `Unimplemented`.
+    fn launch_kernel_with_status(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        status: DevicePtr,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let _ = (function, config, params, status, stream);
+        Err(unimplemented(
+            &self.info().driver,
+            "kernels with a status word",
+        ))
+    }
 
     // ---------------------------------------------------------------- graphs (optional)
 

@@ -25,6 +25,14 @@
 //!   thread per queue blocked on blocking-sync events. A **probe** on the reactor queries the
 //!   events in flight while the device is busy: a device fault (after which host functions never
 //!   run) becomes an error on every affected fence instead of a hang.
+//! * **Status words**: a kernel fails its dispatch by setting a `u32` it takes as one more
+//!   parameter after its constants (the convention is in [`api`](api#status-words); GPU kernels
+//!   have no other way short of a context-killing fault). Each such dispatch of a submission
+//!   gets its own word from a pooled device array, zeroed before and copied back after; a
+//!   nonzero word fails the submission on completion naming the entry point and the value.
+//!   Such a submission's signals are made from the host after the check (not scheduled on the
+//!   timelines), so dependents on every queue stay parked until it passed, and its command
+//!   list is replayed on the stream, never captured into a graph.
 //! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
 //!   copies never block the issuing thread; the backend allocates and frees them.
 //! * **[`host::HostStreamApi`]**: a real implementation on host threads (a thread per stream),

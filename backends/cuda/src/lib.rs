@@ -20,6 +20,24 @@
 //! `cuStreamWaitEvent`, completion through a thread per queue blocked on blocking-sync events
 //! (the default) or through `cuLaunchHostFunc` callbacks ([`CudaDeviceOptions`]).
 //!
+//! **Failing a dispatch.** A kernel fails its dispatch through a status word, the stream
+//! layer's convention ([`halcyon::stream::api`]): a kernel whose entry point declares `b`
+//! bindings and `c` constants and that takes one more parameter, a pointer, after the
+//! constants gets a `u32` in device memory, zero when it starts; writing a nonzero value fails
+//! the submission on completion (`StatusCode::Internal`, naming the entry point and the value),
+//! and everything waiting on it. `__trap()` or an illegal address would instead be a sticky
+//! fault that kills the context. Such submissions signal their semaphores from the host after
+//! the check, so their dependents wait on the host. Whether a kernel takes the word is read
+//! from its PTX `.param`s, or for a cubin from `cuFuncGetParamInfo` (CUDA 12.4+ drivers; before
+//! that a cubin kernel is taken to have none): see [`module`].
+//!
+//! ```text
+//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n && !isfinite(x[i])) *status = 1u;
+//! }
+//! ```
+//!
 //! Modules, bottom up (cudarc's own layering, `sys` → checked calls → safe API):
 //!
 //! * [`probe`]: the gate in front of cudarc (libcuda present, CUDA 12.0 or newer, initialised).

@@ -20,8 +20,20 @@
 //! report a kernel's parameters (`cuFuncGetParamInfo`, drivers supporting CUDA 12.4+, R550),
 //! loading checks the signature against the metadata ([`check_kernel_params`]): a kernel taking
 //! more or larger parameters than halcyon passes would make `cuLaunchKernel` read past the
-//! argument array. On CUDA 12.0 to 12.3 drivers there is no such check: the metadata must be
-//! right.
+//! argument array. PTX is checked the same way from its text, on any driver
+//! ([`ptx_status_word`], part of [`CudaModule::validate`]). A cubin on a CUDA 12.0 to 12.3
+//! driver is not checked: the metadata must be right.
+//!
+//! **Status word.** A kernel fails its dispatch through a status word (the stream layer's
+//! convention, see [`halcyon::stream::api`]): one more parameter after the constants, an
+//! 8-byte pointer to a `u32` that is zero when the kernel starts and that the kernel sets
+//! nonzero to fail (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int*
+//! status)`). A trap or an illegal address would instead be a sticky fault that kills the
+//! context. Whether a kernel takes the word is read from its parameters: from the `.param`s of
+//! its `.entry` for PTX, from `cuFuncGetParamInfo` for a cubin. On a driver without
+//! `cuFuncGetParamInfo` (before CUDA 12.4) a cubin kernel is taken to have no status word
+//! (its dispatches cannot fail): ship PTX, or a fatbin with PTX, for kernels that take one
+//! there. A kernel whose parameter count is neither `b + c` nor `b + c + 1` is refused.
 //!
 //! **Byte form** (little-endian):
 //!
@@ -334,6 +346,82 @@ pub fn ptx_entries(ptx: &str) -> Vec<String> {
     names
 }
 
+/// The size in bytes of each parameter of the kernel `name` (its `.entry`'s `.param` list), in
+/// order; `None` if the PTX defines no such kernel. A parameter of a type the parser does not
+/// know counts as 0 bytes (it then matches no signature halcyon passes).
+pub fn ptx_param_sizes(ptx: &str, name: &str) -> Option<Vec<usize>> {
+    let code: String = ptx
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find(".entry") {
+        let before_ok = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        rest = &rest[at + ".entry".len()..];
+        if !before_ok || !rest.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let after = rest.trim_start();
+        let Some(tail) = after.strip_prefix(name) else {
+            continue;
+        };
+        if tail
+            .starts_with(|c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.' | '%'))
+        {
+            continue; // a longer name
+        }
+        let tail = tail.trim_start();
+        let Some(list) = tail.strip_prefix('(') else {
+            return Some(Vec::new()); // `.entry name` without a parameter list
+        };
+        let list = &list[..list.find(')').unwrap_or(list.len())];
+        return Some(
+            list.split(',')
+                .filter(|param| !param.trim().is_empty())
+                .map(ptx_param_size)
+                .collect(),
+        );
+    }
+    None
+}
+
+/// The size of one `.param` declaration: `.param .u64 name`, `.param .u64 .ptr .global .align 4
+/// name`, `.param .align 8 .b8 name[16]`.
+fn ptx_param_size(param: &str) -> usize {
+    let tokens: Vec<&str> = param.split_whitespace().collect();
+    let element = tokens.iter().find_map(|t| match *t {
+        ".u8" | ".s8" | ".b8" => Some(1),
+        ".u16" | ".s16" | ".b16" | ".f16" => Some(2),
+        ".u32" | ".s32" | ".b32" | ".f32" => Some(4),
+        ".u64" | ".s64" | ".b64" | ".f64" => Some(8),
+        _ => None,
+    });
+    let count = tokens
+        .last()
+        .and_then(|name| name.split_once('['))
+        .map(|(_, n)| n.trim_end_matches(']').trim().parse::<usize>().unwrap_or(0))
+        .unwrap_or(1);
+    element.unwrap_or(0) * count
+}
+
+/// Whether the PTX kernel of `entry` takes a status word after its constants (see the
+/// [module docs](self)), from its `.param` list: `b` 8-byte pointers then `c` 4-byte values
+/// is `false`, followed by one more 8-byte pointer is `true`; anything else is
+/// `InvalidArgument`, as is a PTX without the kernel.
+pub fn ptx_status_word(ptx: &str, entry: &EntryPoint) -> Result<bool> {
+    let sizes = ptx_param_sizes(ptx, &entry.name).ok_or_else(|| {
+        invalid(format!(
+            "the PTX defines no kernel '{}' whose parameters could be checked",
+            entry.name
+        ))
+    })?;
+    match_params(entry, &sizes)
+}
+
 fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
     if let Some(at) = text.find('\0') {
         // cuModuleLoadData reads PTX up to its NUL: anything after an inner one would be lost.
@@ -357,6 +445,7 @@ fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
                 ),
             ));
         }
+        ptx_status_word(text, entry)?;
     }
     Ok(())
 }
@@ -442,30 +531,44 @@ fn validate_binary(bytes: &[u8]) -> Result<()> {
 
 /// Checks a kernel's real parameters — `(offset, size)` per parameter as `cuFuncGetParamInfo`
 /// reports them — against what halcyon passes for `entry`: an 8-byte device pointer per
-/// binding, then a 4-byte `u32` per constant.
+/// binding, then a 4-byte `u32` per constant, then, for a kernel that takes a status word, an
+/// 8-byte pointer to it. Returns whether the kernel takes the status word.
 ///
-/// An empty `params` is taken as "unknown" and accepted (the driver reports nothing for a
-/// kernel without parameters, and passing a kernel more arguments than it takes is harmless).
-/// Anything else must match exactly: a kernel taking more or larger parameters would make
-/// `cuLaunchKernel` read past the argument values halcyon provides.
-pub fn check_kernel_params(entry: &EntryPoint, params: &[(usize, usize)]) -> Result<()> {
+/// An empty `params` is taken as "unknown" and accepted as a kernel without a status word (the
+/// driver reports nothing for a kernel without parameters, and passing a kernel more arguments
+/// than it takes is harmless). Anything else must match one of the two signatures exactly: a
+/// kernel taking more or larger parameters would make `cuLaunchKernel` read past the argument
+/// values halcyon provides.
+pub fn check_kernel_params(entry: &EntryPoint, params: &[(usize, usize)]) -> Result<bool> {
     if params.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
+    let sizes: Vec<usize> = params.iter().map(|&(_, size)| size).collect();
+    match_params(entry, &sizes)
+}
+
+/// Whether parameters of `sizes` bytes are `entry`'s signature (`false`) or its signature and a
+/// status word (`true`); `InvalidArgument` naming both otherwise.
+fn match_params(entry: &EntryPoint, sizes: &[usize]) -> Result<bool> {
     let expected: Vec<usize> = std::iter::repeat_n(8, entry.binding_count as usize)
         .chain(std::iter::repeat_n(4, entry.constant_count as usize))
         .collect();
-    let actual: Vec<usize> = params.iter().map(|&(_, size)| size).collect();
-    if actual == expected {
-        return Ok(());
+    if sizes == expected {
+        return Ok(false);
+    }
+    if sizes.len() == expected.len() + 1
+        && sizes[..expected.len()] == expected[..]
+        && sizes[expected.len()] == 8
+    {
+        return Ok(true);
     }
     Err(invalid(format!(
-        "kernel '{}' takes {} parameters of sizes {actual:?} bytes, but its entry point declares \
+        "kernel '{}' takes {} parameters of sizes {sizes:?} bytes, but its entry point declares \
          {} bindings and {} constants, which halcyon passes as {expected:?} bytes (an 8-byte \
-         device pointer per binding, then a 4-byte u32 per constant); fix the kernel's \
-         signature or the EntryPoint",
+         device pointer per binding, then a 4-byte u32 per constant), optionally followed by an \
+         8-byte pointer to the status word; fix the kernel's signature or the EntryPoint",
         entry.name,
-        actual.len(),
+        sizes.len(),
         entry.binding_count,
         entry.constant_count
     )))
@@ -671,8 +774,13 @@ mod tests {
     #[test]
     fn kernel_params_must_match_the_metadata() {
         let e = entry("saxpy_f32", 2, 2);
-        check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4)]).unwrap();
-        check_kernel_params(&e, &[]).unwrap();
+        assert!(!check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4)]).unwrap());
+        assert!(!check_kernel_params(&e, &[]).unwrap());
+        // One more 8-byte pointer after the constants: the status word.
+        assert!(check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4), (24, 8)]).unwrap());
+        let status_only = entry("fail", 0, 0);
+        assert!(check_kernel_params(&status_only, &[(0, 8)]).unwrap());
+        check_kernel_params(&status_only, &[(0, 8), (8, 8)]).unwrap_err();
         let err = check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4)]).unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument);
         assert!(
@@ -682,6 +790,84 @@ mod tests {
         );
         assert!(err.message().contains("[8, 8, 4, 4]"), "{err}");
         check_kernel_params(&e, &[(0, 8), (8, 8), (16, 8), (24, 4)]).unwrap_err();
-        check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4), (24, 4)]).unwrap_err();
+        let e = check_kernel_params(&e, &[(0, 8), (8, 8), (16, 4), (20, 4), (24, 4)]).unwrap_err();
+        assert!(e.message().contains("pointer to the status word"), "{e}");
+    }
+
+    /// PTX with NVRTC's layout (and hand-written variants) for the parameter parser.
+    const PARAMS_PTX: &str = ".version 8.0\n.target sm_52\n.address_size 64\n\n\
+        \t// .globl\tfail\n.visible .entry fail(\n\t.param .u64 fail_param_0\n)\n{\n\tret;\n}\n\
+        .visible .entry saxpy_f32(\n\t.param .u64 saxpy_f32_param_0,\n\t.param .u64 \
+        saxpy_f32_param_1,\n\t.param .u32 saxpy_f32_param_2,\n\t.param .u32 \
+        saxpy_f32_param_3 // n\n)\n{\n\tret;\n}\n\
+        .entry checked(.param .u64 .ptr .global .align 4 checked_param_0, .param .f32 \
+        checked_param_1, .param .u64 .ptr .align 1 checked_param_2)\n{\n\tret;\n}\n\
+        .visible .entry wide(.param .align 8 .b8 wide_param_0[16], .param .u32 wide_param_1)\n\
+        {\n\tret;\n}\n.visible .entry bare\n{\n\tret;\n}\n\
+        .visible .entry narrow(.param .u64 narrow_param_0, .param .u32 narrow_param_1)\n{\n\tret;\n}\n";
+
+    #[test]
+    fn ptx_parameters_are_counted_per_entry() {
+        assert_eq!(ptx_param_sizes(PTX, "add_one_u32"), Some(vec![8, 4]));
+        assert_eq!(ptx_param_sizes(PTX, "fail"), Some(vec![]));
+        assert_eq!(ptx_param_sizes(PTX, "add_one"), None, "a prefix of a name");
+        assert_eq!(ptx_param_sizes(PTX, "nope"), None);
+        assert_eq!(ptx_param_sizes(PARAMS_PTX, "fail"), Some(vec![8]));
+        assert_eq!(
+            ptx_param_sizes(PARAMS_PTX, "saxpy_f32"),
+            Some(vec![8, 8, 4, 4])
+        );
+        assert_eq!(ptx_param_sizes(PARAMS_PTX, "checked"), Some(vec![8, 4, 8]));
+        assert_eq!(ptx_param_sizes(PARAMS_PTX, "wide"), Some(vec![16, 4]));
+        assert_eq!(ptx_param_sizes(PARAMS_PTX, "bare"), Some(vec![]));
+    }
+
+    #[test]
+    fn ptx_kernels_with_one_more_pointer_take_a_status_word() {
+        // b + c parameters: no status word; b + c + 1 with a trailing pointer: a status word.
+        assert!(!ptx_status_word(PTX, &entry("add_one_u32", 1, 1)).unwrap());
+        assert!(!ptx_status_word(PTX, &entry("fail", 0, 0)).unwrap());
+        assert!(ptx_status_word(PARAMS_PTX, &entry("fail", 0, 0)).unwrap());
+        assert!(!ptx_status_word(PARAMS_PTX, &entry("saxpy_f32", 2, 2)).unwrap());
+        assert!(ptx_status_word(PARAMS_PTX, &entry("checked", 1, 1)).unwrap());
+        assert!(ptx_status_word(PARAMS_PTX, &entry("narrow", 1, 0))
+            .unwrap_err()
+            .message()
+            .contains("sizes [8, 4]"));
+        // Neither b + c nor b + c + 1, or a trailing parameter that is not a pointer.
+        for (name, bindings, constants) in [
+            ("saxpy_f32", 2, 1),
+            ("saxpy_f32", 1, 1),
+            ("saxpy_f32", 2, 3),
+            ("saxpy_f32", 3, 2),
+            ("fail", 1, 1),
+            ("wide", 0, 2),
+            ("bare", 1, 0),
+        ] {
+            let e = ptx_status_word(PARAMS_PTX, &entry(name, bindings, constants)).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{name}: {e}");
+            assert!(
+                e.message().contains(&format!("kernel '{name}' takes")),
+                "{e}"
+            );
+            assert!(e.message().contains("status word"), "{e}");
+        }
+        let e = ptx_status_word(PARAMS_PTX, &entry("nope", 0, 0)).unwrap_err();
+        assert!(e.message().contains("no kernel 'nope'"), "{e}");
+        // Loading (validation, no GPU) refuses a PTX signature that matches neither.
+        let e = CudaModule::ptx(PARAMS_PTX, vec![entry("saxpy_f32", 2, 1)])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.message()
+                .contains("takes 4 parameters of sizes [8, 8, 4, 4]"),
+            "{e}"
+        );
+        CudaModule::ptx(
+            PARAMS_PTX,
+            vec![entry("fail", 0, 0), entry("checked", 1, 1)],
+        )
+        .validate()
+        .unwrap();
     }
 }

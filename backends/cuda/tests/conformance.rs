@@ -6,8 +6,8 @@
 //! A third instance opts into graph replay ([`CudaDeviceOptions::graphs`]), a fourth into
 //! completion threads that poll before they sleep ([`CudaDeviceOptions::completion_spin`]).
 //!
-//! `failing_dispatch_fails_the_chain` prints why and skips on CUDA: a kernel cannot fail its
-//! launch without a sticky fault that kills the context (see `CudaKernels::can_fail`).
+//! `failing_dispatch_fails_the_chain` runs the `fail` kernel, which fails its dispatch through
+//! its status word (see `CudaKernels::can_fail`).
 
 mod common;
 

@@ -441,25 +441,55 @@ mod gpu {
         assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
         println!("{e}");
 
-        // add_one_u32 takes (pointer, u32); declaring two bindings must be refused where the
-        // driver reports kernel parameters (cuFuncGetParamInfo, CUDA 12.4+). An older driver
-        // lacks the call, so loading cannot check and succeeds.
+        // add_one_u32 takes (pointer, u32); declaring two bindings is refused on every driver:
+        // the PTX's `.param`s say so (and cuFuncGetParamInfo, on CUDA 12.4+ drivers).
         let mut wrong = kernels::add_one_u32();
         wrong.binding_count = 2;
         wrong.constant_count = 0;
         let wrong = CudaModule::ptx(common::STANDARD_PTX, vec![wrong]).spec();
-        if probe::probe().unwrap().supports(probe::PARAM_INFO_VERSION) {
-            let e = api.load_module(&wrong).unwrap_err();
-            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
-            assert!(
-                e.message().contains("takes 2 parameters of sizes [8, 4]"),
-                "{e}"
-            );
-        } else {
-            println!("driver older than CUDA 12.4: no kernel signature check");
-            let loaded = api.load_module(&wrong).unwrap();
-            api.unload_module(loaded.module).unwrap();
-        }
+        let e = api.load_module(&wrong).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(
+            e.message().contains("takes 2 parameters of sizes [8, 4]"),
+            "{e}"
+        );
+
+        // The standard kernels: only `fail` takes a status word, in PTX and as the driver
+        // reports it where it can (CUDA 12.4+).
+        let mut entry_points = common::standard_entry_points();
+        entry_points.push(common::empty());
+        let loaded = api
+            .load_module(&CudaModule::ptx(common::STANDARD_PTX, entry_points).spec())
+            .unwrap();
+        assert_eq!(loaded.status_words, [false, false, true, false]);
+
+        // `fail` writes 1 to the word it is launched with, and nothing else.
+        let fail = api.get_function(loaded.module, "fail").unwrap();
+        let s = api.create_stream().unwrap();
+        let words = api.allocate(16, MemoryPlacement::Device).unwrap();
+        api.memset_async(words, 0, 4, 16, s).unwrap();
+        let config = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_memory_bytes: 0,
+        };
+        let params = KernelParams {
+            bindings: &[],
+            constants: &[],
+        };
+        api.launch_kernel_with_status(fail, &config, &params, words.offset(8), s)
+            .unwrap();
+        let mut out = [7u32; 4];
+        // SAFETY: `out` outlives the copy (the stream is synchronised below).
+        unsafe {
+            api.copy_device_to_host_async(out.as_mut_ptr().cast(), words, 16, s)
+                .unwrap()
+        };
+        api.synchronize_stream(s).unwrap();
+        assert_eq!(out, [0, 0, 1, 0]);
+        api.free(words).unwrap();
+        api.destroy_stream(s).unwrap();
+        api.unload_module(loaded.module).unwrap();
 
         let loaded = api.load_module(&common::standard_module().spec()).unwrap();
         let e = api.get_function(loaded.module, "nope").unwrap_err();

@@ -20,7 +20,7 @@
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
-//! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant |
+//! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]) |
 //! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
 //!
 //! # Handles
@@ -202,6 +202,8 @@ struct RawModule {
     hip: Hip,
     raw: sys::hipModule_t,
     entry_points: Vec<EntryPoint>,
+    /// Index-aligned with `entry_points`: whether the kernel takes a status word.
+    status_words: Vec<bool>,
     /// The code object, 8-byte aligned, kept for the module's life: HIP may keep referring to
     /// the image it loaded from.
     _image: Vec<u64>,
@@ -214,6 +216,8 @@ struct RawFunction {
     name: String,
     binding_count: usize,
     constant_count: usize,
+    /// Whether it takes a status word after the constants.
+    status_word: bool,
 }
 
 // SAFETY: HIP objects may be used and destroyed from any thread (the HIP runtime API is
@@ -383,12 +387,14 @@ pub(crate) struct KernelArgs {
 }
 
 impl KernelArgs {
-    pub(crate) fn new(params: &KernelParams<'_>) -> Self {
+    /// The bindings, the constants, then the status word's address if there is one.
+    pub(crate) fn new(params: &KernelParams<'_>, status: Option<DevicePtr>) -> Self {
         let values = params
             .bindings
             .iter()
             .map(|p| p.0)
             .chain(params.constants.iter().map(|&c| u64::from(c)))
+            .chain(status.map(|p| p.0))
             .collect();
         KernelArgs { values }
     }
@@ -1058,6 +1064,12 @@ impl StreamApi for HipStreamApi {
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = HipModule::from_spec(spec)?;
         let code = module.validate()?;
+        // Validated above, so these only read which kernels take a status word.
+        let status_words = module
+            .entry_points
+            .iter()
+            .map(|entry| code.check_entry_point(entry))
+            .collect::<Result<Vec<bool>>>()?;
         // An 8-byte aligned copy: HIP reads the ELF headers in place.
         let bytes = &module.code_object;
         let mut image = vec![0u64; bytes.len().div_ceil(8)];
@@ -1095,12 +1107,14 @@ impl StreamApi for HipStreamApi {
                 hip: self.hip,
                 raw,
                 entry_points: entry_points.clone(),
+                status_words: status_words.clone(),
                 _image: image,
             },
         );
         Ok(LoadedModule {
             module: ModuleHandle(handle),
             entry_points,
+            status_words,
         })
     }
 
@@ -1114,7 +1128,7 @@ impl StreamApi for HipStreamApi {
 
     fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
         let module = self.modules.get(module.0)?;
-        let Some(entry) = module.entry_points.iter().find(|e| e.name == name) else {
+        let Some(index) = module.entry_points.iter().position(|e| e.name == name) else {
             return Err(Error::new(
                 StatusCode::NotFound,
                 format!(
@@ -1135,12 +1149,14 @@ impl StreamApi for HipStreamApi {
             return Err(null_from("hipModuleGetFunction"));
         }
         let handle = raw as usize as u64;
+        let entry = &module.entry_points[index];
         let function = RawFunction {
             raw,
             name: name.to_string(),
             binding_count: entry.binding_count as usize,
             constant_count: entry.constant_count as usize,
-            module,
+            status_word: module.status_words[index],
+            module: module.clone(),
         };
         self.functions.insert(handle, function);
         Ok(FunctionHandle(handle))
@@ -1153,22 +1169,59 @@ impl StreamApi for HipStreamApi {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()> {
+        self.launch(function, config, params, None, stream)
+    }
+
+    fn launch_kernel_with_status(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        status: DevicePtr,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.launch(function, config, params, Some(status), stream)
+    }
+}
+
+impl HipStreamApi {
+    /// `hipModuleLaunchKernel` with one argument pointer per binding, per constant, and for a
+    /// kernel that takes one, for the status word.
+    fn launch(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        status: Option<DevicePtr>,
+        stream: StreamHandle,
+    ) -> Result<()> {
         let function = self.functions.get(function.0)?;
         if params.bindings.len() != function.binding_count
             || params.constants.len() != function.constant_count
+            || status.is_some() != function.status_word
         {
             return Err(invalid(format!(
-                "kernel '{}' takes {} bindings and {} constants; the launch passes {} and {}",
+                "kernel '{}' takes {} bindings and {} constants{}; the launch passes {} and {}{}",
                 function.name,
                 function.binding_count,
                 function.constant_count,
+                if function.status_word {
+                    " and a status word"
+                } else {
+                    ""
+                },
                 params.bindings.len(),
-                params.constants.len()
+                params.constants.len(),
+                if status.is_some() {
+                    " and a status word"
+                } else {
+                    ""
+                }
             )));
         }
         let stream = self.stream(stream)?;
         self.bind()?;
-        let mut args = KernelArgs::new(params);
+        let mut args = KernelArgs::new(params, status);
         let mut pointers = args.pointers();
         let kernel_params = if pointers.is_empty() {
             std::ptr::null_mut()
@@ -1177,9 +1230,10 @@ impl StreamApi for HipStreamApi {
         };
         // SAFETY: a live function (its module held) and stream. The module's metadata was
         // checked at load to take exactly `binding_count` 8-byte pointers then
-        // `constant_count` 4-byte values, and the counts match (checked above), so HIP reads
-        // exactly one valid pointer per argument, each to a value at least as large as the
-        // argument; it copies the values during the call, so `args` may go afterwards.
+        // `constant_count` 4-byte values, then an 8-byte pointer if it takes a status word, and
+        // the launch matches (checked above), so HIP reads exactly one valid pointer per
+        // argument, each to a value at least as large as the argument; it copies the values
+        // during the call, so `args` may go afterwards.
         unsafe {
             self.hip.module_launch_kernel(
                 function.raw,
@@ -1232,7 +1286,7 @@ mod tests {
             bindings: &bindings,
             constants: &constants,
         };
-        let mut args = KernelArgs::new(&params);
+        let mut args = KernelArgs::new(&params, None);
         let pointers = args.pointers();
         assert_eq!(pointers.len(), 4);
         // SAFETY: each pointer addresses a live u64 slot of `args`, read as HIP would read an
@@ -1247,7 +1301,21 @@ mod tests {
             bindings: &[],
             constants: &[],
         };
-        assert!(KernelArgs::new(&empty).pointers().is_empty());
+        assert!(KernelArgs::new(&empty, None).pointers().is_empty());
+        // The status word comes last, after the constants.
+        let mut args = KernelArgs::new(&params, Some(DevicePtr(0x7000_0000_3000)));
+        let pointers = args.pointers();
+        assert_eq!(pointers.len(), 5);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(*pointers[2].cast::<u32>(), 42);
+            assert_eq!(*pointers[4].cast::<u64>(), 0x7000_0000_3000);
+        }
+        let mut args = KernelArgs::new(&empty, Some(DevicePtr(0x7000_0000_3000)));
+        let pointers = args.pointers();
+        assert_eq!(pointers.len(), 1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { *pointers[0].cast::<u64>() }, 0x7000_0000_3000);
     }
 
     #[test]

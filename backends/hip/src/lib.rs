@@ -42,6 +42,25 @@
 //! event record; a stream callback also blocks the stream it is on until it returns.
 //! [`CompletionStrategy::HostCallback`] (IREE's design, callbacks on a dedicated stream) is
 //! available for comparison.
+//!
+//! # Failing a dispatch
+//!
+//! A HIP kernel can only stop with an error through a trap (`abort()`, `__builtin_trap()`),
+//! a device fault that kills the whole context. So a kernel fails its dispatch through a
+//! status word instead, the stream layer's convention ([`halcyon::stream::api`]): a kernel
+//! whose entry point declares `b` bindings and `c` constants and whose argument metadata shows
+//! one more global pointer after the constants gets a `u32` in device memory, zero when it
+//! starts; writing a nonzero value fails the submission on completion (`StatusCode::Internal`,
+//! naming the entry point and the value), and everything waiting on it. Such submissions
+//! signal their semaphores from the host after the check, so their dependents wait on the
+//! host. See [`module`].
+//!
+//! ```text
+//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n && !isfinite(x[i])) *status = 1u;
+//! }
+//! ```
 
 #![warn(missing_docs)]
 

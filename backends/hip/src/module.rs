@@ -27,10 +27,21 @@
 //!   bytes sound);
 //! * the kernel metadata (the `NT_AMDGPU_METADATA` MessagePack note), against each declared
 //!   entry point: the kernel exists, its explicit arguments are exactly `binding_count`
-//!   8-byte global pointers then `constant_count` 4-byte values (a mismatch would make
+//!   8-byte global pointers then `constant_count` 4-byte values, optionally followed by one
+//!   more 8-byte global pointer, the status word (a mismatch would make
 //!   `hipModuleLaunchKernel` read the wrong number of argument pointers), and the workgroup size
 //!   fits the kernel's `max_flat_workgroup_size` and equals its `reqd_workgroup_size` if it has
 //!   one.
+//!
+//! # Status word
+//!
+//! A kernel fails its dispatch through a status word (the stream layer's convention, see
+//! [`halcyon::stream::api`]): its last explicit argument, after the constants, a pointer to a
+//! `u32` that is zero when it starts and that it sets nonzero to fail
+//! (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int* status)`). A trap
+//! (`abort()`, `__builtin_trap()`) would instead be a device fault that kills the context.
+//! [`CodeObject::check_entry_point`] tells from the argument metadata whether a kernel takes
+//! one.
 //!
 //! Whether the code object's target (`gfx90a`, ...) matches the device is only known when HIP
 //! loads it; a load error names the target the code object was built for.
@@ -275,8 +286,9 @@ impl CodeObject {
         self.kernels.iter().find(|k| k.symbol == symbol)
     }
 
-    /// Checks `entry` against the kernel of that name (see the [module docs](self)).
-    pub fn check_entry_point(&self, entry: &EntryPoint) -> Result<()> {
+    /// Checks `entry` against the kernel of that name (see the [module docs](self)); returns
+    /// whether the kernel takes a status word (one more global pointer after the constants).
+    pub fn check_entry_point(&self, entry: &EntryPoint) -> Result<bool> {
         let name = &entry.name;
         let Some(kernel) = self.kernel(name) else {
             if let Some(k) = self.kernels.iter().find(|k| k.name == *name) {
@@ -325,10 +337,12 @@ impl CodeObject {
         }
         let explicit: Vec<&KernelArg> = kernel.explicit_args().collect();
         let expected = entry.binding_count as usize + entry.constant_count as usize;
-        let matches = explicit.len() == expected
-            && explicit.iter().enumerate().all(|(i, arg)| {
+        let pointer = |arg: &KernelArg| arg.value_kind == "global_buffer" && arg.size == 8;
+        let status_word = explicit.len() == expected + 1 && pointer(explicit[expected]);
+        let matches = (explicit.len() == expected || status_word)
+            && explicit[..expected].iter().enumerate().all(|(i, arg)| {
                 if i < entry.binding_count as usize {
-                    arg.value_kind == "global_buffer" && arg.size == 8
+                    pointer(arg)
                 } else {
                     arg.value_kind == "by_value" && arg.size == 4
                 }
@@ -340,7 +354,8 @@ impl CodeObject {
                 .collect();
             return Err(invalid(format!(
                 "entry point '{name}' declares {} bindings and {} constants, so its kernel must \
-                 take {} global pointers then {} 4-byte values; kernel '{name}' takes [{}]",
+                 take {} global pointers then {} 4-byte values (then optionally one more global \
+                 pointer, the status word); kernel '{name}' takes [{}]",
                 entry.binding_count,
                 entry.constant_count,
                 entry.binding_count,
@@ -348,7 +363,7 @@ impl CodeObject {
                 found.join(", ")
             )));
         }
-        Ok(())
+        Ok(status_word)
     }
 }
 
@@ -1112,6 +1127,84 @@ mod tests {
             .check_entry_point(&entry("_Z3fooPj", [256, 1, 1], 1, 0))
             .unwrap_err();
         assert!(e.message().contains("requires [16, 16, 1]"), "{e}");
+    }
+
+    #[test]
+    fn a_trailing_global_pointer_is_the_status_word() {
+        let arg = |kind: &str, size: u64| KernelArg {
+            value_kind: kind.into(),
+            size,
+            offset: 0,
+        };
+        let code = |args: Vec<KernelArg>| CodeObject {
+            target: "gfx90a".into(),
+            version: 5,
+            kernels: vec![KernelInfo {
+                symbol: "k".into(),
+                name: "k".into(),
+                args,
+                max_flat_workgroup_size: 1024,
+                reqd_workgroup_size: None,
+            }],
+        };
+        let hidden = arg("hidden_global_offset_x", 8);
+        let plain = code(vec![
+            arg("global_buffer", 8),
+            arg("by_value", 4),
+            hidden.clone(),
+        ]);
+        assert!(!plain
+            .check_entry_point(&entry("k", [64, 1, 1], 1, 1))
+            .unwrap());
+        let with_word = code(vec![
+            arg("global_buffer", 8),
+            arg("by_value", 4),
+            arg("global_buffer", 8),
+            hidden.clone(),
+        ]);
+        assert!(with_word
+            .check_entry_point(&entry("k", [64, 1, 1], 1, 1))
+            .unwrap());
+        // Declared as two bindings and a constant, the same kernel is refused: its second
+        // argument is no pointer.
+        let e = with_word
+            .check_entry_point(&entry("k", [64, 1, 1], 2, 1))
+            .unwrap_err();
+        assert!(e.message().contains("the status word"), "{e}");
+        // Only a word of its own: `fail(unsigned int*)`.
+        let word_only = code(vec![arg("global_buffer", 8), hidden.clone()]);
+        assert!(word_only
+            .check_entry_point(&entry("k", [1, 1, 1], 0, 0))
+            .unwrap());
+        // One extra argument that is not a pointer, or two extra: refused.
+        for args in [
+            vec![
+                arg("global_buffer", 8),
+                arg("by_value", 4),
+                arg("by_value", 4),
+            ],
+            vec![
+                arg("global_buffer", 8),
+                arg("by_value", 4),
+                arg("global_buffer", 4),
+            ],
+            vec![
+                arg("global_buffer", 8),
+                arg("by_value", 4),
+                arg("global_buffer", 8),
+                arg("global_buffer", 8),
+            ],
+        ] {
+            let e = code(args)
+                .check_entry_point(&entry("k", [64, 1, 1], 1, 1))
+                .unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        }
+        // The checked-in gfx900 `fail` takes none (it was compiled from `fail()`).
+        let gfx900 = CodeObject::parse(GFX900).unwrap();
+        assert!(!gfx900
+            .check_entry_point(&entry("fail", [1, 1, 1], 0, 0))
+            .unwrap());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Executables of a stream device: a loaded module and one function per entry point.
+//! Executables of a stream device: a loaded module and one function per entry point, with
+//! whether each takes a status word.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -17,6 +18,9 @@ pub(crate) struct StreamExecutable<A: StreamApi> {
     entry_points: Vec<EntryPoint>,
     /// Index-aligned with `entry_points`.
     pub(crate) functions: Vec<FunctionHandle>,
+    /// Index-aligned with `entry_points`: whether the kernel takes a status word
+    /// ([`crate::stream::LoadedModule::status_words`]).
+    pub(crate) status_words: Vec<bool>,
 }
 
 impl<A: StreamApi> StreamExecutable<A> {
@@ -35,12 +39,16 @@ impl<A: StreamApi> StreamExecutable<A> {
                 return Err(error);
             }
         };
+        let status_words = (0..loaded.entry_points.len())
+            .map(|index| loaded.takes_status_word(index))
+            .collect();
         Ok(StreamExecutable {
             api: api.clone(),
             owner,
             module: loaded.module,
             entry_points: loaded.entry_points,
             functions,
+            status_words,
         })
     }
 }

@@ -8,18 +8,30 @@
 //! 3. record a pooled event after them;
 //! 4. add `(value, event)` to the timeline of every semaphore of this device the work signals,
 //!    which releases actions parked until that value is scheduled (skipped if enqueueing failed,
-//!    so dependents wait for the failure instead of running);
+//!    so dependents wait for the failure instead of running, and skipped for a submission with
+//!    status words, see below);
 //! 5. register the submission in flight, then hand it to the completion strategy (a host
 //!    function posting to the reactor, or the queue's completion thread).
 //!
 //! Registering before step 5 means a completion never finds nothing to settle; scheduling
 //! before step 5 means a timepoint is never added after its value was retired. An issue holds
 //! its queue's issue lock, so one queue's submissions reach its stream in one piece each.
+//!
+//! **Status words** (the convention is in [`crate::stream::api`]): a command list whose
+//! dispatches include entry points that take a status word gets a status array of one `u32`
+//! per such dispatch (pooled by the timepoint pool, allocated only when none is idle), zeroed
+//! with `memset_async` before its first command; dispatch `i` of them is launched with slot
+//! `i`, and after the last command the words are copied back into host memory the timepoint
+//! holds, where [`Core::complete`] checks them. Such a list is always replayed on the stream,
+//! never captured into a graph (a graph would reuse one array across launches whose checks
+//! overlap), and its signals are not scheduled on the timelines: the fence is settled from the
+//! host after the check, and dependents on any queue stay parked until then (released by the
+//! settle's advance, or failed with the check's error).
 
 use std::sync::Arc;
 
 use crate::backend::BufferMemory;
-use crate::buffer::BufferRef;
+use crate::buffer::{BufferParams, BufferRef};
 use crate::command_buffer::{Command, Dispatch};
 use crate::device::Work;
 use crate::error::{Error, Result, StatusCode};
@@ -33,7 +45,26 @@ use crate::stream::device::memory::StreamMemory;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
 use crate::stream::timeline::WaitSource;
-use crate::stream::timepoint::Timepoint;
+use crate::stream::timepoint::{StatusArray, StatusWords, Timepoint};
+
+/// Where a submission's status-word dispatches write: dispatch `next` of them gets word `next`
+/// of the array at `base`, which holds `count` words for it.
+struct StatusSlots {
+    base: Option<DevicePtr>,
+    count: usize,
+    next: usize,
+}
+
+impl StatusSlots {
+    /// No status words (a list without such dispatches, issued directly or through a graph).
+    fn none() -> StatusSlots {
+        StatusSlots {
+            base: None,
+            count: 0,
+            next: 0,
+        }
+    }
+}
 
 impl<A: StreamApi> Core<A> {
     /// Issues `work` on queue `index` once the action queue released it (see the module docs).
@@ -106,9 +137,10 @@ impl<A: StreamApi> Core<A> {
                 return Err(enqueued.err().unwrap_or(error));
             }
         };
-        if enqueued.is_ok() {
+        if enqueued.is_ok() && !timepoint.status.checked() {
             // A submission that failed to enqueue schedules nothing: work waiting on its
-            // signals stays parked until the failure reaches them.
+            // signals stays parked until the failure reaches them. Nor does one whose status
+            // words are checked on completion: its dependents must not start before the check.
             for (semaphore, value) in signal.iter() {
                 if let Some(timeline) = self.own_timeline(semaphore) {
                     timeline.schedule(value, &event);
@@ -133,12 +165,21 @@ impl<A: StreamApi> Core<A> {
     fn enqueue(&self, queue: &QueueStreams, work: &Work, timepoint: &mut Timepoint) -> Result<()> {
         let stream = queue.stream;
         match work {
-            Work::Commands(commands) if self.graphs && !commands.is_empty() => {
-                self.enqueue_reusable(queue, commands, timepoint)
-            }
             Work::Commands(commands) => {
+                let count = self.prepare_status(stream, commands, &mut timepoint.status)?;
+                if count == 0 && self.graphs && !commands.is_empty() {
+                    return self.enqueue_reusable(queue, commands, timepoint);
+                }
+                let mut slots = StatusSlots {
+                    base: timepoint.status.array.as_ref().map(|a| a.ptr),
+                    count,
+                    next: 0,
+                };
                 for command in commands.iter() {
-                    self.enqueue_command(stream, command, timepoint)?;
+                    self.enqueue_command(stream, command, timepoint, &mut slots)?;
+                }
+                if count > 0 {
+                    self.copy_status_back(stream, &mut timepoint.status)?;
                 }
                 Ok(())
             }
@@ -181,8 +222,9 @@ impl<A: StreamApi> Core<A> {
         }
         match plan {
             Plan::Direct => {
+                let mut slots = StatusSlots::none();
                 for command in commands.iter() {
-                    self.enqueue_command(stream, command, timepoint)?;
+                    self.enqueue_command(stream, command, timepoint, &mut slots)?;
                 }
                 Ok(())
             }
@@ -204,9 +246,10 @@ impl<A: StreamApi> Core<A> {
             }
             Plan::Capture => {
                 self.api.begin_capture(stream)?;
-                let enqueued = commands
-                    .iter()
-                    .try_for_each(|command| self.enqueue_command(stream, command, timepoint));
+                let mut slots = StatusSlots::none();
+                let enqueued = commands.iter().try_for_each(|command| {
+                    self.enqueue_command(stream, command, timepoint, &mut slots)
+                });
                 let captured = self.api.end_capture(stream);
                 let graph = match (enqueued, captured) {
                     (Ok(()), Ok(graph)) => graph,
@@ -236,11 +279,133 @@ impl<A: StreamApi> Core<A> {
         }
     }
 
+    /// Counts the dispatches of `commands` that take a status word, remembering their entry
+    /// points in `status`. If there are any, takes an idle status array with room for them (or
+    /// allocates one) and enqueues the zeroing of their words on `stream`, before any command of
+    /// the submission. Returns the count.
+    fn prepare_status(
+        &self,
+        stream: StreamHandle,
+        commands: &[Command],
+        status: &mut StatusWords,
+    ) -> Result<usize> {
+        for command in commands {
+            if let Command::Dispatch(dispatch) = command {
+                if let Some(entry) = self.status_entry(dispatch) {
+                    status.entries.push(entry.to_owned());
+                }
+            }
+        }
+        let count = status.entries.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        let array = match self.timepoints.take_status_array(count) {
+            Some(array) => array,
+            None => {
+                let slots = StatusArray::slots_for(count);
+                let memory = StreamMemory::allocate(
+                    &self.api,
+                    self.id,
+                    &self.name,
+                    (slots * 4) as u64,
+                    &BufferParams::DEVICE,
+                )
+                .map_err(|error| {
+                    error.context(format!(
+                        "{}: cannot allocate the status words of a submission's dispatches",
+                        self.name
+                    ))
+                })?;
+                StatusArray {
+                    ptr: memory.ptr,
+                    slots,
+                    _memory: Arc::new(memory),
+                }
+            }
+        };
+        let words = array.ptr;
+        status.array = Some(array);
+        self.api
+            .memset_async(words, 0, 4, (count * 4) as u64, stream)?;
+        Ok(count)
+    }
+
+    /// Enqueues the copy of a submission's status words into its host memory, after its last
+    /// command.
+    fn copy_status_back(&self, stream: StreamHandle, status: &mut StatusWords) -> Result<()> {
+        let count = status.entries.len();
+        let words = status.array.as_ref().map(|a| a.ptr).ok_or_else(|| {
+            Error::new(
+                StatusCode::Internal,
+                format!(
+                    "{}: a submission's status words have no device array",
+                    self.name
+                ),
+            )
+        })?;
+        status.host.clear();
+        status.host.resize(count, 0);
+        // SAFETY: `host` holds `count` u32s, `count * 4` bytes, owned by the submission's
+        // timepoint; nothing touches the vector again (its buffer stays put) until the timepoint
+        // is settled, after the completion event recorded behind this copy completed.
+        unsafe {
+            self.api.copy_device_to_host_async(
+                status.host.as_mut_ptr().cast(),
+                words,
+                (count * 4) as u64,
+                stream,
+            )
+        }
+    }
+
+    /// The stream executable of `dispatch`, if this device loaded it.
+    fn own_executable<'a>(
+        &self,
+        dispatch: &'a Dispatch<BufferRef>,
+    ) -> Result<&'a StreamExecutable<A>> {
+        dispatch
+            .executable
+            .backend()
+            .as_any()
+            .downcast_ref::<StreamExecutable<A>>()
+            .filter(|e| e.owner == self.id)
+            .ok_or_else(|| {
+                Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "executable {} (format '{}', loaded by {}) was not loaded by {}; load it \
+                         on the device that dispatches it",
+                        dispatch.executable.id(),
+                        dispatch.executable.format(),
+                        dispatch.executable.device_id(),
+                        self.name
+                    ),
+                )
+            })
+    }
+
+    /// The entry point of `dispatch` if it launches a kernel that takes a status word: a
+    /// non-empty grid of an entry point of this device's executable whose module says so.
+    fn status_entry<'a>(&self, dispatch: &'a Dispatch<BufferRef>) -> Option<&'a str> {
+        if dispatch.workgroups.contains(&0) {
+            return None;
+        }
+        let executable = self.own_executable(dispatch).ok()?;
+        let index = dispatch.entry_point as usize;
+        if !executable.status_words.get(index).copied().unwrap_or(false) {
+            return None;
+        }
+        let entry = dispatch.executable.entry_point(dispatch.entry_point).ok()?;
+        Some(entry.name.as_str())
+    }
+
     fn enqueue_command(
         &self,
         stream: StreamHandle,
         command: &Command,
         timepoint: &mut Timepoint,
+        slots: &mut StatusSlots,
     ) -> Result<()> {
         let memory = &mut timepoint.memory;
         match command {
@@ -273,7 +438,7 @@ impl<A: StreamApi> Core<A> {
                 self.api
                     .copy_device_to_device_async(dst, src, target.len(), stream)
             }
-            Command::Dispatch(dispatch) => self.enqueue_dispatch(stream, dispatch, memory),
+            Command::Dispatch(dispatch) => self.enqueue_dispatch(stream, dispatch, memory, slots),
         }
     }
 
@@ -282,31 +447,37 @@ impl<A: StreamApi> Core<A> {
         stream: StreamHandle,
         dispatch: &Dispatch<BufferRef>,
         memory: &mut Vec<Arc<dyn BufferMemory>>,
+        slots: &mut StatusSlots,
     ) -> Result<()> {
         if dispatch.workgroups.contains(&0) {
             return Ok(());
         }
-        let executable = dispatch
-            .executable
-            .backend()
-            .as_any()
-            .downcast_ref::<StreamExecutable<A>>()
-            .filter(|e| e.owner == self.id)
-            .ok_or_else(|| {
-                Error::new(
-                    StatusCode::InvalidArgument,
-                    format!(
-                        "executable {} (format '{}', loaded by {}) was not loaded by {}; load it \
-                         on the device that dispatches it",
-                        dispatch.executable.id(),
-                        dispatch.executable.format(),
-                        dispatch.executable.device_id(),
-                        self.name
-                    ),
-                )
-            })?;
+        let executable = self.own_executable(dispatch)?;
         let index = dispatch.entry_point as usize;
         let entry = dispatch.executable.entry_point(dispatch.entry_point)?;
+        // The same decision as `status_entry`, which counted the words: past the checks above,
+        // only the module's flag remains.
+        let status = if executable.status_words.get(index).copied().unwrap_or(false) {
+            match slots.base {
+                Some(base) if slots.next < slots.count => {
+                    let word = base.offset(4 * slots.next as u64);
+                    slots.next += 1;
+                    Some(word)
+                }
+                _ => {
+                    return Err(Error::new(
+                        StatusCode::Internal,
+                        format!(
+                            "{}: kernel '{}' takes a status word, but its submission has no \
+                             word left for it",
+                            self.name, entry.name
+                        ),
+                    ))
+                }
+            }
+        } else {
+            None
+        };
         let bindings = dispatch
             .bindings
             .iter()
@@ -321,8 +492,13 @@ impl<A: StreamApi> Core<A> {
             bindings: &bindings,
             constants: &dispatch.constants,
         };
-        self.api
-            .launch_kernel(executable.functions[index], &config, &params, stream)
+        let function = executable.functions[index];
+        match status {
+            Some(word) => self
+                .api
+                .launch_kernel_with_status(function, &config, &params, word, stream),
+            None => self.api.launch_kernel(function, &config, &params, stream),
+        }
     }
 
     /// The device address of `range`, keeping its memory alive in `keep`.

@@ -2,8 +2,9 @@
 //!
 //! [`Core::complete`] takes the submission out of flight (a no-op if another path did), then
 //! decides its outcome: the event's status (its work's error, or the sticky device error), an
-//! error from enqueueing part of it, a failed semaphore it waited on natively; on success a
-//! read's bytes go to its sink. Then the signal fence is settled in fence order: this device's
+//! error from enqueueing part of it, a failed semaphore it waited on natively, a nonzero status
+//! word of one of its dispatches (copied back to the host before the event completed; see
+//! [`crate::stream::api`] for the convention); on success a read's bytes go to its sink. Then the signal fence is settled in fence order: this device's
 //! semaphores are advanced (the device reached the value) and their timelines retired, other
 //! semaphores are signalled from the host; or every entry is failed with the error. Last, the
 //! timepoint is cleared, dropping what the work held, and recycled.
@@ -12,6 +13,7 @@ use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Stats, Via};
+use crate::stream::timepoint::StatusWords;
 
 impl<A: StreamApi> Core<A> {
     /// Settles submission `id` if nobody did yet. `observed` is the event's status if the
@@ -51,6 +53,9 @@ impl<A: StreamApi> Core<A> {
             }
         }
         if result.is_ok() {
+            result = self.check_status(&timepoint.status);
+        }
+        if result.is_ok() {
             if let Some((sink, bytes)) = timepoint.read.take() {
                 sink.deliver(bytes.into_vec());
             }
@@ -69,6 +74,32 @@ impl<A: StreamApi> Core<A> {
         Stats::bump(&self.stats.failed, u64::from(result.is_err()));
         self.settle(&timepoint.signal, result);
         self.timepoints.release(timepoint);
+    }
+
+    /// After the submission's event completed successfully (so its status words were copied
+    /// back): an `Internal` error naming the device, the entry point and the value if one of
+    /// its dispatches set its status word.
+    fn check_status(&self, status: &StatusWords) -> Result<()> {
+        let mut failed = status
+            .host
+            .iter()
+            .zip(&status.entries)
+            .filter(|(value, _)| **value != 0);
+        let Some((value, entry)) = failed.next() else {
+            return Ok(());
+        };
+        let more = match failed.count() {
+            0 => String::new(),
+            n => format!(" ({n} more of the submission's dispatches set theirs too)"),
+        };
+        Err(Error::new(
+            StatusCode::Internal,
+            format!(
+                "a dispatch of kernel '{entry}' on {} failed: it set its status word to \
+                 {value}{more}",
+                self.name
+            ),
+        ))
     }
 
     /// Signals `signal` in fence order (or fails it).
@@ -98,9 +129,14 @@ impl<A: StreamApi> Core<A> {
     /// The fault probe: queries the event of every submission in flight and settles those whose
     /// event completed or failed. After a sticky device error host functions never run, so this
     /// is what turns the fault into errors on every affected fence. Runs on the reactor thread.
+    /// The submission a completion thread waits on is that thread's to settle (see
+    /// [`Core::awaited_by_thread`]).
     pub(crate) fn probe(&self) {
         Stats::bump(&self.stats.probes, 1);
         for (id, event) in self.in_flight_events() {
+            if self.awaited_by_thread(id) {
+                continue;
+            }
             match self.api.query_event(event.handle()) {
                 Ok(false) => {}
                 Ok(true) => self.complete(id, Some(Ok(())), Via::Probe),
@@ -129,12 +165,7 @@ impl<A: StreamApi> Core<A> {
     /// ended).
     pub(crate) fn settle_leftovers(&self) {
         for id in self.in_flight_ids() {
-    /// The submission a completion thread waits on is that thread's to settle (see
-    /// [`Core::awaited_by_thread`]).
             self.complete(id, None, Via::Shutdown);
         }
     }
-            if self.awaited_by_thread(id) {
-                continue;
-            }
 }

@@ -11,6 +11,7 @@
 //! | copies and fills      | operations doing `memmove` / pattern fills                     |
 //! | module / function     | a [`HostModule`] of named Rust kernels / one of its kernels    |
 //! | kernel launch         | an operation calling the kernel once per block of the grid     |
+//! | status word           | the word's host address, as an `AtomicU32` ([`LaunchArgs::status_word`]), for kernels added with [`HostModule::kernel_with_status_word`] |
 //! | stream-ordered alloc  | allocate at once; free when the stream reaches the free       |
 //! | graph capture         | a capturing stream collects its memory and kernel operations  |
 //! | graph launch          | enqueues the captured operations again, in order              |

@@ -7,9 +7,17 @@
 //! launch passed (here a host address), then the `u32` constants. Returning `Err` fails the
 //! launch: the stream skips its work up to the next event record, and that event (and so the
 //! submission's fence) reports the error.
+//!
+//! A kernel added with [`HostModule::kernel_with_status_word`] takes a status word (the stream
+//! layer's convention, see [`crate::stream::api`]): its launches pass one more argument after
+//! the constants, the host address of a `u32` that is zero when the kernel starts
+//! ([`LaunchArgs::status_word`]). Writing a nonzero value there is how a GPU kernel fails its
+//! dispatch; the launch itself succeeds, and the stream device fails the submission when it
+//! checks the word on completion.
 
 use std::any::Any;
 use std::fmt;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -28,6 +36,8 @@ pub struct LaunchArgs<'a> {
     pub(crate) constants: &'a [u32],
     /// Each binding's host address and the bytes from there to the end of its allocation.
     pub(crate) bindings: &'a [(*mut u8, usize)],
+    /// The status word, for a kernel that takes one.
+    pub(crate) status: Option<&'a AtomicU32>,
 }
 
 impl LaunchArgs<'_> {
@@ -49,6 +59,15 @@ impl LaunchArgs<'_> {
     /// The launch's `u32` constants.
     pub fn constants(&self) -> &[u32] {
         self.constants
+    }
+
+    /// The status word the launch passed after the constants, for a kernel added with
+    /// [`HostModule::kernel_with_status_word`] (`None` for other kernels): the word at the
+    /// host address of the launch's status argument, zero when the kernel started. Store a
+    /// nonzero value to fail the dispatch. No binding of the launch overlaps it (the launch is
+    /// refused otherwise), so it may be used while binding slices live.
+    pub fn status_word(&self) -> Option<&AtomicU32> {
+        self.status
     }
 
     /// How many bytes binding `index` may address: from its pointer to the end of the
@@ -98,6 +117,15 @@ impl LaunchArgs<'_> {
 /// A host kernel: called once per block; `Err` fails the launch with that message.
 pub type HostKernel = dyn Fn(&LaunchArgs<'_>) -> std::result::Result<(), String> + Send + Sync;
 
+/// One kernel of a [`HostModule`].
+#[derive(Clone)]
+pub(crate) struct HostKernelEntry {
+    pub(crate) entry: EntryPoint,
+    pub(crate) run: Arc<HostKernel>,
+    /// Whether it takes a status word after its constants.
+    pub(crate) status_word: bool,
+}
+
 /// A set of named host kernels forming one module.
 ///
 /// ```
@@ -114,13 +142,13 @@ pub type HostKernel = dyn Fn(&LaunchArgs<'_>) -> std::result::Result<(), String>
 /// ```
 #[derive(Clone, Default)]
 pub struct HostModule {
-    pub(crate) kernels: Vec<(EntryPoint, Arc<HostKernel>)>,
+    pub(crate) kernels: Vec<HostKernelEntry>,
 }
 
 impl fmt::Debug for HostModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.kernels.iter().map(|(e, _)| &e.name))
+            .entries(self.kernels.iter().map(|k| &k.entry.name))
             .finish()
     }
 }
@@ -137,7 +165,50 @@ impl HostModule {
         entry_point: EntryPoint,
         kernel: impl Fn(&LaunchArgs<'_>) -> std::result::Result<(), String> + Send + Sync + 'static,
     ) -> Self {
-        self.kernels.push((entry_point, Arc::new(kernel)));
+        self.kernels.push(HostKernelEntry {
+            entry: entry_point,
+            run: Arc::new(kernel),
+            status_word: false,
+        });
+        self
+    }
+
+    /// Adds a kernel that takes a status word after its constants (the stream layer's
+    /// [convention](crate::stream::api#status-words)): like [`HostModule::kernel`], but every
+    /// launch passes the word's address, which the kernel reaches through
+    /// [`LaunchArgs::status_word`]. A nonzero word fails the dispatch when the stream device
+    /// checks it on completion; the launch itself succeeds.
+    ///
+    /// ```
+    /// use std::sync::atomic::Ordering;
+    ///
+    /// use halcyon::stream::host::HostModule;
+    /// use halcyon::EntryPoint;
+    ///
+    /// let spec = HostModule::new()
+    ///     .kernel_with_status_word(
+    ///         EntryPoint { name: "check".into(), workgroup_size: [1, 1, 1], binding_count: 0, constant_count: 1 },
+    ///         |args| {
+    ///             if args.constants()[0] == 0 {
+    ///                 // Fails the dispatch once the stream device checks the word.
+    ///                 args.status_word().expect("a status word").store(7, Ordering::Relaxed);
+    ///             }
+    ///             Ok(())
+    ///         },
+    ///     )
+    ///     .spec();
+    /// # let _ = spec;
+    /// ```
+    pub fn kernel_with_status_word(
+        mut self,
+        entry_point: EntryPoint,
+        kernel: impl Fn(&LaunchArgs<'_>) -> std::result::Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.kernels.push(HostKernelEntry {
+            entry: entry_point,
+            run: Arc::new(kernel),
+            status_word: true,
+        });
         self
     }
 
@@ -159,7 +230,7 @@ impl HostModule {
                 ),
             )
         })?;
-        for (i, (entry, _)) in module.kernels.iter().enumerate() {
+        for (i, HostKernelEntry { entry, .. }) in module.kernels.iter().enumerate() {
             if entry.workgroup_size.contains(&0) {
                 return Err(Error::new(
                     StatusCode::InvalidArgument,
@@ -172,7 +243,7 @@ impl HostModule {
             }
             if module.kernels[..i]
                 .iter()
-                .any(|(e, _)| e.name == entry.name)
+                .any(|k| k.entry.name == entry.name)
             {
                 return Err(Error::new(
                     StatusCode::InvalidArgument,

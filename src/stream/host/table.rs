@@ -2,6 +2,7 @@
 //! the device's fault state, its handles resolved, and its work enqueued as a stream operation.
 
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result, StatusCode};
@@ -12,6 +13,7 @@ use crate::stream::api::{
     StreamHandle,
 };
 use crate::stream::host::event::{HostEvent, Waited};
+use crate::stream::host::memory::Resolved;
 use crate::stream::host::worker::{Op, Stream};
 use crate::stream::host::{
     invalid, lock, HostModule, HostPtr, HostStreamApi, LaunchArgs, Shared, DRIVER_ID,
@@ -284,12 +286,14 @@ impl StreamApi for HostStreamApi {
                 )))
             }
         };
-        let entry_points = module.kernels.iter().map(|(e, _)| e.clone()).collect();
+        let entry_points = module.kernels.iter().map(|k| k.entry.clone()).collect();
+        let status_words = module.kernels.iter().map(|k| k.status_word).collect();
         let id = shared.id();
         lock(&shared.modules).insert(id, Arc::new(module));
         Ok(LoadedModule {
             module: ModuleHandle(id),
             entry_points,
+            status_words,
         })
     }
 
@@ -311,7 +315,7 @@ impl StreamApi for HostStreamApi {
         let index = loaded
             .kernels
             .iter()
-            .position(|(e, _)| e.name == name)
+            .position(|k| k.entry.name == name)
             .ok_or_else(|| {
                 Error::new(
                     StatusCode::NotFound,
@@ -330,55 +334,18 @@ impl StreamApi for HostStreamApi {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()> {
-        let shared = self.shared();
-        shared.control.check()?;
-        let (module, index) = lock(&shared.functions)
-            .get(&function.0)
-            .map(|(_, m, i)| (m.clone(), *i))
-            .ok_or_else(|| invalid(format!("{function:?} is not a live function")))?;
-        if config.block.contains(&0) {
-            return Err(invalid(format!("block size {:?} has a zero", config.block)));
-        }
-        let resolved = params
-            .bindings
-            .iter()
-            .map(|&ptr| shared.memory.resolve(ptr, 0))
-            .collect::<Result<Vec<_>>>()?;
-        let constants = params.constants.to_vec();
-        let LaunchConfig { grid, block, .. } = *config;
-        shared.stats.bump(&shared.stats.launches);
-        self.exec(
-            stream,
-            Arc::new(move || {
-                let (entry, kernel) = &module.kernels[index];
-                let bindings: Vec<(*mut u8, usize)> =
-                    resolved.iter().map(|r| (r.ptr(), r.available)).collect();
-                for z in 0..grid[2] {
-                    for y in 0..grid[1] {
-                        for x in 0..grid[0] {
-                            let args = LaunchArgs {
-                                block_id: [x, y, z],
-                                grid,
-                                block,
-                                constants: &constants,
-                                bindings: &bindings,
-                            };
-                            kernel(&args).map_err(|message| {
-                                Error::new(
-                                    StatusCode::Internal,
-                                    format!(
-                                        "host kernel '{}' failed in block {:?}: {message}",
-                                        entry.name,
-                                        [x, y, z]
-                                    ),
-                                )
-                            })?;
-                        }
-                    }
-                }
-                Ok(())
-            }),
-        )
+        self.launch(function, config, params, None, stream)
+    }
+
+    fn launch_kernel_with_status(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        status: DevicePtr,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.launch(function, config, params, Some(status), stream)
     }
 
     fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
@@ -428,5 +395,117 @@ impl StreamApi for HostStreamApi {
             .remove(&graph.0)
             .map(drop)
             .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
+    }
+}
+
+impl HostStreamApi {
+    /// Enqueues a kernel launch, with the status word's address for a kernel that takes one.
+    fn launch(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+        status: Option<DevicePtr>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let (module, index) = lock(&shared.functions)
+            .get(&function.0)
+            .map(|(_, m, i)| (m.clone(), *i))
+            .ok_or_else(|| invalid(format!("{function:?} is not a live function")))?;
+        let kernel = &module.kernels[index];
+        if kernel.status_word != status.is_some() {
+            return Err(invalid(if kernel.status_word {
+                format!(
+                    "kernel '{}' takes a status word: launch it with launch_kernel_with_status",
+                    kernel.entry.name
+                )
+            } else {
+                format!(
+                    "kernel '{}' takes no status word: launch it with launch_kernel",
+                    kernel.entry.name
+                )
+            }));
+        }
+        if config.block.contains(&0) {
+            return Err(invalid(format!("block size {:?} has a zero", config.block)));
+        }
+        let resolved = params
+            .bindings
+            .iter()
+            .map(|&ptr| shared.memory.resolve(ptr, 0))
+            .collect::<Result<Vec<_>>>()?;
+        let status = match status {
+            None => None,
+            Some(word) => Some(self.resolve_status_word(word, &resolved)?),
+        };
+        let constants = params.constants.to_vec();
+        let LaunchConfig { grid, block, .. } = *config;
+        shared.stats.bump(&shared.stats.launches);
+        self.exec(
+            stream,
+            Arc::new(move || {
+                let kernel = &module.kernels[index];
+                let bindings: Vec<(*mut u8, usize)> =
+                    resolved.iter().map(|r| (r.ptr(), r.available)).collect();
+                // SAFETY: `status` is 4 bytes of a live allocation the closure holds, 4-byte
+                // aligned, that no binding of this launch overlaps (both checked in
+                // `resolve_status_word`); the stream orders this launch against every other
+                // operation, and within it the word is only accessed atomically.
+                let word = status
+                    .as_ref()
+                    .map(|r| unsafe { AtomicU32::from_ptr(r.ptr().cast::<u32>()) });
+                for z in 0..grid[2] {
+                    for y in 0..grid[1] {
+                        for x in 0..grid[0] {
+                            let args = LaunchArgs {
+                                block_id: [x, y, z],
+                                grid,
+                                block,
+                                constants: &constants,
+                                bindings: &bindings,
+                                status: word,
+                            };
+                            (kernel.run)(&args).map_err(|message| {
+                                Error::new(
+                                    StatusCode::Internal,
+                                    format!(
+                                        "host kernel '{}' failed in block {:?}: {message}",
+                                        kernel.entry.name,
+                                        [x, y, z]
+                                    ),
+                                )
+                            })?;
+                        }
+                    }
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    /// Resolves a launch's status word: 4 bytes of a live allocation, 4-byte aligned, outside
+    /// every binding's range (a binding reaches to the end of its allocation), so a kernel may
+    /// write the word while it holds binding slices.
+    fn resolve_status_word(&self, word: DevicePtr, bindings: &[Resolved]) -> Result<Resolved> {
+        if word.0 % 4 != 0 {
+            return Err(invalid(format!(
+                "the status word at {word:?} is not 4-byte aligned"
+            )));
+        }
+        let resolved = self.shared().memory.resolve(word, 4)?;
+        let start = resolved.ptr() as usize;
+        let overlaps = bindings.iter().any(|b| {
+            let from = b.ptr() as usize;
+            start < from + b.available && from < start + 4
+        });
+        if overlaps {
+            return Err(invalid(format!(
+                "the status word at {word:?} lies within a binding of the launch; pass a word \
+                 of its own"
+            )));
+        }
+        Ok(resolved)
     }
 }

@@ -67,12 +67,12 @@ impl halcyon_conformance::Kernels for CudaKernels {
         device.load_executable(&standard_module().spec())
     }
 
-    /// A CUDA kernel cannot fail its launch without a sticky fault (`__trap()`, an illegal
-    /// address) that kills the device's context, and with it every later test sharing the
-    /// primary context: the `fail` kernel does nothing. (A device-side status word checked on
-    /// completion, as halcyon-vulkan has, would be the way to add it.)
+    /// The `fail` kernel fails its dispatch through its status word (`fail(unsigned int*
+    /// status)` sets it to 1; the stream device checks it on completion), not with a trap or an
+    /// illegal address, which would be a sticky fault that kills the device's context and with
+    /// it every later test sharing the primary context.
     fn can_fail(&self) -> bool {
-        false
+        true
     }
 }
 

@@ -19,7 +19,10 @@ extern "C" __global__ void saxpy_f32(const float* x, float* y, unsigned int a_bi
     }
 }
 
-// A HIP kernel has no way to fail its launch short of a trap, which kills the whole context
-// (every later call fails and, on ROCm, the process usually aborts); so this one does nothing
-// and the backend's Kernels::can_fail is false.
+// A trap would kill the whole context (every later call fails and, on ROCm, the process
+// usually aborts); a kernel fails its dispatch through a status word instead, an
+// `unsigned int*` after its constants that it sets nonzero. This one does not take the word
+// yet: conformance-gfx900.hsaco must stay this file compiled and cannot be rebuilt without an
+// AMD toolchain, so it does nothing and the backend's Kernels::can_fail is false. See
+// HipKernels::can_fail in tests/conformance.rs for the change that would enable it.
 extern "C" __global__ void fail() {}
