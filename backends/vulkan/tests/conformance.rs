@@ -2,9 +2,9 @@
 //! WGSL and compiled to SPIR-V by naga. Every case prints why and passes as skipped when there
 //! is no Vulkan loader or device.
 //!
-//! `failing_dispatch_fails_the_chain` prints why and skips: it needs a kernel that fails, and a
-//! Vulkan compute shader has no return code (a device-side error channel, e.g. a hidden status
-//! buffer the backend checks on completion, is future work; see `VulkanKernels::can_fail`).
+//! The `fail` kernel fails its dispatch through the status word (a `uint` storage buffer at
+//! `STATUS_SET`, `STATUS_BINDING`) that the backend checks on completion, so every case runs,
+//! `failing_dispatch_fails_the_chain` included.
 
 mod common;
 

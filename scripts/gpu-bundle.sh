@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds, here, every test and benchmark executable that needs a GPU (halcyon-cuda's tests and
+# benchmark, halcyon-vulkan's tests and the Vulkan benchmark) in release mode, and gathers them
+# with a runner in one folder, for a GPU machine that has the driver but no Rust toolchain.
+#
+#   scripts/gpu-bundle.sh [FOLDER] [--vulkan-loader]     # default FOLDER: .gpu (git-ignored)
+#   # copy FOLDER to the GPU machine (it needs nothing else from the checkout), then there:
+#   FOLDER/run.sh OUTPUT_DIR          # OUTPUT_DIR/log (every executable's output) and /summary
+#
+# `--vulkan-loader` also downloads Debian's amd64 libvulkan1 package into FOLDER/deb; run.sh
+# unpacks it when the machine has no Vulkan loader (GPU images often ship the NVIDIA ICD but
+# no libvulkan.so.1). The executables load libcuda / libvulkan at run time, so they also run
+# (and skip with a reason) on a machine without a GPU: `FOLDER/run.sh /tmp/out` here is a check
+# of the bundle itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dest=.gpu
+loader=0
+for arg in "$@"; do
+    case "$arg" in
+        --vulkan-loader) loader=1 ;;
+        -*) echo "unknown option $arg" >&2; exit 2 ;;
+        *) dest=$arg ;;
+    esac
+done
+rm -rf "$dest"
+mkdir -p "$dest/bin"
+
+# Prints the executables cargo names for `cargo "$@" --message-format=json`.
+executables() {
+    cargo "$@" --message-format=json 2>/dev/null |
+        grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//'
+}
+
+{
+    executables test -p halcyon-cuda --release --no-run | sed 's/^/test /'
+    executables bench -p halcyon-cuda --no-run | grep '/cuda-' | sed 's/^/bench /'
+    executables test -p halcyon-vulkan --release --no-run | sed 's/^/test /'
+    executables bench -p halcyon --bench vulkan --no-run | sed 's/^/bench /'
+} | while read -r kind path; do
+    name=$(basename "$path")
+    cp "$path" "$dest/bin/$name"
+    strip --strip-debug "$dest/bin/$name" 2>/dev/null || true
+    echo "$kind $name" >>"$dest/manifest"
+done
+
+if [ "$loader" = 1 ]; then
+    mkdir -p "$dest/deb" /tmp/gpu-bundle-apt/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/gpu-bundle-apt'
+    # shellcheck disable=SC2086
+    apt-get $o update -qq && (cd "$dest/deb" && apt-get $o download libvulkan1)
+fi
+
+cat >"$dest/run.sh" <<'RUNNER'
+#!/usr/bin/env bash
+# Runs every executable of this bundle (see scripts/gpu-bundle.sh): their output in $1/log, one
+# line per executable in $1/summary.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: run.sh OUTPUT_DIR}
+mkdir -p "$out"
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls "$here"/deb/*.deb >/dev/null 2>&1; then
+    for f in "$here"/deb/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+nvidia-smi -L >"$out/summary" 2>&1 || echo "no nvidia-smi" >"$out/summary"
+cd "$here"
+while read -r kind name; do
+    case "$kind" in
+        test) args=() ;;
+        bench) args=(--bench) ;;
+    esac
+    start=$(date +%s)
+    printf '\n===== %s %s =====\n' "$kind" "$name" >>"$out/log"
+    timeout 900 "bin/$name" "${args[@]}" >"$out/current" 2>&1
+    rc=$?
+    cat "$out/current" >>"$out/log"
+    printf '%-5s %-44s rc=%-3s %4ss  %s\n' "$kind" "$name" "$rc" "$(($(date +%s) - start))" \
+        "$(grep -E '^test result:' "$out/current" | tail -n 1)" >>"$out/summary"
+done <manifest
+rm -f "$out/current"
+cat "$out/summary"
+RUNNER
+chmod +x "$dest/run.sh"
+echo "bundle in $dest ($(du -sh "$dest" | cut -f1)):"
+cat "$dest/manifest"
