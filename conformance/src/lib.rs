@@ -74,6 +74,7 @@ macro_rules! conformance_tests {
             wait_before_signal,
             signal_before_wait,
             chain_of_100_submissions,
+            concurrent_chains_across_queues,
             timeline_in_order,
             host_call_in_queue_order,
             barrier_waits_for_every_semaphore,

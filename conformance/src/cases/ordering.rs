@@ -1,11 +1,12 @@
 //! Ordering: submissions start when their wait fences are reached, and not before.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::poll;
 use halcyon::{
-    BufferParams, CommandBuffer, CommandBufferMode, Device, Error, Fence, Result, StatusCode,
-    Timepoints,
+    BufferParams, CommandBuffer, CommandBufferMode, Device, Error, Fence, Result, Semaphore,
+    StatusCode, Timepoints,
 };
 
 use crate::harness::{
@@ -109,6 +110,91 @@ pub fn chain_of_100_submissions(device: &Device, kernels: &dyn Kernels) -> Resul
             "after {LINKS} chained increments element {} is {} (expected {LINKS})",
             wrong.unwrap_or(0),
             values[wrong.unwrap_or(0)]
+        );
+        Ok(())
+    })
+}
+
+/// Tasks on a multi-threaded runtime, each running its own chain of increments that hops from
+/// queue to queue (every link waits on the previous link's value on another queue, so waits
+/// cross queues), all released by one host semaphore signalled once every chain was submitted
+/// up to its first link; some links' `Submission`s are dropped instead of awaited (the work
+/// still runs and signals). Every chain ends with every element incremented once per link, and
+/// no semaphore keeps a waiter.
+pub fn concurrent_chains_across_queues(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    const TASKS: usize = 6;
+    const LINKS: u64 = 40;
+    const N: u32 = 256;
+    block_on(async {
+        let kernels = Arc::new(StandardKernels::load(device, kernels)?);
+        let queues = device.queues(u64::MAX)?;
+        let start = Semaphore::new(0);
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for task in 0..TASKS {
+            let (kernels, queues, start) = (kernels.clone(), queues.clone(), start.clone());
+            let arrived = arrived.clone();
+            let device = device.clone();
+            tasks.push(tokio::spawn(async move {
+                let buffer = upload_u32(&queues[0], &vec![task as u32; N as usize]).await?;
+                let chain = device.create_semaphore(0)?;
+                for link in 0..LINKS {
+                    let queue = &queues[(task + link as usize) % queues.len()];
+                    let wait = if link == 0 {
+                        Fence::at(&start, 1)
+                    } else {
+                        Fence::at(&chain, link)
+                    };
+                    let submission = kernels.add_one(
+                        queue,
+                        Timepoints::new(wait, Fence::at(&chain, link + 1)),
+                        &buffer.whole(),
+                        N,
+                    );
+                    if link % 5 == 2 {
+                        drop(submission); // not awaited: it still runs and signals
+                    } else if link > 0 {
+                        done(&format!("task {task}, link {link}"), submission).await?;
+                    } else {
+                        // The first link waits for `start`, signalled once every task got here:
+                        // await it in the background.
+                        tokio::spawn(submission);
+                    }
+                    if link == 0 && arrived.fetch_add(1, Ordering::SeqCst) + 1 == TASKS {
+                        start.signal(1)?; // the last task to submit its first link
+                    }
+                    tokio::task::yield_now().await;
+                }
+                done("the last link", chain.wait(LINKS)).await?;
+                let values =
+                    download_u32(&queues[0], Fence::at(&chain, LINKS), &buffer.whole()).await?;
+                let expected = task as u32 + LINKS as u32;
+                let wrong = values.iter().position(|&v| v != expected);
+                assert_eq!(
+                    wrong,
+                    None,
+                    "task {task}: element {} is {} after {LINKS} increments of {task} (expected \
+                     {expected})",
+                    wrong.unwrap_or(0),
+                    values[wrong.unwrap_or(0)]
+                );
+                assert_eq!(
+                    chain.waiter_count(),
+                    0,
+                    "task {task}: a waiter was left behind"
+                );
+                Ok::<_, Error>(())
+            }));
+        }
+        for (task, handle) in tasks.into_iter().enumerate() {
+            handle.await.map_err(|e| {
+                Error::new(StatusCode::Internal, format!("task {task} panicked: {e}"))
+            })??;
+        }
+        assert_eq!(
+            start.waiter_count(),
+            0,
+            "a waiter on the start semaphore was left behind"
         );
         Ok(())
     })
