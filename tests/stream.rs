@@ -331,6 +331,43 @@ fn dropping_the_device_settles_work_in_flight() -> Result<()> {
     Ok(())
 }
 
+/// While work is in flight, the reactor of a host-callback device runs the fault probe every
+/// probe interval; a completion-thread device has no probe (its threads see faults themselves)
+/// and its reactor is not woken for it.
+#[test]
+fn only_host_callback_devices_probe() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        let (hold, polls) = (api.hold(), stat(&device, keys::REACTOR_POLLS));
+        let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[1]);
+        match strategy {
+            CompletionStrategy::HostCallback => {
+                wait_until("the probe runs", || stat(&device, keys::PROBES) >= 3)?;
+            }
+            CompletionStrategy::CompletionThread => {
+                // Ten probe intervals with work in flight.
+                std::thread::sleep(Duration::from_millis(50));
+                assert_eq!(
+                    stat(&device, keys::PROBES),
+                    0,
+                    "a completion-thread device probed"
+                );
+                assert_eq!(
+                    stat(&device, keys::REACTOR_POLLS),
+                    polls,
+                    "the reactor of a completion-thread device woke while work was in flight"
+                );
+            }
+        }
+        drop(hold);
+        block_on(async { done("fill", fill).await })?;
+    }
+    Ok(())
+}
+
 /// Host callbacks run on the callback stream and only post: with that strategy completions are
 /// counted as callback completions; with the other, as thread completions.
 #[test]

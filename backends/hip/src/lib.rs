@@ -249,8 +249,8 @@ pub struct HipDeviceOptions {
     /// How completions are observed; [`CompletionStrategy::CompletionThread`] by default (see
     /// the [crate docs](crate#completion)).
     pub completion: CompletionStrategy,
-    /// How often, at most, the fault probe queries the events in flight while the device is
-    /// busy.
+    /// With host callbacks: how often, at most, the fault probe queries the events in flight
+    /// while the device is busy (completion threads need no probe).
     pub probe_interval: Duration,
     /// The allocator of host-visible buffers.
     pub host_visible_memory: HostVisibleMemory,

@@ -22,19 +22,22 @@
 //! a [`ProbeParker`]: while submissions are in flight (or were recently), its sleep has a
 //! timeout, and at most once per probe interval it queries the event of every submission in
 //! flight ([`super::core::Core::probe`]), settling those that completed and failing those whose
-//! event reports an error, with that error (whose message names the cause). With completion
-//! threads the blocked `synchronize_event` returns the error itself; the probe is a second line
-//! for the submissions queued behind, and skips the one a thread waits on
-//! ([`Core::awaited_by_thread`]). An idle device's reactor sleeps without a timeout.
+//! event reports an error, with that error (whose message names the cause). An idle device's
+//! reactor sleeps without a timeout. With completion threads there is no probe: a thread's
+//! `synchronize_event` returns the sticky error itself, for its submission and, at once, for
+//! each one queued behind it, so the probe would only duplicate the threads' work, waking the
+//! reactor every interval while work runs. (It would also stall the reactor on HIP, whose
+//! `hipEventQuery` waits while another thread is in `hipEventSynchronize` on the same event.)
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::reactor::{Parker, Unpark};
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Via};
+use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -50,8 +53,6 @@ pub(crate) struct Fifo {
     sleeping: AtomicBool,
     /// How long the thread polls before it sleeps (zero: it sleeps at once).
     spin: Duration,
-    /// The submission whose event the thread waits on (0: none), which the probe leaves to it.
-    waiting: AtomicU64,
 }
 
 #[derive(Default)]
@@ -68,7 +69,6 @@ impl Fifo {
             ready: Condvar::new(),
             sleeping: AtomicBool::new(false),
             spin,
-            waiting: AtomicU64::new(0),
         }
     }
 
@@ -133,26 +133,8 @@ pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) 
         return;
     };
     while let Some((id, event)) = fifo.next() {
-        fifo.waiting.store(id, Ordering::SeqCst);
         let status = wait(&*core.api, &event, fifo.spin);
-        fifo.waiting.store(0, Ordering::SeqCst);
         core.complete(id, Some(status), Via::Thread);
-    }
-}
-
-impl<A: StreamApi> Core<A> {
-    /// Whether a completion thread is waiting on submission `id`'s event right now. The probe
-    /// leaves such an event alone: the thread sees its outcome (an error included) as soon as
-    /// the probe could, and on HIP a query of an event that another thread synchronises on
-    /// waits for that synchronisation (the runtime holds the event's lock across it), which
-    /// would stall the reactor for as long as the work runs.
-    pub(crate) fn awaited_by_thread(&self, id: u64) -> bool {
-        self.queues.iter().any(|queue| {
-            queue
-                .fifo
-                .as_ref()
-                .is_some_and(|fifo| fifo.waiting.load(Ordering::SeqCst) == id)
-        })
     }
 }
 
@@ -210,9 +192,12 @@ impl Unpark for ParkUnpark {
 }
 
 /// The reactor's [`Parker`]: sleeps until posted to, with the probe interval as timeout while
-/// the device is busy, and runs the fault probe (see the [module docs](self)).
+/// the device is busy, and runs the fault probe (see the [module docs](self)). With completion
+/// threads there is no probe, and the reactor only sleeps until posted to.
 pub(crate) struct ProbeParker<A: StreamApi> {
     core: Arc<Core<A>>,
+    /// Whether the probe runs (host-callback completion).
+    probing: bool,
     seen_epoch: u64,
     last_probe: Instant,
 }
@@ -220,6 +205,7 @@ pub(crate) struct ProbeParker<A: StreamApi> {
 impl<A: StreamApi> ProbeParker<A> {
     pub(crate) fn new(core: Arc<Core<A>>) -> Self {
         ProbeParker {
+            probing: core.strategy == CompletionStrategy::HostCallback,
             core,
             seen_epoch: 0,
             last_probe: Instant::now(),
@@ -232,7 +218,12 @@ impl<A: StreamApi> Parker for ProbeParker<A> {
         let core = &self.core;
         let signal = &core.park;
         let mut woken = lock(&signal.woken);
-        if !*woken {
+        if !self.probing {
+            // `indefinite` stays false: new work need not wake a reactor that never probes.
+            while !*woken {
+                woken = signal.wake.wait(woken).unwrap_or_else(|p| p.into_inner());
+            }
+        } else if !*woken {
             signal.indefinite.store(true, Ordering::SeqCst);
             let epoch = core.epoch.load(Ordering::SeqCst);
             let busy = core.in_flight_count.load(Ordering::SeqCst) > 0 || epoch != self.seen_epoch;
@@ -253,7 +244,8 @@ impl<A: StreamApi> Parker for ProbeParker<A> {
         }
         *woken = false;
         drop(woken);
-        if core.in_flight() > 0 && self.last_probe.elapsed() >= core.probe_interval {
+        if self.probing && core.in_flight() > 0 && self.last_probe.elapsed() >= core.probe_interval
+        {
             self.last_probe = Instant::now();
             core.probe();
         }

@@ -9,7 +9,7 @@
 //! | wait on a host / other device's semaphore | parked in the [`ActionQueue`] until reached         |
 //! | signal                                 | event recorded after the work; fence settled when it completes |
 //! | completion                             | host function posting to the reactor, or a completion thread per queue |
-//! | device fault                           | the probe fails every fence in flight with the fault   |
+//! | device fault                           | completion threads (with host callbacks: the probe) fail every fence in flight with the fault |
 //! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` / `copy_device_to_device_async` |
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
 //! | dispatch of a kernel with a status word | `launch_kernel_with_status` with its word of a pooled array (zeroed before, copied back after); checked on completion, signals made from the host |
@@ -91,7 +91,8 @@ pub struct StreamDeviceOptions {
     pub queue_count: u32,
     /// How completions are observed.
     pub completion: CompletionStrategy,
-    /// How often, at most, the fault probe queries the events in flight while the device is busy.
+    /// With [`CompletionStrategy::HostCallback`]: how often, at most, the fault probe queries
+    /// the events in flight while the device is busy (completion threads need no probe).
     pub probe_interval: Duration,
     /// With [`CompletionStrategy::CompletionThread`]: how long a completion thread polls (for
     /// the next submission, then for its event) before it sleeps in the OS. Zero, the default,

@@ -129,14 +129,9 @@ impl<A: StreamApi> Core<A> {
     /// The fault probe: queries the event of every submission in flight and settles those whose
     /// event completed or failed. After a sticky device error host functions never run, so this
     /// is what turns the fault into errors on every affected fence. Runs on the reactor thread.
-    /// The submission a completion thread waits on is that thread's to settle (see
-    /// [`Core::awaited_by_thread`]).
     pub(crate) fn probe(&self) {
         Stats::bump(&self.stats.probes, 1);
         for (id, event) in self.in_flight_events() {
-            if self.awaited_by_thread(id) {
-                continue;
-            }
             match self.api.query_event(event.handle()) {
                 Ok(false) => {}
                 Ok(true) => self.complete(id, Some(Ok(())), Via::Probe),
