@@ -980,14 +980,20 @@ impl StreamApi for CudaApi {
         let mut status_words = Vec::with_capacity(module.entry_points.len());
         for entry in &module.entry_points {
             // The driver's report where it has one (CUDA 12.4+); for PTX also its text, which
-            // says whether the kernel takes a status word on any driver (validated above).
-            let checked = self
-                .get_function(loaded, &entry.name)
-                .and_then(|f| check_kernel_params(entry, &kernel_params(self.probe, f)))
-                .and_then(|reported| match &module.image {
+            // says whether the kernel takes a status word on any driver (validated above). A
+            // cubin kernel the driver cannot report on gets a status word whether it takes one
+            // or not: an argument past a kernel's last parameter is never read, while a missing
+            // one would be read from past the argument array.
+            let checked = self.get_function(loaded, &entry.name).and_then(|f| {
+                let reported = match kernel_params(self.probe, f) {
+                    Some(params) => Some(check_kernel_params(entry, &params)?),
+                    None => None,
+                };
+                match &module.image {
                     CudaImage::Ptx(text) => ptx_status_word(text, entry),
-                    CudaImage::Cubin(_) => Ok(reported),
-                });
+                    CudaImage::Cubin(_) => Ok(reported.unwrap_or(true)),
+                }
+            });
             match checked {
                 Ok(status_word) => status_words.push(status_word),
                 Err(error) => {
@@ -1112,9 +1118,9 @@ impl StreamApi for CudaApi {
 /// The `(offset, size)` of each parameter of kernel `f` as the driver reports them
 /// (`cuFuncGetParamInfo`, CUDA 12.4+); empty if it reports none or cannot say, and without
 /// calling it on a driver older than CUDA 12.4 (which lacks the symbol: cudarc would panic).
-fn kernel_params(probe: &Probe, f: FunctionHandle) -> Vec<(usize, usize)> {
+fn kernel_params(probe: &Probe, f: FunctionHandle) -> Option<Vec<(usize, usize)>> {
     if !probe.supports(PARAM_INFO_VERSION) {
-        return Vec::new();
+        return None;
     }
     let function = f.0 as usize as CUfunction;
     let mut params = Vec::new();
@@ -1126,9 +1132,9 @@ fn kernel_params(probe: &Probe, f: FunctionHandle) -> Vec<(usize, usize)> {
             CUresult::CUDA_SUCCESS => params.push((offset, size)),
             // Past the last parameter.
             CUresult::CUDA_ERROR_INVALID_VALUE => break,
-            // The driver cannot say (e.g. not supported): no check.
-            _ => return Vec::new(),
+            // The driver cannot say (e.g. not supported).
+            _ => return None,
         }
     }
-    params
+    Some(params)
 }

@@ -165,9 +165,10 @@ pub struct CudaDeviceOptions {
     /// callback stream per queue). Host callbacks cost no thread per queue; select them for
     /// devices with many queues, or compare both with this crate's benchmark.
     pub completion: CompletionStrategy,
-    /// How often, at most, the fault probe queries the events in flight while the device is
-    /// busy (a sticky fault stops host callbacks; the probe turns it into errors). Default
-    /// 10 ms.
+    /// With host callbacks: how often, at most, the fault probe queries the events in flight
+    /// while the device is busy (a sticky fault stops host callbacks; the probe turns it into
+    /// errors; completion threads get the error from `cuEventSynchronize` and need no probe).
+    /// Default 10 ms.
     pub probe_interval: Duration,
     /// Replay a reusable command buffer submitted again as a CUDA graph (stream capture, then
     /// `cuGraphLaunch`: one call per submission instead of one per command). Default off: see

@@ -22,7 +22,8 @@
 //! more or larger parameters than halcyon passes would make `cuLaunchKernel` read past the
 //! argument array. PTX is checked the same way from its text, on any driver
 //! ([`ptx_status_word`], part of [`CudaModule::validate`]). A cubin on a CUDA 12.0 to 12.3
-//! driver is not checked: the metadata must be right.
+//! driver is not checked: the metadata must be right (a kernel taking fewer parameters than
+//! halcyon passes is harmless; one taking more reads past the arguments).
 //!
 //! **Status word.** A kernel fails its dispatch through a status word (the stream layer's
 //! convention, see [`halcyon::stream::api`]): one more parameter after the constants, an
@@ -31,9 +32,11 @@
 //! status)`). A trap or an illegal address would instead be a sticky fault that kills the
 //! context. Whether a kernel takes the word is read from its parameters: from the `.param`s of
 //! its `.entry` for PTX, from `cuFuncGetParamInfo` for a cubin. On a driver without
-//! `cuFuncGetParamInfo` (before CUDA 12.4) a cubin kernel is taken to have no status word
-//! (its dispatches cannot fail): ship PTX, or a fatbin with PTX, for kernels that take one
-//! there. A kernel whose parameter count is neither `b + c` nor `b + c + 1` is refused.
+//! `cuFuncGetParamInfo` (before CUDA 12.4) every kernel of a cubin is launched with a status
+//! word, which a kernel without the parameter never reads: its dispatches work either way, at
+//! the status word's cost (they are checked on the host and never captured into graphs; ship
+//! PTX, or run a 12.4+ driver, to avoid that). A kernel whose parameter count is neither
+//! `b + c` nor `b + c + 1` is refused.
 //!
 //! **Byte form** (little-endian):
 //!
@@ -350,11 +353,7 @@ pub fn ptx_entries(ptx: &str) -> Vec<String> {
 /// order; `None` if the PTX defines no such kernel. A parameter of a type the parser does not
 /// know counts as 0 bytes (it then matches no signature halcyon passes).
 pub fn ptx_param_sizes(ptx: &str, name: &str) -> Option<Vec<usize>> {
-    let code: String = ptx
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = strip_ptx_comments(ptx);
     let mut rest = code.as_str();
     while let Some(at) = rest.find(".entry") {
         let before_ok = rest[..at]
@@ -387,6 +386,34 @@ pub fn ptx_param_sizes(ptx: &str, name: &str) -> Option<Vec<usize>> {
         );
     }
     None
+}
+
+/// `ptx` without its `//` and `/* */` comments (each replaced by a space; line ends kept).
+fn strip_ptx_comments(ptx: &str) -> String {
+    let mut code = String::with_capacity(ptx.len());
+    let mut rest = ptx;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        match (line, block) {
+            (Some(at), b) if b.is_none_or(|b| at < b) => {
+                code.push_str(&rest[..at]);
+                code.push(' ');
+                rest = rest[at..].find('\n').map_or("", |end| &rest[at + end..]);
+            }
+            (_, Some(at)) => {
+                code.push_str(&rest[..at]);
+                code.push(' ');
+                rest = rest[at + 2..]
+                    .find("*/")
+                    .map_or("", |end| &rest[at + 2 + end + 2..]);
+            }
+            _ => {
+                code.push_str(rest);
+                return code;
+            }
+        }
+    }
 }
 
 /// The size of one `.param` declaration: `.param .u64 name`, `.param .u64 .ptr .global .align 4
@@ -820,6 +847,9 @@ mod tests {
         assert_eq!(ptx_param_sizes(PARAMS_PTX, "checked"), Some(vec![8, 4, 8]));
         assert_eq!(ptx_param_sizes(PARAMS_PTX, "wide"), Some(vec![16, 4]));
         assert_eq!(ptx_param_sizes(PARAMS_PTX, "bare"), Some(vec![]));
+        let commented = ".visible .entry c(/* x, y */ .param .u64 c_0, // n, m\n/* n */\n\
+                         .param .u32 c_1)\n// .entry c(.param .u32 z)\n";
+        assert_eq!(ptx_param_sizes(commented, "c"), Some(vec![8, 4]));
     }
 
     #[test]
