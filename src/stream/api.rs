@@ -45,7 +45,11 @@
 //! submission still run: the words are only read once the whole submission completed.) Because the check runs on the host, such a submission
 //! signals its semaphores from the host after the check, never on the device: work waiting on
 //! it (on any queue) starts only after the check passed, and never if it failed. Dispatches of
-//! entry points without a status word keep the fully device-side path.
+//! entry points without a status word keep the fully device-side path. As with any timeline
+//! semaphore, a wait is satisfied by a signal of any value at or above it: a later submission
+//! that signals a higher value of the same semaphore *without waiting for the checked one*
+//! releases such waits when it completes, check or no check. Chain the submissions (wait for
+//! the previous value, as [`crate::Timeline`] does) to keep dependents behind the check.
 //!
 //! # Errors
 //!

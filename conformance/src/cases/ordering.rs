@@ -10,7 +10,7 @@ use halcyon::{
 };
 
 use crate::harness::{
-    block_on, bytes_u32, done, download_u32, join, link, pattern_u32, semaphores,
+    block_on, bytes_u32, done, download, download_u32, join, link, pattern_u32, semaphores,
     signal_from_thread, u32_bytes, upload, upload_u32,
 };
 use crate::kernels::{workgroups, Kernels, StandardKernels};
@@ -115,17 +115,23 @@ pub fn chain_of_100_submissions(device: &Device, kernels: &dyn Kernels) -> Resul
     })
 }
 
-/// Tasks on a multi-threaded runtime, each running its own chain of increments that hops from
-/// queue to queue (every link waits on the previous link's value on another queue, so waits
-/// cross queues), all released by one host semaphore signalled once every chain was submitted
-/// up to its first link; some links' `Submission`s are dropped instead of awaited (the work
-/// still runs and signals). Every chain ends with every element incremented once per link, and
-/// no semaphore keeps a waiter.
+/// Tasks on a multi-threaded runtime, each running its own chain of dispatches that hops from
+/// queue to queue (every link waits on the previous link's value, signalled on another queue
+/// where the device has several), all released by one host semaphore signalled once every task
+/// submitted its first link. A task submits its links in batches of four before awaiting them,
+/// and drops some `Submission`s instead of awaiting them (the work still runs and signals). The
+/// links alternate `y = x + y` and `x = y + x` (saxpy with a = 1, exact in `f32` at these
+/// sizes), which do not commute: a link that ran early, late or twice, or two that overlapped,
+/// changes the result. No semaphore keeps a waiter.
 pub fn concurrent_chains_across_queues(device: &Device, kernels: &dyn Kernels) -> Result<()> {
     const TASKS: usize = 6;
-    const LINKS: u64 = 40;
+    const LINKS: u64 = 30;
+    const BATCH: u64 = 4;
     const N: u32 = 256;
-    block_on(async {
+    let floats = |bytes: Vec<u8>| -> Result<Vec<f32>> {
+        Ok(bytes_u32(&bytes)?.into_iter().map(f32::from_bits).collect())
+    };
+    block_on(async move {
         let kernels = Arc::new(StandardKernels::load(device, kernels)?);
         let queues = device.queues(u64::MAX)?;
         let start = Semaphore::new(0);
@@ -133,11 +139,14 @@ pub fn concurrent_chains_across_queues(device: &Device, kernels: &dyn Kernels) -
         let mut tasks = Vec::new();
         for task in 0..TASKS {
             let (kernels, queues, start) = (kernels.clone(), queues.clone(), start.clone());
-            let arrived = arrived.clone();
-            let device = device.clone();
+            let (arrived, device) = (arrived.clone(), device.clone());
             tasks.push(tokio::spawn(async move {
-                let buffer = upload_u32(&queues[0], &vec![task as u32; N as usize]).await?;
+                let seed = (1 + task) as f32;
+                let f32s = |v: f32| u32_bytes(&vec![v.to_bits(); N as usize]);
+                let x = upload(&queues[0], BufferParams::DEVICE, &f32s(seed)).await?;
+                let y = upload(&queues[0], BufferParams::DEVICE, &f32s(0.0)).await?;
                 let chain = device.create_semaphore(0)?;
+                let mut batch = Vec::new();
                 for link in 0..LINKS {
                     let queue = &queues[(task + link as usize) % queues.len()];
                     let wait = if link == 0 {
@@ -145,38 +154,45 @@ pub fn concurrent_chains_across_queues(device: &Device, kernels: &dyn Kernels) -
                     } else {
                         Fence::at(&chain, link)
                     };
-                    let submission = kernels.add_one(
-                        queue,
-                        Timepoints::new(wait, Fence::at(&chain, link + 1)),
-                        &buffer.whole(),
-                        N,
-                    );
+                    let timepoints = Timepoints::new(wait, Fence::at(&chain, link + 1));
+                    let (from, to) = if link % 2 == 0 { (&x, &y) } else { (&y, &x) };
+                    let submission =
+                        kernels.saxpy(queue, timepoints, 1.0, &from.whole(), &to.whole(), N);
                     if link % 5 == 2 {
                         drop(submission); // not awaited: it still runs and signals
-                    } else if link > 0 {
-                        done(&format!("task {task}, link {link}"), submission).await?;
                     } else {
-                        // The first link waits for `start`, signalled once every task got here:
-                        // await it in the background.
-                        tokio::spawn(submission);
+                        batch.push((link, submission));
                     }
                     if link == 0 && arrived.fetch_add(1, Ordering::SeqCst) + 1 == TASKS {
                         start.signal(1)?; // the last task to submit its first link
                     }
-                    tokio::task::yield_now().await;
+                    if link % BATCH == BATCH - 1 || link == LINKS - 1 {
+                        for (link, submission) in batch.drain(..) {
+                            done(&format!("task {task}, link {link}"), submission).await?;
+                        }
+                    }
                 }
                 done("the last link", chain.wait(LINKS)).await?;
-                let values =
-                    download_u32(&queues[0], Fence::at(&chain, LINKS), &buffer.whole()).await?;
-                let expected = task as u32 + LINKS as u32;
-                let wrong = values.iter().position(|&v| v != expected);
+                let after = Fence::at(&chain, LINKS);
+                let xs = floats(download(&queues[0], after.clone(), &x.whole()).await?)?;
+                let ys = floats(download(&queues[0], after, &y.whole()).await?)?;
+                let (mut ex, mut ey) = (seed, 0.0f32);
+                for link in 0..LINKS {
+                    if link % 2 == 0 {
+                        ey += ex;
+                    } else {
+                        ex += ey;
+                    }
+                }
+                let wrong = (0..N as usize).find(|&i| xs[i] != ex || ys[i] != ey);
                 assert_eq!(
                     wrong,
                     None,
-                    "task {task}: element {} is {} after {LINKS} increments of {task} (expected \
-                     {expected})",
+                    "task {task}: after {LINKS} alternating links element {} is (x {}, y {}), \
+                     expected (x {ex}, y {ey})",
                     wrong.unwrap_or(0),
-                    values[wrong.unwrap_or(0)]
+                    xs[wrong.unwrap_or(0)],
+                    ys[wrong.unwrap_or(0)]
                 );
                 assert_eq!(
                     chain.waiter_count(),
