@@ -84,6 +84,7 @@ fn round_trip(c: &mut Criterion) {
         let params = KernelParams {
             bindings: &[],
             constants: &[],
+            status: None,
         };
         group.bench_function("raw/launch_record_sync", |b| {
             b.iter(|| {
@@ -202,6 +203,7 @@ fn paired(_: &mut Criterion) {
     let params = KernelParams {
         bindings: &[],
         constants: &[],
+        status: None,
     };
     let raw = || {
         let start = Instant::now();
@@ -287,6 +289,7 @@ fn replay(c: &mut Criterion) {
         let params = KernelParams {
             bindings: &[],
             constants: &[],
+            status: None,
         };
         let launch_all = || {
             for _ in 0..REPLAYED {

@@ -102,6 +102,7 @@ fn host_api_semantics() -> Result<()> {
         &KernelParams {
             bindings: &[ptr],
             constants: &[3, 4],
+            status: None,
         },
         s0,
     )?;

@@ -396,31 +396,33 @@ fn host_api_passes_status_words_to_the_kernels_that_take_them() -> Result<()> {
         block: [1, 1, 1],
         shared_memory_bytes: 0,
     };
-    let params = KernelParams {
-        bindings: &[input],
+    let bindings = [input];
+    let params = |status: Option<DevicePtr>| KernelParams {
+        bindings: &bindings,
         constants: &[],
+        status,
     };
     let invalid = |result: Result<()>, mentions: &[&str]| {
         assert_error(result, StatusCode::InvalidArgument, mentions);
     };
     invalid(
-        api.launch_kernel(check_fn, &config, &params, stream),
-        &["'check' takes a status word", "launch_kernel_with_status"],
+        api.launch_kernel(check_fn, &config, &params(None), stream),
+        &["'check' takes a status word", "KernelParams::status"],
     );
     invalid(
-        api.launch_kernel_with_status(plain, &config, &params, words, stream),
+        api.launch_kernel(plain, &config, &params(Some(words)), stream),
         &["'plain' takes no status word"],
     );
     invalid(
-        api.launch_kernel_with_status(check_fn, &config, &params, words.offset(2), stream),
+        api.launch_kernel(check_fn, &config, &params(Some(words.offset(2))), stream),
         &["not 4-byte aligned"],
     );
     invalid(
-        api.launch_kernel_with_status(check_fn, &config, &params, input.offset(128), stream),
+        api.launch_kernel(check_fn, &config, &params(Some(input.offset(128))), stream),
         &["lies within a binding"],
     );
     invalid(
-        api.launch_kernel_with_status(check_fn, &config, &params, DevicePtr(8), stream),
+        api.launch_kernel(check_fn, &config, &params(Some(DevicePtr(8))), stream),
         &["do not lie within one live allocation"],
     );
 
@@ -428,13 +430,13 @@ fn host_api_passes_status_words_to_the_kernels_that_take_them() -> Result<()> {
     let seventy_seven = u32_bytes(&[77]);
     // SAFETY: `seventy_seven` outlives the copy (the stream is synchronised below).
     unsafe { api.copy_host_to_device_async(input, seventy_seven.as_ptr(), 4, stream)? };
-    api.launch_kernel_with_status(check_fn, &config, &params, words.offset(12), stream)?;
+    api.launch_kernel(check_fn, &config, &params(Some(words.offset(12))), stream)?;
     let mut out = [0u32; 4];
     // SAFETY: `out` outlives the copy (the stream is synchronised below).
     unsafe { api.copy_device_to_host_async(out.as_mut_ptr().cast(), words, 16, stream)? };
     api.synchronize_stream(stream)?;
     assert_eq!(out, [0, 0, 0, 77]);
-    api.launch_kernel(plain, &config, &params, stream)?;
+    api.launch_kernel(plain, &config, &params(None), stream)?;
     api.synchronize_stream(stream)?;
     api.destroy_stream(stream)?;
     Ok(())

@@ -27,8 +27,8 @@
 //! in device memory that is zero when the kernel starts; the kernel writes a nonzero value to
 //! fail its dispatch (any thread, any number of times; which nonzero value wins is
 //! unspecified). [`StreamApi::load_module`] reports which entry points take one
-//! ([`LoadedModule::status_words`]), and the stream layer launches those with
-//! [`StreamApi::launch_kernel_with_status`]. In CUDA C or HIP:
+//! ([`LoadedModule::status_words`]), and the stream layer launches those with the word's
+//! address in [`KernelParams::status`]. In CUDA C or HIP:
 //!
 //! ```text
 //! extern "C" __global__ void checked(float* x, unsigned int n, unsigned int* status) {
@@ -179,7 +179,7 @@ pub struct LoadedModule {
     pub entry_points: Vec<EntryPoint>,
     /// Index-aligned with `entry_points`: whether the entry point's kernel takes a status word
     /// after its constants (see [the convention](crate::stream::api#status-words)); such
-    /// kernels are launched with [`StreamApi::launch_kernel_with_status`]. Entry points beyond
+    /// kernels are launched with [`KernelParams::status`] set. Entry points beyond
     /// the vector's length take none, so an API without status words leaves it empty.
     pub status_words: Vec<bool>,
 }
@@ -203,14 +203,19 @@ pub struct LaunchConfig {
 }
 
 /// A kernel's parameters in halcyon's one dispatch model: every binding as a device pointer, in
-/// binding order, then every `u32` constant, in order (then, for an entry point that takes one,
-/// the status word, passed separately to [`StreamApi::launch_kernel_with_status`]).
+/// binding order, then every `u32` constant, in order, then, for an entry point that takes one,
+/// the status word's device pointer.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelParams<'a> {
     /// One device address per binding (the buffer's address plus the binding's offset).
     pub bindings: &'a [DevicePtr],
     /// The push constants.
     pub constants: &'a [u32],
+    /// The address of the dispatch's status word (a device `u32`, 4-byte aligned), for an entry
+    /// point whose kernel takes one ([`LoadedModule::status_words`]), passed as its last
+    /// parameter (see [the convention](crate::stream::api#status-words)); `None` for every
+    /// other kernel. The API neither zeroes nor reads the word: the stream layer does.
+    pub status: Option<DevicePtr>,
 }
 
 /// A host function enqueued on a stream. It must not call the [`StreamApi`] (CUDA and HIP
@@ -398,9 +403,8 @@ pub trait StreamApi: Send + Sync + 'static {
 
     /// Enqueues a launch of `function` with `config` and `params` on `stream`. Argument errors
     /// (a block too large, a bad address) are reported synchronously where the API can; errors
-    /// while the kernel runs complete the next recorded event with an error. `function` must be
-    /// an entry point without a status word (launch the others with
-    /// [`StreamApi::launch_kernel_with_status`]).
+    /// while the kernel runs complete the next recorded event with an error. `params.status` is
+    /// set exactly for the entry points [`StreamApi::load_module`] reported a status word for.
     fn launch_kernel(
         &self,
         function: FunctionHandle,
@@ -408,28 +412,6 @@ pub trait StreamApi: Send + Sync + 'static {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()>;
-
-    /// Enqueues a launch of `function`, an entry point whose kernel takes a status word
-    /// ([`LoadedModule::status_words`]), like [`StreamApi::launch_kernel`], passing `status`
-    /// (the address of a device `u32`, 4-byte aligned) as its last parameter, after the
-    /// constants (see [the convention](crate::stream::api#status-words)). The API neither
-    /// zeroes nor reads the word: the stream layer does. An API whose
-    /// [`StreamApi::load_module`] reports no status words never gets this call; the default
-    /// fails with `Unimplemented`.
-    fn launch_kernel_with_status(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: DevicePtr,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        let _ = (function, config, params, status, stream);
-        Err(unimplemented(
-            &self.info().driver,
-            "kernels with a status word",
-        ))
-    }
 
     // ---------------------------------------------------------------- graphs (optional)
 

@@ -31,8 +31,7 @@
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s, or from `cuFuncGetParamInfo` for a cubin (none without it) |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`                                          |
-//! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant |
-//! | `launch_kernel_with_status`         | the same, then one more pointer: at the status word's `CUdeviceptr` (see [`crate::module`]) |
+//! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
 //! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy` |
 //! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
 //!
@@ -432,93 +431,6 @@ fn usize_len(len: u64, what: &str) -> Result<usize> {
             format!("{what} of {len} bytes does not fit this host's address space"),
         )
     })
-}
-
-impl CudaApi {
-    /// `cuLaunchKernel` with `kernelParams[i]` pointing at binding `i`'s `CUdeviceptr`, then at
-    /// each `u32` constant, then, for a kernel that takes one, at the status word's address.
-    fn launch(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: Option<DevicePtr>,
-        s: StreamHandle,
-    ) -> Result<()> {
-        self.bind()?;
-        // The driver copies the values during the call, so they only need to outlive it: the
-        // pointers (bindings, then the status word) are kept in `pointers`, the constants are
-        // used in place.
-        let bindings = params.bindings.len();
-        let pointers: Vec<CUdeviceptr> = params
-            .bindings
-            .iter()
-            .chain(status.as_ref())
-            .map(|p| p.0)
-            .collect();
-        let mut args: Vec<*mut c_void> =
-            Vec::with_capacity(pointers.len() + params.constants.len());
-        args.extend(
-            pointers[..bindings]
-                .iter()
-                .map(|p| p as *const CUdeviceptr as *mut c_void),
-        );
-        args.extend(
-            params
-                .constants
-                .iter()
-                .map(|c| c as *const u32 as *mut c_void),
-        );
-        args.extend(
-            pointers[bindings..]
-                .iter()
-                .map(|p| p as *const CUdeviceptr as *mut c_void),
-        );
-        let kernel_params = if args.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            args.as_mut_ptr()
-        };
-        let LaunchConfig {
-            grid,
-            block,
-            shared_memory_bytes,
-        } = *config;
-        // SAFETY: a function of a loaded module and a live stream. The kernel's parameters were
-        // checked against its entry point at load (from the PTX text, and with
-        // check_kernel_params where the driver reports them), which is also where the stream
-        // layer learns whether to pass a status word, so it reads no more argument values, and
-        // no larger ones, than `args` points at; `pointers` and the constants outlive the call;
-        // `extra` is null.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                function.0 as usize as CUfunction,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                shared_memory_bytes,
-                stream(s),
-                kernel_params,
-                std::ptr::null_mut(),
-            )
-        };
-        check(r, || {
-            format!(
-                "cuLaunchKernel(grid {grid:?}, block {block:?}, {} bindings, {} constants{}, \
-                 {s:?})",
-                params.bindings.len(),
-                params.constants.len(),
-                if status.is_some() {
-                    ", a status word"
-                } else {
-                    ""
-                }
-            )
-        })
-    }
 }
 
 impl StreamApi for CudaApi {
@@ -1048,18 +960,80 @@ impl StreamApi for CudaApi {
         params: &KernelParams<'_>,
         s: StreamHandle,
     ) -> Result<()> {
-        self.launch(function, config, params, None, s)
-    }
-
-    fn launch_kernel_with_status(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: DevicePtr,
-        s: StreamHandle,
-    ) -> Result<()> {
-        self.launch(function, config, params, Some(status), s)
+        let status = params.status;
+        self.bind()?;
+        // The driver copies the values during the call, so they only need to outlive it: the
+        // pointers (bindings, then the status word) are kept in `pointers`, the constants are
+        // used in place.
+        let bindings = params.bindings.len();
+        let pointers: Vec<CUdeviceptr> = params
+            .bindings
+            .iter()
+            .chain(status.as_ref())
+            .map(|p| p.0)
+            .collect();
+        let mut args: Vec<*mut c_void> =
+            Vec::with_capacity(pointers.len() + params.constants.len());
+        args.extend(
+            pointers[..bindings]
+                .iter()
+                .map(|p| p as *const CUdeviceptr as *mut c_void),
+        );
+        args.extend(
+            params
+                .constants
+                .iter()
+                .map(|c| c as *const u32 as *mut c_void),
+        );
+        args.extend(
+            pointers[bindings..]
+                .iter()
+                .map(|p| p as *const CUdeviceptr as *mut c_void),
+        );
+        let kernel_params = if args.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            args.as_mut_ptr()
+        };
+        let LaunchConfig {
+            grid,
+            block,
+            shared_memory_bytes,
+        } = *config;
+        // SAFETY: a function of a loaded module and a live stream. The kernel's parameters were
+        // checked against its entry point at load (from the PTX text, and with
+        // check_kernel_params where the driver reports them), which is also where the stream
+        // layer learns whether to pass a status word, so it reads no more argument values, and
+        // no larger ones, than `args` points at; `pointers` and the constants outlive the call;
+        // `extra` is null.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                function.0 as usize as CUfunction,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_memory_bytes,
+                stream(s),
+                kernel_params,
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, || {
+            format!(
+                "cuLaunchKernel(grid {grid:?}, block {block:?}, {} bindings, {} constants{}, \
+                 {s:?})",
+                params.bindings.len(),
+                params.constants.len(),
+                if status.is_some() {
+                    ", a status word"
+                } else {
+                    ""
+                }
+            )
+        })
     }
 
     // ---------------------------------------------------------------- graphs

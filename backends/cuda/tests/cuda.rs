@@ -331,6 +331,7 @@ mod gpu {
         let params = KernelParams {
             bindings: &bindings,
             constants: &constants,
+            status: None,
         };
         api.launch_kernel(add_one, &config, &params, s).unwrap();
 
@@ -476,9 +477,9 @@ mod gpu {
         let params = KernelParams {
             bindings: &[],
             constants: &[],
+            status: Some(words.offset(8)),
         };
-        api.launch_kernel_with_status(fail, &config, &params, words.offset(8), s)
-            .unwrap();
+        api.launch_kernel(fail, &config, &params, s).unwrap();
         let mut out = [7u32; 4];
         // SAFETY: `out` outlives the copy (the stream is synchronised below).
         unsafe {

@@ -388,13 +388,13 @@ pub(crate) struct KernelArgs {
 
 impl KernelArgs {
     /// The bindings, the constants, then the status word's address if there is one.
-    pub(crate) fn new(params: &KernelParams<'_>, status: Option<DevicePtr>) -> Self {
+    pub(crate) fn new(params: &KernelParams<'_>) -> Self {
         let values = params
             .bindings
             .iter()
             .map(|p| p.0)
             .chain(params.constants.iter().map(|&c| u64::from(c)))
-            .chain(status.map(|p| p.0))
+            .chain(params.status.map(|p| p.0))
             .collect();
         KernelArgs { values }
     }
@@ -1169,32 +1169,7 @@ impl StreamApi for HipStreamApi {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.launch(function, config, params, None, stream)
-    }
-
-    fn launch_kernel_with_status(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: DevicePtr,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.launch(function, config, params, Some(status), stream)
-    }
-}
-
-impl HipStreamApi {
-    /// `hipModuleLaunchKernel` with one argument pointer per binding, per constant, and for a
-    /// kernel that takes one, for the status word.
-    fn launch(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: Option<DevicePtr>,
-        stream: StreamHandle,
-    ) -> Result<()> {
+        let status = params.status;
         let function = self.functions.get(function.0)?;
         if params.bindings.len() != function.binding_count
             || params.constants.len() != function.constant_count
@@ -1221,7 +1196,7 @@ impl HipStreamApi {
         }
         let stream = self.stream(stream)?;
         self.bind()?;
-        let mut args = KernelArgs::new(params, status);
+        let mut args = KernelArgs::new(params);
         let mut pointers = args.pointers();
         let kernel_params = if pointers.is_empty() {
             std::ptr::null_mut()
@@ -1285,8 +1260,9 @@ mod tests {
         let params = KernelParams {
             bindings: &bindings,
             constants: &constants,
+            status: None,
         };
-        let mut args = KernelArgs::new(&params, None);
+        let mut args = KernelArgs::new(&params);
         let pointers = args.pointers();
         assert_eq!(pointers.len(), 4);
         // SAFETY: each pointer addresses a live u64 slot of `args`, read as HIP would read an
@@ -1300,10 +1276,14 @@ mod tests {
         let empty = KernelParams {
             bindings: &[],
             constants: &[],
+            status: None,
         };
-        assert!(KernelArgs::new(&empty, None).pointers().is_empty());
+        assert!(KernelArgs::new(&empty).pointers().is_empty());
         // The status word comes last, after the constants.
-        let mut args = KernelArgs::new(&params, Some(DevicePtr(0x7000_0000_3000)));
+        let mut args = KernelArgs::new(&KernelParams {
+            status: Some(DevicePtr(0x7000_0000_3000)),
+            ..params
+        });
         let pointers = args.pointers();
         assert_eq!(pointers.len(), 5);
         // SAFETY: as above.
@@ -1311,7 +1291,10 @@ mod tests {
             assert_eq!(*pointers[2].cast::<u32>(), 42);
             assert_eq!(*pointers[4].cast::<u64>(), 0x7000_0000_3000);
         }
-        let mut args = KernelArgs::new(&empty, Some(DevicePtr(0x7000_0000_3000)));
+        let mut args = KernelArgs::new(&KernelParams {
+            status: Some(DevicePtr(0x7000_0000_3000)),
+            ..empty
+        });
         let pointers = args.pointers();
         assert_eq!(pointers.len(), 1);
         // SAFETY: as above.

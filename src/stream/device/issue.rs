@@ -491,14 +491,10 @@ impl<A: StreamApi> Core<A> {
         let params = KernelParams {
             bindings: &bindings,
             constants: &dispatch.constants,
+            status,
         };
-        let function = executable.functions[index];
-        match status {
-            Some(word) => self
-                .api
-                .launch_kernel_with_status(function, &config, &params, word, stream),
-            None => self.api.launch_kernel(function, &config, &params, stream),
-        }
+        self.api
+            .launch_kernel(executable.functions[index], &config, &params, stream)
     }
 
     /// The device address of `range`, keeping its memory alive in `keep`.

@@ -12,7 +12,7 @@
 //! | device fault                           | completion threads (with host callbacks: the probe) fail every fence in flight with the fault |
 //! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` / `copy_device_to_device_async` |
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
-//! | dispatch of a kernel with a status word | `launch_kernel_with_status` with its word of a pooled array (zeroed before, copied back after); checked on completion, signals made from the host |
+//! | dispatch of a kernel with a status word | `launch_kernel` with its word (`KernelParams::status`) of a pooled array (zeroed before, copied back after); checked on completion, signals made from the host |
 //! | barrier                                | nothing: a stream runs in order                        |
 //! | a reusable command list submitted again | captured into a graph once, then `launch_graph` (where the API has graphs) |
 //! | queue read                             | `copy_device_to_host_async` into staging, delivered on completion |

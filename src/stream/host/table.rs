@@ -334,80 +334,7 @@ impl StreamApi for HostStreamApi {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.launch(function, config, params, None, stream)
-    }
-
-    fn launch_kernel_with_status(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: DevicePtr,
-        stream: StreamHandle,
-    ) -> Result<()> {
-        self.launch(function, config, params, Some(status), stream)
-    }
-
-    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
-        let shared = self.shared();
-        shared.control.check()?;
-        shared.stream(stream)?;
-        let mut captures = lock(&shared.captures);
-        if captures.contains_key(&stream.0) {
-            return Err(invalid(format!("{stream:?} is already capturing a graph")));
-        }
-        captures.insert(stream.0, Vec::new());
-        Ok(())
-    }
-
-    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
-        let shared = self.shared();
-        let captured = lock(&shared.captures)
-            .remove(&stream.0)
-            .ok_or_else(|| invalid(format!("{stream:?} is not capturing a graph")))?;
-        // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
-        // the graph is not made then.
-        shared.control.check()?;
-        let id = shared.id();
-        lock(&shared.graphs).insert(id, captured.into());
-        Ok(GraphHandle(id))
-    }
-
-    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
-        let shared = self.shared();
-        shared.control.check()?;
-        self.not_capturing(stream, "a graph launch")?;
-        let operations = lock(&shared.graphs)
-            .get(&graph.0)
-            .cloned()
-            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
-        shared.stats.bump(&shared.stats.graph_launches);
-        let target = shared.stream(stream)?;
-        for operation in operations.iter() {
-            target.push(|| Op::Exec(operation.clone()))?;
-        }
-        Ok(())
-    }
-
-    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
-        // Launches already enqueued hold their operations; the graph itself just goes.
-        lock(&self.shared().graphs)
-            .remove(&graph.0)
-            .map(drop)
-            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
-    }
-}
-
-impl HostStreamApi {
-    /// Enqueues a kernel launch, with the status word's address for a kernel that takes one.
-    fn launch(
-        &self,
-        function: FunctionHandle,
-        config: &LaunchConfig,
-        params: &KernelParams<'_>,
-        status: Option<DevicePtr>,
-        stream: StreamHandle,
-    ) -> Result<()> {
+        let status = params.status;
         let shared = self.shared();
         shared.control.check()?;
         let (module, index) = lock(&shared.functions)
@@ -418,12 +345,12 @@ impl HostStreamApi {
         if kernel.status_word != status.is_some() {
             return Err(invalid(if kernel.status_word {
                 format!(
-                    "kernel '{}' takes a status word: launch it with launch_kernel_with_status",
+                    "kernel '{}' takes a status word: pass its address in KernelParams::status",
                     kernel.entry.name
                 )
             } else {
                 format!(
-                    "kernel '{}' takes no status word: launch it with launch_kernel",
+                    "kernel '{}' takes no status word: leave KernelParams::status empty",
                     kernel.entry.name
                 )
             }));
@@ -485,6 +412,57 @@ impl HostStreamApi {
         )
     }
 
+    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.stream(stream)?;
+        let mut captures = lock(&shared.captures);
+        if captures.contains_key(&stream.0) {
+            return Err(invalid(format!("{stream:?} is already capturing a graph")));
+        }
+        captures.insert(stream.0, Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
+        let shared = self.shared();
+        let captured = lock(&shared.captures)
+            .remove(&stream.0)
+            .ok_or_else(|| invalid(format!("{stream:?} is not capturing a graph")))?;
+        // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
+        // the graph is not made then.
+        shared.control.check()?;
+        let id = shared.id();
+        lock(&shared.graphs).insert(id, captured.into());
+        Ok(GraphHandle(id))
+    }
+
+    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        self.not_capturing(stream, "a graph launch")?;
+        let operations = lock(&shared.graphs)
+            .get(&graph.0)
+            .cloned()
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
+        shared.stats.bump(&shared.stats.graph_launches);
+        let target = shared.stream(stream)?;
+        for operation in operations.iter() {
+            target.push(|| Op::Exec(operation.clone()))?;
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        // Launches already enqueued hold their operations; the graph itself just goes.
+        lock(&self.shared().graphs)
+            .remove(&graph.0)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
+    }
+}
+
+impl HostStreamApi {
     /// Resolves a launch's status word: 4 bytes of a live allocation, 4-byte aligned, outside
     /// every binding's range (a binding reaches to the end of its allocation), so a kernel may
     /// write the word while it holds binding slices.
