@@ -23,7 +23,7 @@
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
 //! | `free`                              | `cuMemFree`                                                    |
 //! | `host_pointer`                      | `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`       |
-//! | `allocate_async` / `free_async`     | `cuMemAllocAsync` / `cuMemFreeAsync` (device's default pool; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`) |
+//! | `allocate_async` / `free_async`     | `cuMemAllocFromPoolAsync` from the API's own pool (`cuMemPoolCreate`, release threshold [`CudaApi::set_pool_release_threshold`]) / `cuMemFreeAsync`; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` |
 //! | `copy_host_to_device_async`         | the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`halcyon::stream::staging`); while capturing, from a pinned copy kept until the API drops |
 //! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
@@ -120,11 +120,17 @@ pub struct CudaApi {
     /// the stream layer may free stream-ordered memory after the stream is gone and relies on
     /// an error then (it falls back to `free`).
     streams: Mutex<HashSet<u64>>,
+    /// This API's own memory pool for stream-ordered allocation (where the device has memory
+    /// pools): see [`CudaApi::set_pool_release_threshold`].
+    pool: Option<MemPool>,
 }
 
+/// A `CUmemoryPool` created by [`CudaApi::new`] and destroyed with the API.
+struct MemPool(sys::CUmemoryPool);
+
 // SAFETY: the CUDA driver API is thread-safe; the raw handles held here (a retained primary
-// context) may be used from any thread once that thread binds the context, which every method
-// does first.
+// context, a memory pool) may be used from any thread once that thread binds the context, which
+// every method does first.
 unsafe impl Send for CudaApi {}
 // SAFETY: as above; `&CudaApi` methods only read immutable fields or go through the driver and
 // internally synchronised pools.
@@ -202,9 +208,62 @@ impl CudaApi {
             staging: Arc::default(),
             captured: Mutex::default(),
             streams: Mutex::default(),
+            pool: None,
         };
         api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
+        let mut api = api;
+        if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) {
+            // Without its own pool the API allocates from the device's default pool, which
+            // works, only with that pool's release threshold.
+            api.pool = api.create_pool().ok();
+            api.set_pool_release_threshold(u64::MAX)?;
+        }
         Ok(api)
+    }
+
+    /// Creates the API's own pool of device memory (pinned, on this device, not exportable), so
+    /// its release threshold and trimming touch nobody else's allocations (the device's
+    /// default pool is shared with every other CUDA user in the process).
+    fn create_pool(&self) -> Result<MemPool> {
+        // SAFETY: an all-zero CUmemPoolProps is its documented default (every field zero or
+        // null); the fields that matter are set below.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = self.ordinal;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and properties; destroyed in Drop.
+        check(unsafe { sys::cuMemPoolCreate(&mut pool, &props) }, || {
+            format!("cuMemPoolCreate(device {})", self.ordinal)
+        })?;
+        Ok(MemPool(pool))
+    }
+
+    /// How many bytes of freed stream-ordered memory the pool keeps for reuse instead of
+    /// returning them to the driver at the next synchronisation
+    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`). [`CudaApi::new`] sets `u64::MAX`, keeping
+    /// everything: a CUDA pool's own default, 0, gives memory back at every synchronisation,
+    /// and a completion thread synchronises with every submission, so each queue `alloca`
+    /// would map fresh memory. What the pool keeps is given back when a plain allocation runs
+    /// out of memory (the pool is trimmed and the allocation retried). No-op without memory
+    /// pools.
+    pub fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let Some(pool) = &self.pool else {
+            return Ok(());
+        };
+        let mut value: u64 = bytes;
+        // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
+        check(
+            unsafe {
+                sys::cuMemPoolSetAttribute(
+                    pool.0,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut value as *mut u64).cast(),
+                )
+            },
+            || format!("cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, {bytes})"),
+        )
     }
 
     /// Advertises [`Capabilities::GRAPHS`], so the stream layer replays a reusable command list
@@ -407,6 +466,11 @@ impl Drop for CudaApi {
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
             self.free_pinned(captured);
         }
+        if let Some(pool) = self.pool.take() {
+            // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
+            // yet completed) keep it alive in the driver until they are gone.
+            let _ = unsafe { sys::cuMemPoolDestroy(pool.0) };
+        }
         if BOUND.with(Cell::get) == self.id {
             forget_bound_context();
         }
@@ -558,9 +622,17 @@ impl StreamApi for CudaApi {
         match placement {
             MemoryPlacement::Device => {
                 // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
-                check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, || {
-                    format!("cuMemAlloc({size} bytes)")
-                })?;
+                let mut r = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+                if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    if let Some(pool) = &self.pool {
+                        // Give back what the stream-ordered pool keeps, then try again.
+                        // SAFETY: a live pool; trimming only releases unused memory.
+                        let _ = unsafe { sys::cuMemPoolTrimTo(pool.0, 0) };
+                        // SAFETY: as above.
+                        r = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+                    }
+                }
+                check(r, || format!("cuMemAlloc({size} bytes)"))?;
             }
             MemoryPlacement::HostVisible => {
                 if !self.concurrent_managed {
@@ -638,11 +710,17 @@ impl StreamApi for CudaApi {
         self.live(s)?;
         self.bind()?;
         let mut ptr: CUdeviceptr = 0;
-        // SAFETY: valid out-pointer; a live stream of this context.
-        check(
-            unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
-            || format!("cuMemAllocAsync({size} bytes, {s:?})"),
-        )?;
+        let r = match &self.pool {
+            // SAFETY: valid out-pointer; a live pool and a live stream of this context.
+            Some(pool) => unsafe {
+                sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, stream(s))
+            },
+            // SAFETY: valid out-pointer; a live stream of this context.
+            None => unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
+        };
+        check(r, || {
+            format!("cuMemAllocFromPoolAsync({size} bytes, {s:?})")
+        })?;
         Ok(DevicePtr(ptr))
     }
 

@@ -179,6 +179,10 @@ pub struct CudaDeviceOptions {
     /// polls; an idle device uses no CPU). See
     /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
+    /// Bytes of freed stream-ordered (`alloca`) memory the device's memory pool keeps for reuse
+    /// (see [`CudaApi::set_pool_release_threshold`]). Default `u64::MAX`: all of it, given back
+    /// only when a plain allocation runs out of memory.
+    pub pool_release_threshold: u64,
 }
 
 impl Default for CudaDeviceOptions {
@@ -189,6 +193,7 @@ impl Default for CudaDeviceOptions {
             probe_interval: Duration::from_millis(10),
             graphs: false,
             completion_spin: Duration::ZERO,
+            pool_release_threshold: u64::MAX,
         }
     }
 }
@@ -206,6 +211,7 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
     if options.graphs {
         api.enable_graphs();
     }
+    api.set_pool_release_threshold(options.pool_release_threshold)?;
     halcyon::stream::create_device(
         api,
         StreamDeviceOptions {
