@@ -1200,10 +1200,14 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
         }
-        // The checked-in gfx900 `fail` takes none (it was compiled from `fail()`).
+        // A real code object: the checked-in gfx900 `fail(unsigned int* status)` takes the
+        // word, `add_one_u32(x, n)` does not.
         let gfx900 = CodeObject::parse(GFX900).unwrap();
-        assert!(!gfx900
+        assert!(gfx900
             .check_entry_point(&entry("fail", [1, 1, 1], 0, 0))
+            .unwrap());
+        assert!(!gfx900
+            .check_entry_point(&entry("add_one_u32", [64, 1, 1], 1, 1))
             .unwrap());
     }
 

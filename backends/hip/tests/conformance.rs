@@ -62,14 +62,10 @@ impl halcyon_conformance::Kernels for HipKernels {
 
     /// A HIP kernel fails its dispatch through a status word (an `unsigned int*` after its
     /// constants, set nonzero; the stream device checks it on completion), never a trap
-    /// (`abort()`, `__builtin_trap()`), which is a device fault that kills the whole context.
-    /// But `fail` in data/conformance.hip is still `fail()`, because
-    /// data/conformance-gfx900.hsaco must stay that file compiled (the module tests read it) and
-    /// no AMD toolchain is at hand to rebuild it. Changing `fail` to
-    /// `fail(unsigned int* status) { *status = 1u; }`, rebuilding the hsaco from it, and
-    /// returning `true` here would run the failing-dispatch case on HIP; until then it skips.
+    /// (`abort()`, `__builtin_trap()`), which is a device fault that kills the whole context:
+    /// `fail` in data/conformance.hip takes one.
     fn can_fail(&self) -> bool {
-        false
+        true
     }
 }
 

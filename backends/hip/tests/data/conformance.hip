@@ -20,9 +20,9 @@ extern "C" __global__ void saxpy_f32(const float* x, float* y, unsigned int a_bi
 }
 
 // A trap would kill the whole context (every later call fails and, on ROCm, the process
-// usually aborts); a kernel fails its dispatch through a status word instead, an
-// `unsigned int*` after its constants that it sets nonzero. This one does not take the word
-// yet: conformance-gfx900.hsaco must stay this file compiled and cannot be rebuilt without an
-// AMD toolchain, so it does nothing and the backend's Kernels::can_fail is false. See
-// HipKernels::can_fail in tests/conformance.rs for the change that would enable it.
-extern "C" __global__ void fail() {}
+// usually aborts); a kernel fails its dispatch through a status word instead: an
+// `unsigned int*` after its constants (here there are none) that it sets nonzero. The stream
+// device zeroes the word before the launch and fails the submission when it finds it set.
+extern "C" __global__ void fail(unsigned int* status) {
+    *status = 1u;
+}
