@@ -11,9 +11,9 @@
 //! | record / query / synchronize     | `hipEventRecord` / `hipEventQuery` (`hipErrorNotReady` → pending) / `hipEventSynchronize` |
 //! | stream waits event               | `hipStreamWaitEvent(stream, event, 0)`                       |
 //! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
-//! | device memory                    | `hipMalloc` / `hipFree`                                      |
+//! | device memory                    | `hipMalloc` (out of memory: the API's pool trimmed, `hipMemPoolTrimTo(pool, 0)`, and tried once more) / `hipFree` |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
-//! | stream-ordered allocation        | `hipMallocAsync` / `hipFreeAsync`, when exported and `hipDeviceAttributeMemoryPoolsSupported` |
+//! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
 //! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source if it lies in this API's host-visible memory |
 //! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination if it lies in this API's host-visible memory |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
@@ -253,6 +253,55 @@ impl Drop for RawEvent {
     }
 }
 
+/// A `hipMemPool_t` made by [`HipStreamApi::new`] for its device, destroyed on drop.
+struct MemPool {
+    hip: Hip,
+    raw: sys::hipMemPool_t,
+}
+
+// SAFETY: as for `RawStream`: a HIP pool may be used and destroyed from any thread.
+unsafe impl Send for MemPool {}
+// SAFETY: as for `RawStream`.
+unsafe impl Sync for MemPool {}
+
+/// The properties of [`HipStreamApi`]'s own pool on `device`: pinned device memory on that
+/// device, not exportable, no size limit; everything else zero (see
+/// [`sys::hipMemPoolProps`] for why zero suits every ROCm release).
+pub(crate) fn pool_props(device: i32) -> sys::hipMemPoolProps {
+    sys::hipMemPoolProps {
+        allocType: sys::hipMemAllocationTypePinned,
+        handleTypes: sys::hipMemHandleTypeNone,
+        location: sys::hipMemLocation {
+            type_: sys::hipMemLocationTypeDevice,
+            id: device,
+        },
+        ..sys::hipMemPoolProps::default()
+    }
+}
+
+impl MemPool {
+    /// A new pool on `device` (see [`pool_props`]) keeping `release_threshold` bytes of freed
+    /// memory.
+    fn create(hip: Hip, device: i32, release_threshold: u64) -> Result<MemPool> {
+        let raw = hip.mem_pool_create(&pool_props(device))?;
+        if raw.is_null() {
+            return Err(null_from("hipMemPoolCreate"));
+        }
+        let pool = MemPool { hip, raw };
+        // SAFETY: a live pool, just made. If this fails, dropping `pool` destroys it.
+        unsafe { hip.mem_pool_set_release_threshold(pool.raw, release_threshold) }?;
+        Ok(pool)
+    }
+}
+
+impl Drop for MemPool {
+    fn drop(&mut self) {
+        // SAFETY: the pool is not used again. Memory still allocated from it, or freed by work
+        // not yet completed, keeps it alive in the runtime until that memory is gone.
+        let _ = unsafe { self.hip.mem_pool_destroy(self.raw) };
+    }
+}
+
 impl Drop for RawModule {
     fn drop(&mut self) {
         // SAFETY: the last holder: every function of it is gone (functions hold the module),
@@ -270,7 +319,7 @@ pub(crate) enum AllocKind {
     Managed,
     /// `hipHostMalloc(hipHostMallocMapped)`.
     MappedHost,
-    /// `hipMallocAsync`.
+    /// `hipMallocFromPoolAsync` (or `hipMallocAsync`).
     StreamOrdered,
 }
 
@@ -487,6 +536,11 @@ pub struct HipStreamApi {
     memory: Allocations,
     /// Pinned staging for host↔device copies (`halcyon::stream::staging`).
     staging: Arc<StagingPool>,
+    /// This API's own pool for stream-ordered allocation, where the device has memory pools
+    /// and the runtime exports the pool calls: see
+    /// [`HipStreamApi::set_pool_release_threshold`]. `None`: `hipMallocAsync` on the device's
+    /// default pool.
+    pool: Option<MemPool>,
 }
 
 impl std::fmt::Debug for HipStreamApi {
@@ -496,6 +550,7 @@ impl std::fmt::Debug for HipStreamApi {
             .field("name", &self.info.name)
             .field("capabilities", &self.info.capabilities)
             .field("host_visible", &self.host_visible)
+            .field("own_pool", &self.pool.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -561,7 +616,7 @@ impl HipStreamApi {
         {
             capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
         }
-        Ok(HipStreamApi {
+        let mut api = HipStreamApi {
             hip,
             device,
             info: ApiInfo {
@@ -580,7 +635,41 @@ impl HipStreamApi {
             functions: Registry::new("function"),
             memory: Allocations::default(),
             staging: Arc::default(),
-        })
+            pool: None,
+        };
+        if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) && hip.has_mem_pools() {
+            // Without its own pool (older runtimes, or a refused hipMemPoolCreate) the API
+            // allocates with hipMallocAsync from the device's default pool, which works, only
+            // with that pool's release threshold.
+            api.pool = MemPool::create(hip, device, u64::MAX).ok();
+        }
+        Ok(api)
+    }
+
+    /// How many bytes of freed stream-ordered memory the API's own pool keeps for reuse
+    /// instead of returning them to the system at the next synchronisation
+    /// (`hipMemPoolAttrReleaseThreshold`). [`HipStreamApi::new`] sets `u64::MAX`, keeping
+    /// everything: a pool's own default, 0, gives memory back at every synchronisation (ROCm
+    /// 6.x releases every pool's freed memory above its threshold in `hipEventSynchronize`),
+    /// and a completion thread synchronises with every submission, so each queue `alloca`
+    /// would map fresh memory. What the pool keeps is given back when a plain allocation runs
+    /// out of memory (the pool is trimmed and the allocation retried). A no-op without the
+    /// API's own pool (see [`HipStreamApi::has_own_pool`]).
+    pub fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {
+        let Some(pool) = &self.pool else {
+            return Ok(());
+        };
+        self.bind()?;
+        // SAFETY: a live pool (destroyed only when the API drops).
+        unsafe { self.hip.mem_pool_set_release_threshold(pool.raw, bytes) }
+    }
+
+    /// Whether stream-ordered allocation comes from the API's own pool
+    /// (`hipMallocFromPoolAsync`). `false` where it comes from the device's default pool
+    /// (`hipMallocAsync`: a runtime without the pool calls, or a refused `hipMemPoolCreate`)
+    /// or where there is none ([`Capabilities::STREAM_ORDERED_ALLOC`] unset).
+    pub fn has_own_pool(&self) -> bool {
+        self.pool.is_some()
     }
 
     /// The HIP runtime.
@@ -630,6 +719,23 @@ impl HipStreamApi {
                 AllocKind::StreamOrdered => self.hip.free_async(ptr, std::ptr::null_mut()),
                 AllocKind::MappedHost => self.hip.host_free(ptr),
             }
+        }
+    }
+
+    /// `hipMalloc`; when it runs out of memory, the freed memory the API's own pool keeps is
+    /// given back (`hipMemPoolTrimTo(pool, 0)`) and the allocation tried once more.
+    fn malloc_device(&self, bytes: usize) -> Result<*mut c_void> {
+        match self.hip.malloc(bytes) {
+            // hipErrorOutOfMemory: the only error of hipMalloc that is ResourceExhausted.
+            Err(e) if e.code() == StatusCode::ResourceExhausted => {
+                let Some(pool) = &self.pool else {
+                    return Err(e);
+                };
+                // SAFETY: a live pool; trimming only releases memory no allocation holds.
+                let _ = unsafe { self.hip.mem_pool_trim_to(pool.raw, 0) };
+                self.hip.malloc(bytes)
+            }
+            other => other,
         }
     }
 
@@ -741,6 +847,8 @@ impl Drop for HipStreamApi {
         // The streams are synchronised and destroyed: no copy uses staging any more (after a
         // device fault, orphaned buffers are freed here too; see the module docs).
         self.free_pinned(self.staging.drain());
+        // Last, after its memory was freed above: hipMemPoolDestroy (MemPool's drop).
+        drop(self.pool.take());
     }
 }
 
@@ -832,7 +940,7 @@ impl StreamApi for HipStreamApi {
         self.bind()?;
         let bytes = size_of(size)?;
         let (ptr, kind) = match placement {
-            MemoryPlacement::Device => (self.hip.malloc(bytes)?, AllocKind::Device),
+            MemoryPlacement::Device => (self.malloc_device(bytes)?, AllocKind::Device),
             MemoryPlacement::HostVisible => self.allocate_host_visible(bytes)?,
         };
         if ptr.is_null() {
@@ -875,10 +983,25 @@ impl StreamApi for HipStreamApi {
         let stream = self.stream(stream)?;
         self.bind()?;
         let bytes = size_of(size)?;
-        // SAFETY: a live stream, held for the call.
-        let ptr = unsafe { self.hip.malloc_async(bytes, stream.raw) }?;
+        let (ptr, call) = match &self.pool {
+            Some(pool) => {
+                // SAFETY: a live pool of this device and a live stream, held for the call.
+                let ptr = unsafe { self.hip.malloc_from_pool_async(bytes, pool.raw, stream.raw) }?;
+                (ptr, "hipMallocFromPoolAsync")
+            }
+            None => {
+                // SAFETY: a live stream, held for the call.
+                let ptr = unsafe { self.hip.malloc_async(bytes, stream.raw) }?;
+                (ptr, "hipMallocAsync")
+            }
+        };
         if ptr.is_null() {
-            return Err(null_from("hipMallocAsync"));
+            // Before ROCm 6.2 (hipamd, clr) a pool allocation that fails returns hipSuccess and
+            // a null pointer; 6.2 made it hipErrorOutOfMemory.
+            return Err(Error::new(
+                StatusCode::ResourceExhausted,
+                format!("{call}({bytes} bytes) returned no memory (the pool cannot grow)"),
+            ));
         }
         let base = ptr as usize as u64;
         self.memory
@@ -1345,6 +1468,23 @@ mod tests {
             "not this API's memory"
         );
         assert!(!memory.host_resident(at(0x2000), u64::MAX));
+    }
+
+    #[test]
+    fn the_own_pool_is_pinned_unexportable_device_memory() {
+        let props = pool_props(3);
+        assert_eq!(props.allocType, sys::hipMemAllocationTypePinned);
+        assert_eq!(props.handleTypes, sys::hipMemHandleTypeNone);
+        assert_eq!(
+            props.location,
+            sys::hipMemLocation {
+                type_: sys::hipMemLocationTypeDevice,
+                id: 3
+            }
+        );
+        assert!(props.win32SecurityAttributes.is_null());
+        assert_eq!(props.maxSize, 0, "reserved before ROCm 6.2: must stay zero");
+        assert_eq!(props.reserved, [0; 56]);
     }
 
     #[test]

@@ -259,6 +259,11 @@ pub struct HipDeviceOptions {
     /// polls; an idle device uses no CPU). See
     /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
+    /// Bytes of freed stream-ordered (`alloca`) memory the device's own memory pool keeps for
+    /// reuse (see [`HipStreamApi::set_pool_release_threshold`]). Default `u64::MAX`: all of
+    /// it, given back only when a plain allocation runs out of memory. Ignored where the
+    /// runtime has no pool calls (before ROCm 5.2) or the device no memory pools.
+    pub pool_release_threshold: u64,
 }
 
 impl Default for HipDeviceOptions {
@@ -269,6 +274,7 @@ impl Default for HipDeviceOptions {
             probe_interval: Duration::from_millis(10),
             host_visible_memory: HostVisibleMemory::Auto,
             completion_spin: Duration::ZERO,
+            pool_release_threshold: u64::MAX,
         }
     }
 }
@@ -290,6 +296,7 @@ impl HipDriver {
             ));
         }
         let api = HipStreamApi::new(hip, index as i32, options.host_visible_memory)?;
+        api.set_pool_release_threshold(options.pool_release_threshold)?;
         halcyon::stream::create_device(
             api,
             StreamDeviceOptions {

@@ -507,6 +507,111 @@ impl Hip {
         self.check(e, || "hipFreeAsync".into())
     }
 
+    /// Whether the memory-pool calls [`HipStreamApi`](crate::HipStreamApi) uses for its own
+    /// pool are all exported (`hipMemPoolCreate`, `hipMemPoolDestroy`,
+    /// `hipMallocFromPoolAsync`, `hipMemPoolSetAttribute`, `hipMemPoolTrimTo`; ROCm 5.2 and
+    /// later), as well as `hipFreeAsync`.
+    pub fn has_mem_pools(self) -> bool {
+        let a = self.api;
+        a.hipMemPoolCreate.is_some()
+            && a.hipMemPoolDestroy.is_some()
+            && a.hipMallocFromPoolAsync.is_some()
+            && a.hipMemPoolSetAttribute.is_some()
+            && a.hipMemPoolTrimTo.is_some()
+            && a.hipFreeAsync.is_some()
+    }
+
+    /// `hipMemPoolCreate`: a new memory pool with the properties `props` (see
+    /// [`sys::hipMemPoolProps`]).
+    pub fn mem_pool_create(self, props: &sys::hipMemPoolProps) -> Result<sys::hipMemPool_t> {
+        let f = self.optional(self.api.hipMemPoolCreate, "hipMemPoolCreate")?;
+        let mut pool: sys::hipMemPool_t = ptr::null_mut();
+        // SAFETY: the out-pointer is valid for one handle; `props` is a valid hipMemPoolProps
+        // (its layout is that of every release's header; see `sys`), read during the call.
+        let e = unsafe { f(&mut pool, props) };
+        self.check(e, || {
+            format!(
+                "hipMemPoolCreate(device {}, allocation type {}, handle types {:#x})",
+                props.location.id, props.allocType, props.handleTypes
+            )
+        })
+        .map(|()| pool)
+    }
+
+    /// `hipMemPoolDestroy`. Memory still allocated from the pool, or freed by work not yet
+    /// completed, keeps the pool alive in the runtime until it is gone.
+    ///
+    /// # Safety
+    /// `pool` came from [`Hip::mem_pool_create`], is destroyed once, and is not used afterwards.
+    pub unsafe fn mem_pool_destroy(self, pool: sys::hipMemPool_t) -> Result<()> {
+        let f = self.optional(self.api.hipMemPoolDestroy, "hipMemPoolDestroy")?;
+        // SAFETY: guaranteed by the caller.
+        let e = unsafe { f(pool) };
+        self.check(e, || "hipMemPoolDestroy".into())
+    }
+
+    /// `hipMallocFromPoolAsync`: device memory from `pool`, usable by work on `stream` issued
+    /// after this call; freed with [`Hip::free_async`].
+    ///
+    /// # Safety
+    /// `pool` is a live pool and `stream` a live stream of this runtime.
+    pub unsafe fn malloc_from_pool_async(
+        self,
+        size: usize,
+        pool: sys::hipMemPool_t,
+        stream: sys::hipStream_t,
+    ) -> Result<sys::hipDeviceptr_t> {
+        let f = self.optional(self.api.hipMallocFromPoolAsync, "hipMallocFromPoolAsync")?;
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: the out-pointer is valid; the pool and stream are guaranteed by the caller.
+        let e = unsafe { f(&mut p, size, pool, stream) };
+        self.check(e, || format!("hipMallocFromPoolAsync({size} bytes)"))
+            .map(|()| p)
+    }
+
+    /// `hipMemPoolSetAttribute(pool, hipMemPoolAttrReleaseThreshold, &bytes)`: how many bytes
+    /// of freed memory `pool` keeps instead of releasing them at a synchronisation.
+    ///
+    /// # Safety
+    /// `pool` is a live pool of this runtime.
+    pub unsafe fn mem_pool_set_release_threshold(
+        self,
+        pool: sys::hipMemPool_t,
+        bytes: u64,
+    ) -> Result<()> {
+        let f = self.optional(self.api.hipMemPoolSetAttribute, "hipMemPoolSetAttribute")?;
+        let mut value: u64 = bytes;
+        // SAFETY: the pool is guaranteed by the caller; this attribute's value is a uint64_t,
+        // which `value` is, read during the call.
+        let e = unsafe {
+            f(
+                pool,
+                sys::hipMemPoolAttrReleaseThreshold,
+                (&mut value as *mut u64).cast(),
+            )
+        };
+        self.check(e, || {
+            format!("hipMemPoolSetAttribute(hipMemPoolAttrReleaseThreshold, {bytes})")
+        })
+    }
+
+    /// `hipMemPoolTrimTo`: releases the pool's freed memory until it holds at most
+    /// `min_bytes_to_hold` (memory still allocated, or freed by work not yet known complete,
+    /// stays).
+    ///
+    /// # Safety
+    /// `pool` is a live pool of this runtime.
+    pub unsafe fn mem_pool_trim_to(
+        self,
+        pool: sys::hipMemPool_t,
+        min_bytes_to_hold: usize,
+    ) -> Result<()> {
+        let f = self.optional(self.api.hipMemPoolTrimTo, "hipMemPoolTrimTo")?;
+        // SAFETY: guaranteed by the caller.
+        let e = unsafe { f(pool, min_bytes_to_hold) };
+        self.check(e, || format!("hipMemPoolTrimTo({min_bytes_to_hold})"))
+    }
+
     /// `hipMemcpyAsync` of `size` bytes (`sys::hipMemcpy*` kinds).
     ///
     /// # Safety

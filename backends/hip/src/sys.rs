@@ -3,6 +3,8 @@
 //! [`HipApi`] is a table of `extern "C"` function pointers into `libamdhip64`, resolved once.
 //! Types and signatures follow `hip_runtime_api.h` of HIP 5.2 (ROCm 5.2.3, the version Debian
 //! ships as `libamdhip64-5`); every symbol used here has kept its signature in later releases.
+//! The memory-pool types ([`hipMemPoolProps`]) were checked against the headers of ROCm 5.2
+//! through 7.x; their one layout change (ROCm 6.2) is documented on the type.
 //! `hipDeviceProp_t` is deliberately absent: its layout changed between releases, so device
 //! properties are read with [`HipApi::hipDeviceGetAttribute`] and friends instead.
 //!
@@ -94,6 +96,8 @@ opaque! {
     hipGraphExec => hipGraphExec_t;
     /// A graph node (`hipGraphNode_t`).
     hipGraphNode => hipGraphNode_t;
+    /// A stream-ordered memory pool (`hipMemPool_t`).
+    ihipMemPoolHandle_t => hipMemPool_t;
 }
 
 /// A device ordinal (`hipDevice_t` is `int`).
@@ -177,6 +181,110 @@ pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t = 74;
 pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = 87;
 /// `hipDeviceAttributeMemoryPoolsSupported`: stream-ordered allocation is supported.
 pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = 88;
+
+// ---- memory pools ----
+//
+// Checked against `include/hip/hip_runtime_api.h` of ROCm/HIP at the tags rocm-5.2.3 (the
+// release Debian ships as libamdhip64-5), rocm-5.7.1, rocm-6.0.0, rocm-6.1.2, rocm-6.2.0 and
+// rocm-6.2.2 and at the 6.3 development head (amd-staging c5e11fca), and against the ROCm 7.x
+// header in ROCm/rocm-systems (projects/hip, commit 003a5d10). The enums are C enums (`int`;
+// every value fits) with the same values in all of them (7.x only adds members, such as
+// `hipMemLocationTypeHost = 2`, not used here), and the five pool functions below have the
+// same signatures in all of them. The pool API first appears in ROCm 5.2 (header and
+// ROCm/hipamd library; the symbols sit in the library's `hip_5.1` version node), so older
+// runtimes lack the optional symbols. `hipMemPoolProps` changed at ROCm 6.2 (ROCm/HIP
+// ff118347a, "maxSize param for Mem pool props"): see its docs.
+
+/// A memory location type (`hipMemLocationType`, a C enum: `int`).
+pub type hipMemLocationType = c_int;
+/// `hipMemLocationTypeInvalid`.
+pub const hipMemLocationTypeInvalid: hipMemLocationType = 0;
+/// `hipMemLocationTypeDevice`: `id` is a HIP device ordinal.
+pub const hipMemLocationTypeDevice: hipMemLocationType = 1;
+
+/// An allocation type (`hipMemAllocationType`, a C enum: `int`).
+pub type hipMemAllocationType = c_int;
+/// `hipMemAllocationTypeInvalid`.
+pub const hipMemAllocationTypeInvalid: hipMemAllocationType = 0;
+/// `hipMemAllocationTypePinned`: memory that does not migrate while in use (the only type a
+/// pool accepts).
+pub const hipMemAllocationTypePinned: hipMemAllocationType = 1;
+
+/// Export handle types of a pool's allocations (`hipMemAllocationHandleType`, a C enum of
+/// flags: `int`).
+pub type hipMemAllocationHandleType = c_int;
+/// `hipMemHandleTypeNone`: not exportable (no IPC).
+pub const hipMemHandleTypeNone: hipMemAllocationHandleType = 0;
+
+/// A memory pool attribute (`hipMemPoolAttr`, a C enum: `int`).
+pub type hipMemPoolAttr = c_int;
+/// `hipMemPoolAttrReleaseThreshold` (value type `uint64_t`): bytes of freed memory the pool
+/// keeps instead of releasing them at the next synchronisation (default 0).
+pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = 4;
+
+/// `hipMemLocation`: where a pool's memory resides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct hipMemLocation {
+    /// What `id` means ([`hipMemLocationTypeDevice`]); `type` in C, a Rust keyword.
+    pub type_: hipMemLocationType,
+    /// A device ordinal, for [`hipMemLocationTypeDevice`].
+    pub id: c_int,
+}
+
+/// `hipMemPoolProps`, in the ROCm 6.2+ layout.
+///
+/// It is 88 bytes, 8-aligned, in every release, but ROCm 6.2 carved `maxSize` out of the
+/// front of `reserved`:
+///
+/// | offset | ROCm 5.2 – 6.1                        | ROCm 6.2 and later                   |
+/// |--------|---------------------------------------|--------------------------------------|
+/// | 0      | `hipMemAllocationType allocType`      | same                                 |
+/// | 4      | `hipMemAllocationHandleType handleTypes` | same                              |
+/// | 8      | `hipMemLocation location` (`type`, `id`) | same                              |
+/// | 16     | `void* win32SecurityAttributes`       | same                                 |
+/// | 24     | `unsigned char reserved[64]`, must be 0 | `size_t maxSize`, 0: no limit but the system's |
+/// | 32     | (`reserved` continues to byte 88)     | `unsigned char reserved[56]`, must be 0 |
+///
+/// Bytes 24..32 are `maxSize` on 6.2+ and reserved (must be zero) before, so a value whose
+/// `maxSize` is 0, as [`hipMemPoolProps::default`] gives, is the same valid request to every
+/// release: the 6.x runtime (ROCm/clr `hipamd/src/hip_mempool_impl.cpp`) only limits a pool
+/// whose `maxSize` is nonzero, and its own default pool is made with 0. Leave `maxSize` at 0
+/// for runtimes before 6.2.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hipMemPoolProps {
+    /// [`hipMemAllocationTypePinned`].
+    pub allocType: hipMemAllocationType,
+    /// Export handle types ([`hipMemHandleTypeNone`]).
+    pub handleTypes: hipMemAllocationHandleType,
+    /// Where allocations reside.
+    pub location: hipMemLocation,
+    /// Windows only (`LPSECURITYATTRIBUTES`); null.
+    pub win32SecurityAttributes: *mut c_void,
+    /// Maximum pool size in bytes, 0 for the system's limit (ROCm 6.2+; reserved before, where
+    /// it must stay 0).
+    pub maxSize: usize,
+    /// Reserved, must be zero.
+    pub reserved: [u8; 56],
+}
+
+impl Default for hipMemPoolProps {
+    /// All zero: invalid type and location (set them), no handle types, no size limit.
+    fn default() -> Self {
+        hipMemPoolProps {
+            allocType: hipMemAllocationTypeInvalid,
+            handleTypes: hipMemHandleTypeNone,
+            location: hipMemLocation {
+                type_: hipMemLocationTypeInvalid,
+                id: 0,
+            },
+            win32SecurityAttributes: std::ptr::null_mut(),
+            maxSize: 0,
+            reserved: [0; 56],
+        }
+    }
+}
 
 /// The sonames [`HipApi::load_default`] tries, in order.
 pub const DEFAULT_SONAMES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
@@ -441,6 +549,28 @@ hip_api! {
         fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t;
         /// `hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream)`.
         fn hipFreeAsync(ptr: *mut c_void, stream: hipStream_t) -> hipError_t;
+        /// `hipError_t hipMemPoolCreate(hipMemPool_t* mem_pool, const hipMemPoolProps*
+        /// pool_props)`.
+        fn hipMemPoolCreate(pool: *mut hipMemPool_t, props: *const hipMemPoolProps) -> hipError_t;
+        /// `hipError_t hipMemPoolDestroy(hipMemPool_t mem_pool)`.
+        fn hipMemPoolDestroy(pool: hipMemPool_t) -> hipError_t;
+        /// `hipError_t hipMallocFromPoolAsync(void** dev_ptr, size_t size, hipMemPool_t
+        /// mem_pool, hipStream_t stream)`.
+        fn hipMallocFromPoolAsync(
+            ptr: *mut *mut c_void,
+            size: usize,
+            pool: hipMemPool_t,
+            stream: hipStream_t,
+        ) -> hipError_t;
+        /// `hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr,
+        /// void* value)`.
+        fn hipMemPoolSetAttribute(
+            pool: hipMemPool_t,
+            attr: hipMemPoolAttr,
+            value: *mut c_void,
+        ) -> hipError_t;
+        /// `hipError_t hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold)`.
+        fn hipMemPoolTrimTo(pool: hipMemPool_t, min_bytes_to_hold: usize) -> hipError_t;
         /// `hipError_t hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode)`.
         fn hipStreamBeginCapture(stream: hipStream_t, mode: hipStreamCaptureMode) -> hipError_t;
         /// `hipError_t hipStreamEndCapture(hipStream_t, hipGraph_t* pGraph)`.
@@ -514,5 +644,57 @@ impl HipApi {
     /// The soname that opened.
     pub fn soname(&self) -> &str {
         &self.soname
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::*;
+
+    /// Sizes and offsets from `hip_runtime_api.h` (x86-64 Linux: `int` 4 bytes, pointers and
+    /// `size_t` 8), the same in ROCm 5.2 through 7.x (see the comment on the types).
+    #[test]
+    fn mem_pool_types_have_the_c_layout() {
+        assert_eq!(size_of::<hipMemLocation>(), 8);
+        assert_eq!(align_of::<hipMemLocation>(), 4);
+        assert_eq!(offset_of!(hipMemLocation, type_), 0);
+        assert_eq!(offset_of!(hipMemLocation, id), 4);
+
+        assert_eq!(size_of::<hipMemPoolProps>(), 88);
+        assert_eq!(align_of::<hipMemPoolProps>(), 8);
+        assert_eq!(offset_of!(hipMemPoolProps, allocType), 0);
+        assert_eq!(offset_of!(hipMemPoolProps, handleTypes), 4);
+        assert_eq!(offset_of!(hipMemPoolProps, location), 8);
+        assert_eq!(offset_of!(hipMemPoolProps, win32SecurityAttributes), 16);
+        // ROCm 6.2+; before, `reserved[64]` starts here and runs to the same end.
+        assert_eq!(offset_of!(hipMemPoolProps, maxSize), 24);
+        assert_eq!(offset_of!(hipMemPoolProps, reserved), 32);
+        assert_eq!(32 + 56, 24 + 64, "both layouts end at the same byte");
+    }
+
+    #[test]
+    fn mem_pool_enum_values_match_the_header() {
+        assert_eq!(hipMemLocationTypeInvalid, 0);
+        assert_eq!(hipMemLocationTypeDevice, 1);
+        assert_eq!(hipMemAllocationTypeInvalid, 0);
+        assert_eq!(hipMemAllocationTypePinned, 1);
+        assert_eq!(hipMemHandleTypeNone, 0);
+        assert_eq!(hipMemPoolAttrReleaseThreshold, 4);
+    }
+
+    #[test]
+    fn default_pool_props_are_all_zero_bytes() {
+        let props = hipMemPoolProps::default();
+        // SAFETY: `props` is a live, initialised repr(C) value of exactly this many bytes, and
+        // has no padding (4 + 4 + 8 + 8 + 8 + 56 = 88), so every byte is initialised.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&props as *const hipMemPoolProps).cast::<u8>(),
+                size_of::<hipMemPoolProps>(),
+            )
+        };
+        assert!(bytes.iter().all(|&b| b == 0), "{bytes:?}");
     }
 }

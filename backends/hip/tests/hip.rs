@@ -113,6 +113,52 @@ fn with_the_runtime_the_driver_loads_it_and_reports_its_version() {
     }
 }
 
+/// The memory-pool calls `HipStreamApi` allocates stream-ordered memory with (declared from
+/// ROCm 5.2 on; Debian's libamdhip64.so.5, HIP 5.2.3, exports them all).
+const POOL_SYMBOLS: [&str; 5] = [
+    "hipMemPoolCreate",
+    "hipMemPoolDestroy",
+    "hipMallocFromPoolAsync",
+    "hipMemPoolSetAttribute",
+    "hipMemPoolTrimTo",
+];
+
+#[test]
+fn with_the_runtime_the_memory_pool_symbols_resolve() {
+    let Some(name) = hip_soname() else {
+        eprintln!("skipped: no libamdhip64 on this machine");
+        return;
+    };
+    let hip = Hip::load_default().expect("the runtime opens");
+    let api = hip.api();
+    let resolved = [
+        api.hipMemPoolCreate.is_some(),
+        api.hipMemPoolDestroy.is_some(),
+        api.hipMallocFromPoolAsync.is_some(),
+        api.hipMemPoolSetAttribute.is_some(),
+        api.hipMemPoolTrimTo.is_some(),
+    ];
+    let version = hip.runtime_version().unwrap();
+    eprintln!(
+        "{name} (HIP {}): {:?}",
+        halcyon_hip::version_string(version),
+        POOL_SYMBOLS.iter().zip(resolved).collect::<Vec<_>>()
+    );
+    let listed = api.optional_symbols();
+    for (symbol, present) in POOL_SYMBOLS.into_iter().zip(resolved) {
+        assert_eq!(listed.contains(&symbol), present, "{symbol} in {listed:?}");
+    }
+    if version < 50_200_000 {
+        eprintln!("skipped: this runtime predates the memory-pool API (ROCm 5.2)");
+        return;
+    }
+    for (symbol, present) in POOL_SYMBOLS.into_iter().zip(resolved) {
+        assert!(present, "{name} lacks {symbol}");
+    }
+    assert!(api.hipFreeAsync.is_some(), "{name} lacks hipFreeAsync");
+    assert!(hip.has_mem_pools());
+}
+
 #[test]
 fn with_the_runtime_and_no_gpu_everything_is_unavailable_naming_the_hip_error() {
     let Some(_) = hip_soname() else {
@@ -178,6 +224,26 @@ fn with_the_runtime_and_no_gpu_everything_is_unavailable_naming_the_hip_error() 
     );
     assert!(hip.set_device(0).is_err());
     assert!(matches!(hip.device_count(), Err(_) | Ok(0)));
+    if hip.has_mem_pools() {
+        // The real hipMemPoolCreate reads these properties and refuses: there is no device 0.
+        let props = sys::hipMemPoolProps {
+            allocType: sys::hipMemAllocationTypePinned,
+            handleTypes: sys::hipMemHandleTypeNone,
+            location: sys::hipMemLocation {
+                type_: sys::hipMemLocationTypeDevice,
+                id: 0,
+            },
+            ..sys::hipMemPoolProps::default()
+        };
+        let err = hip.mem_pool_create(&props).unwrap_err();
+        eprintln!("{err}");
+        assert!(
+            err.message().starts_with(
+                "hipMemPoolCreate(device 0, allocation type 1, handle types 0x0) failed: hipError"
+            ),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -241,6 +307,7 @@ fn default_device_options() {
     assert_eq!(options.queue_count, 1);
     assert_eq!(options.completion, CompletionStrategy::CompletionThread);
     assert_eq!(options.host_visible_memory, HostVisibleMemory::Auto);
+    assert_eq!(options.pool_release_threshold, u64::MAX);
     assert!(!options.probe_interval.is_zero());
 }
 
