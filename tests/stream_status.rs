@@ -368,6 +368,7 @@ fn reusable_lists_with_status_words_are_replayed_not_captured() -> Result<()> {
         assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 0, "{strategy:?}");
         assert_eq!(api.stats().graph_launches, 0, "{strategy:?}");
         assert_eq!(stat(&device, keys::FAILED), 3, "{strategy:?}");
+        assert_eq!(stat(&device, keys::STATUS_CHECKS), 6, "{strategy:?}");
     }
     Ok(())
 }
@@ -476,6 +477,7 @@ fn empty_status_word_dispatches_check_nothing() -> Result<()> {
         done("the empty dispatch", empty).await?;
         done("the dependent", dependent).await?;
         assert_eq!(api.stats().allocations, buffers, "a status array was made");
+        assert_eq!(stat(&device, keys::STATUS_CHECKS), 0);
         Ok(())
     })
 }

@@ -300,6 +300,7 @@ impl<A: StreamApi> Core<A> {
         if count == 0 {
             return Ok(0);
         }
+        Stats::bump(&self.stats.status_checks, 1);
         let array = match self.timepoints.take_status_array(count) {
             Some(array) => array,
             None => {

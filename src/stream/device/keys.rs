@@ -48,3 +48,6 @@ pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
 pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
 pub const QUEUED_ALLOCATIONS: &str = "stream.queued_allocations";
+/// Submissions with dispatches that take a status word (zeroed, copied back and checked on
+/// completion; signalled from the host).
+pub const STATUS_CHECKS: &str = "stream.status_checks";

@@ -339,6 +339,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PROBES => stat(&stats.probes),
             keys::GRAPH_CAPTURES => stat(&stats.graph_captures),
             keys::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
+            keys::STATUS_CHECKS => stat(&stats.status_checks),
             keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),
             keys::IN_FLIGHT => core.in_flight() as i64,
             keys::EVENTS_CREATED => events().created as i64,
