@@ -28,7 +28,7 @@
 //! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
-//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s, or from `cuFuncGetParamInfo` for a cubin (none without it) |
+//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`                                          |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
@@ -60,7 +60,7 @@
 //! not freed (the copy may still use it), and reclaimed when the context is destroyed.
 
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,6 +123,19 @@ pub struct CudaApi {
     /// This API's own memory pool for stream-ordered allocation (where the device has memory
     /// pools): see [`CudaApi::set_pool_release_threshold`].
     pool: Option<MemPool>,
+    /// The signature of every entry point of the modules loaded and not unloaded, by
+    /// `CUfunction`: a launch must pass exactly it (see `launch_kernel`).
+    signatures: Mutex<HashMap<u64, KernelSignature>>,
+}
+
+/// What a launch of one kernel must pass: the checked signature of its entry point.
+#[derive(Clone, Copy, Debug)]
+struct KernelSignature {
+    /// The `CUmodule` it belongs to.
+    module: u64,
+    bindings: usize,
+    constants: usize,
+    status_word: bool,
 }
 
 /// A `CUmemoryPool` created by [`CudaApi::new`] and destroyed with the API.
@@ -209,6 +222,7 @@ impl CudaApi {
             captured: Mutex::default(),
             streams: Mutex::default(),
             pool: None,
+            signatures: Mutex::default(),
         };
         api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
         let mut api = api;
@@ -278,6 +292,10 @@ impl CudaApi {
     /// either way.
     pub fn enable_graphs(&mut self) {
         self.info.capabilities |= Capabilities::GRAPHS;
+    }
+
+    fn signatures(&self) -> std::sync::MutexGuard<'_, HashMap<u64, KernelSignature>> {
+        self.signatures.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn live_streams(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
@@ -719,7 +737,12 @@ impl StreamApi for CudaApi {
             None => unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
         };
         check(r, || {
-            format!("cuMemAllocFromPoolAsync({size} bytes, {s:?})")
+            let call = if self.pool.is_some() {
+                "cuMemAllocFromPoolAsync"
+            } else {
+                "cuMemAllocAsync"
+            };
+            format!("{call}({size} bytes, {s:?})")
         })?;
         Ok(DevicePtr(ptr))
     }
@@ -974,18 +997,48 @@ impl StreamApi for CudaApi {
             // cubin kernel the driver cannot report on gets a status word whether it takes one
             // or not: an argument past a kernel's last parameter is never read, while a missing
             // one would be read from past the argument array.
+            // Where both the driver and the PTX text answer, they must agree.
             let checked = self.get_function(loaded, &entry.name).and_then(|f| {
                 let reported = match kernel_params(self.probe, f) {
-                    Some(params) => Some(check_kernel_params(entry, &params)?),
-                    None => None,
+                    Some(params) if !params.is_empty() => {
+                        Some(check_kernel_params(entry, &params)?)
+                    }
+                    _ => None,
                 };
-                match &module.image {
-                    CudaImage::Ptx(text) => ptx_status_word(text, entry),
-                    CudaImage::Cubin(_) => Ok(reported.unwrap_or(true)),
-                }
+                let status_word = match &module.image {
+                    CudaImage::Ptx(text) => {
+                        let parsed = ptx_status_word(text, entry)?;
+                        if reported.is_some_and(|reported| reported != parsed) {
+                            return Err(Error::new(
+                                StatusCode::InvalidArgument,
+                                format!(
+                                    "kernel '{}': the driver reports {} status word, but its \
+                                     PTX text declares {}; refusing to guess how to launch it",
+                                    entry.name,
+                                    if parsed { "no" } else { "a" },
+                                    if parsed { "one" } else { "none" }
+                                ),
+                            ));
+                        }
+                        parsed
+                    }
+                    CudaImage::Cubin(_) => reported.unwrap_or(true),
+                };
+                Ok((f, status_word))
             });
             match checked {
-                Ok(status_word) => status_words.push(status_word),
+                Ok((function, status_word)) => {
+                    status_words.push(status_word);
+                    self.signatures().insert(
+                        function.0,
+                        KernelSignature {
+                            module: loaded.0,
+                            bindings: entry.binding_count as usize,
+                            constants: entry.constant_count as usize,
+                            status_word,
+                        },
+                    );
+                }
                 Err(error) => {
                     let _ = self.unload_module(loaded);
                     return Err(error);
@@ -1000,6 +1053,8 @@ impl StreamApi for CudaApi {
     }
 
     fn unload_module(&self, module: ModuleHandle) -> Result<()> {
+        self.signatures()
+            .retain(|_, signature| signature.module != module.0);
         self.bind()?;
         // SAFETY: a module this API loaded; the stream layer unloads only after the work using
         // it completed.
@@ -1039,6 +1094,46 @@ impl StreamApi for CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         let status = params.status;
+        let signature = self.signatures().get(&function.0).copied().ok_or_else(|| {
+            Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "{function:?} is not an entry point of a module this API loaded (or its \
+                     module was unloaded)"
+                ),
+            )
+        })?;
+        if (
+            params.bindings.len(),
+            params.constants.len(),
+            status.is_some(),
+        ) != (
+            signature.bindings,
+            signature.constants,
+            signature.status_word,
+        ) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "{function:?} takes {} bindings and {} constants{}; the launch passes {} and \
+                     {}{}",
+                    signature.bindings,
+                    signature.constants,
+                    if signature.status_word {
+                        " and a status word"
+                    } else {
+                        ""
+                    },
+                    params.bindings.len(),
+                    params.constants.len(),
+                    if status.is_some() {
+                        " and a status word"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
         self.bind()?;
         // The driver copies the values during the call, so they only need to outlive it: the
         // pointers (bindings, then the status word) are kept in `pointers`, the constants are
@@ -1080,10 +1175,10 @@ impl StreamApi for CudaApi {
         } = *config;
         // SAFETY: a function of a loaded module and a live stream. The kernel's parameters were
         // checked against its entry point at load (from the PTX text, and with
-        // check_kernel_params where the driver reports them), which is also where the stream
-        // layer learns whether to pass a status word, so it reads no more argument values, and
-        // no larger ones, than `args` points at; `pointers` and the constants outlive the call;
-        // `extra` is null.
+        // check_kernel_params where the driver reports them), and the launch passes exactly
+        // that signature (checked above), so it reads no more argument values, and no larger
+        // ones, than `args` points at; `pointers` and the constants outlive the call; `extra`
+        // is null.
         let r = unsafe {
             sys::cuLaunchKernel(
                 function.0 as usize as CUfunction,

@@ -29,7 +29,8 @@
 //! fault that kills the context. Such submissions signal their semaphores from the host after
 //! the check, so their dependents wait on the host. Whether a kernel takes the word is read
 //! from its PTX `.param`s, or for a cubin from `cuFuncGetParamInfo` (CUDA 12.4+ drivers; before
-//! that a cubin kernel is taken to have none): see [`module`].
+//! that every cubin kernel is launched with a word, which a kernel without the parameter never
+//! reads): see [`module`].
 //!
 //! ```text
 //! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {

@@ -333,6 +333,24 @@ mod gpu {
             constants: &constants,
             status: None,
         };
+        // A launch must pass exactly the entry point's signature: nothing reaches the driver.
+        for wrong in [
+            KernelParams {
+                constants: &[],
+                ..params
+            },
+            KernelParams {
+                status: Some(buf),
+                ..params
+            },
+        ] {
+            let err = api.launch_kernel(add_one, &config, &wrong, s).unwrap_err();
+            assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
+            assert!(
+                err.message().contains("takes 1 bindings and 1 constants"),
+                "{err}"
+            );
+        }
         api.launch_kernel(add_one, &config, &params, s).unwrap();
 
         // Two more increments in a captured graph, launched twice.

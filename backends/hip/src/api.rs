@@ -649,10 +649,12 @@ impl HipStreamApi {
     /// How many bytes of freed stream-ordered memory the API's own pool keeps for reuse
     /// instead of returning them to the system at the next synchronisation
     /// (`hipMemPoolAttrReleaseThreshold`). [`HipStreamApi::new`] sets `u64::MAX`, keeping
-    /// everything: a pool's own default, 0, gives memory back at every synchronisation (ROCm
-    /// 6.x releases every pool's freed memory above its threshold in `hipEventSynchronize`),
-    /// and a completion thread synchronises with every submission, so each queue `alloca`
-    /// would map fresh memory. What the pool keeps is given back when a plain allocation runs
+    /// everything the runtime lets it keep: a pool's own default, 0, gives memory back at every
+    /// synchronisation (ROCm 6.x releases every pool's freed memory above its threshold in
+    /// `hipEventSynchronize`), and a completion thread synchronises with every submission, so
+    /// each queue `alloca` would map fresh memory. (ROCm 6.2+ also releases all of a pool's
+    /// free memory, whatever the threshold, once it outgrows the memory in use, and hipamd
+    /// 5.2 never acts on the threshold at all.) What the pool keeps is given back when a plain allocation runs
     /// out of memory (the pool is trimmed and the allocation retried). A no-op without the
     /// API's own pool (see [`HipStreamApi::has_own_pool`]).
     pub fn set_pool_release_threshold(&self, bytes: u64) -> Result<()> {

@@ -260,9 +260,11 @@ pub struct HipDeviceOptions {
     /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
     /// Bytes of freed stream-ordered (`alloca`) memory the device's own memory pool keeps for
-    /// reuse (see [`HipStreamApi::set_pool_release_threshold`]). Default `u64::MAX`: all of
-    /// it, given back only when a plain allocation runs out of memory. Ignored where the
-    /// runtime has no pool calls (before ROCm 5.2) or the device no memory pools.
+    /// reuse (see [`HipStreamApi::set_pool_release_threshold`]). Default `u64::MAX`: as much
+    /// as the runtime lets it keep (ROCm 6.2+ still gives everything back once the pool's free
+    /// memory outgrows its memory in use), given back when a plain allocation runs out of
+    /// memory. Ignored where the runtime has no pool calls (before ROCm 5.2) or the device no
+    /// memory pools.
     pub pool_release_threshold: u64,
 }
 
