@@ -1,7 +1,8 @@
 #![cfg(loom)]
 //! Model checks of the stream layer's timepoint and event-pool logic: the reference-counted
 //! events of an [`EventPool`] and the `(value, event)` timepoints of a [`Timeline`], raced
-//! against each other the way submissions, completions, host signals and failures race.
+//! against each other the way submissions, completions, host signals and failures race; and
+//! the [`Handoff`] that feeds a completion thread, for lost wake-ups.
 //!
 //! The events come from a test factory whose bookkeeping is plain `std` (only touched outside
 //! loom-visible critical sections, and read after the threads are joined), so it adds nothing to
@@ -10,6 +11,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex as StdMutex;
 
+use std::time::Duration;
+
+use halcyon::stream::handoff::Handoff;
 use halcyon::stream::{EventFactory, EventHandle, EventPool, Timeline, WaitSource};
 use halcyon::{Error, StatusCode};
 use loom::future::block_on;
@@ -238,5 +242,56 @@ fn failure_vs_schedule_releases_the_parked_wait() {
         );
         assert!(matches!(timeline.wait_source(1), WaitSource::Unscheduled));
         assert_eq!(pool.stats().free, pool.stats().created);
+    });
+}
+
+/// Two producers push to a [`Handoff`] while its consumer takes two items, sleeping when it
+/// finds none (no spin budget): the consumer is never left asleep with an item queued (loom
+/// reports a deadlock if it is), and gets both items, each producer's in its push order.
+#[test]
+fn handoff_never_sleeps_through_a_push() {
+    handoff_model(Duration::ZERO);
+}
+
+/// The same with a spin budget: the consumer polls once (loom has no time) before it sleeps.
+#[test]
+fn handoff_polling_consumer_never_sleeps_through_a_push() {
+    handoff_model(Duration::from_micros(1));
+}
+
+fn handoff_model(spin: Duration) {
+    model(move || {
+        let handoff = Arc::new(Handoff::new(spin));
+        let producers: Vec<_> = (0..2u32)
+            .map(|p| {
+                let handoff = handoff.clone();
+                thread::spawn(move || handoff.push(p))
+            })
+            .collect();
+        let mut got = vec![handoff.next().unwrap(), handoff.next().unwrap()];
+        for producer in producers {
+            producer.join().unwrap();
+        }
+        got.sort();
+        assert_eq!(got, [0, 1]);
+    });
+}
+
+/// A push, then a stop, racing the consumer: it takes the pushed item first, then sees the
+/// stop; never hangs and never loses the item.
+#[test]
+fn handoff_drains_before_it_stops() {
+    model(|| {
+        let handoff = Arc::new(Handoff::new(Duration::ZERO));
+        let producer = {
+            let handoff = handoff.clone();
+            thread::spawn(move || {
+                handoff.push(7u32);
+                handoff.stop();
+            })
+        };
+        assert_eq!(handoff.next(), Some(7));
+        assert_eq!(handoff.next(), None);
+        producer.join().unwrap();
     });
 }

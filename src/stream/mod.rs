@@ -74,6 +74,7 @@
 pub mod api;
 pub mod device;
 pub mod event_pool;
+pub mod handoff;
 pub mod host;
 pub mod staging;
 pub mod timeline;

@@ -8,7 +8,7 @@
 //!   call the vendor API); the reactor settles the submission. A dedicated stream keeps the
 //!   host function, which blocks the stream it runs on, off the work stream.
 //! * **Completion threads.** One thread per queue takes the queue's submissions in order from a
-//!   [`Fifo`] and blocks in `synchronize_event` on each (events created with
+//!   [`Fifo`] (a [`Handoff`]) and blocks in `synchronize_event` on each (events created with
 //!   [`crate::stream::EventFlags::BLOCKING_SYNC`], so it sleeps rather than spins), then settles
 //!   it. The thread is idle on a condition variable while the queue is empty. With a nonzero
 //!   spin budget ([`crate::stream::StreamDeviceOptions::completion_spin`]) it first polls, for
@@ -29,7 +29,6 @@
 //! reactor every interval while work runs. (It would also stall the reactor on HIP, whose
 //! `hipEventQuery` waits while another thread is in `hipEventSynchronize` on the same event.)
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -39,93 +38,14 @@ use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Via};
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
+use crate::stream::handoff::Handoff;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One queue's submissions for its completion thread, in stream order.
-pub(crate) struct Fifo {
-    state: Mutex<FifoState>,
-    ready: Condvar,
-    /// Whether the thread sleeps on `ready` (so `push` must notify): a thread that is polling
-    /// needs no wake.
-    sleeping: AtomicBool,
-    /// How long the thread polls before it sleeps (zero: it sleeps at once).
-    spin: Duration,
-}
-
-#[derive(Default)]
-struct FifoState {
-    pending: VecDeque<(u64, Event)>,
-    stop: bool,
-}
-
-impl Fifo {
-    /// An empty queue whose thread polls for up to `spin` before it sleeps.
-    pub(crate) fn new(spin: Duration) -> Self {
-        Fifo {
-            state: Mutex::default(),
-            ready: Condvar::new(),
-            sleeping: AtomicBool::new(false),
-            spin,
-        }
-    }
-
-    /// Adds submission `id`, complete once `event` is.
-    pub(crate) fn push(&self, id: u64, event: Event) {
-        let mut state = lock(&self.state);
-        state.pending.push_back((id, event));
-        drop(state);
-        // The thread sets `sleeping` under the lock before it waits, and checks `pending` after
-        // setting it: a push that reads `false` here happened before that check (its element is
-        // seen), a push that reads `true` notifies.
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.ready.notify_one();
-        }
-    }
-
-    /// The next submission, blocking while there is none (after polling for up to the spin
-    /// budget); `None` once stopped and drained.
-    fn next(&self) -> Option<(u64, Event)> {
-        if !self.spin.is_zero() {
-            let start = Instant::now();
-            loop {
-                let mut state = lock(&self.state);
-                if let Some(next) = state.pending.pop_front() {
-                    return Some(next);
-                }
-                if state.stop {
-                    return None;
-                }
-                drop(state);
-                if start.elapsed() >= self.spin {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
-        }
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(next) = state.pending.pop_front() {
-                self.sleeping.store(false, Ordering::SeqCst);
-                return Some(next);
-            }
-            if state.stop {
-                self.sleeping.store(false, Ordering::SeqCst);
-                return None;
-            }
-            self.sleeping.store(true, Ordering::SeqCst);
-            state = self.ready.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    /// Ends the thread once the submissions already pushed are done.
-    pub(crate) fn stop(&self) {
-        lock(&self.state).stop = true;
-        self.ready.notify_all();
-    }
-}
+/// One queue's submissions for its completion thread, in stream order: `(id, event)`.
+pub(crate) type Fifo = Handoff<(u64, Event)>;
 
 /// A completion thread: settles queue `index`'s submissions as their events complete.
 pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) {
@@ -133,7 +53,7 @@ pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) 
         return;
     };
     while let Some((id, event)) = fifo.next() {
-        let status = wait(&*core.api, &event, fifo.spin);
+        let status = wait(&*core.api, &event, fifo.spin());
         core.complete(id, Some(status), Via::Thread);
     }
 }

@@ -558,7 +558,7 @@ impl<A: StreamApi> Core<A> {
             }
             CompletionStrategy::CompletionThread => {
                 if let Some(fifo) = &queue.fifo {
-                    fifo.push(id, event);
+                    fifo.push((id, event));
                 }
             }
         }
