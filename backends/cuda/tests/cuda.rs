@@ -170,14 +170,15 @@ fn nvrtc_compiles_the_standard_kernels() {
         panic!("NVRTC returns PTX");
     };
     assert_eq!(ptx_entries(ptx), ptx_entries(common::STANDARD_PTX));
-    // With the NVRTC that produced it, the checked-in PTX is reproduced exactly.
-    let regenerated = nvrtc::compile_ptx(
-        common::STANDARD_CU,
-        "standard.cu",
-        common::STANDARD_NVRTC_OPTIONS,
-    )
-    .unwrap();
+    // With the NVRTC that produced it, the checked-in PTX is reproduced exactly. (Only there:
+    // NVRTC 13 no longer compiles for compute_52, the checked-in PTX's target.)
     if nvrtc::probe().unwrap().version() == (12, 8) {
+        let regenerated = nvrtc::compile_ptx(
+            common::STANDARD_CU,
+            "standard.cu",
+            common::STANDARD_NVRTC_OPTIONS,
+        )
+        .unwrap();
         assert_eq!(
             common::standard_ptx_from_nvrtc(&regenerated),
             common::STANDARD_PTX,
