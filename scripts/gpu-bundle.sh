@@ -7,6 +7,10 @@
 #   # copy FOLDER to the GPU machine (it needs nothing else from the checkout), then there:
 #   FOLDER/run.sh OUTPUT_DIR          # OUTPUT_DIR/log (every executable's output) and /summary
 #
+# Each executable gets PER_EXECUTABLE_TIMEOUT seconds (default 200) so that one hang does not
+# cost the rest; the summary and log are appended as each one ends, so they survive the
+# runner being killed.
+#
 # `--vulkan-loader` also downloads Debian's amd64 libvulkan1 package into FOLDER/deb; run.sh
 # unpacks it when the machine has no Vulkan loader (GPU images often ship the NVIDIA ICD but
 # no libvulkan.so.1). The executables load libcuda / libvulkan at run time, so they also run
@@ -76,7 +80,7 @@ while read -r kind name; do
     esac
     start=$(date +%s)
     printf '\n===== %s %s =====\n' "$kind" "$name" >>"$out/log"
-    timeout 900 "bin/$name" "${args[@]}" >"$out/current" 2>&1
+    timeout "${PER_EXECUTABLE_TIMEOUT:-200}" "bin/$name" "${args[@]}" >"$out/current" 2>&1
     rc=$?
     cat "$out/current" >>"$out/log"
     printf '%-5s %-44s rc=%-3s %4ss  %s\n' "$kind" "$name" "$rc" "$(($(date +%s) - start))" \
