@@ -52,12 +52,18 @@
 //! * this module: [`CudaDriver`] for a [`DriverRegistry`] (`cuda://N`), [`create_device`] and
 //!   [`create_device_with`].
 //!
-//! ```no_run
-//! use halcyon::{BufferParams, EntryPoint};
+//! ```
+//! use halcyon::{BufferParams, EntryPoint, StatusCode, Timepoints};
 //! use halcyon_cuda::CudaModule;
 //!
 //! # fn main() -> halcyon::Result<()> {
-//! let device = halcyon_cuda::create_device(0)?; // Unavailable without a GPU
+//! let skip = |e: &halcyon::Error| e.code() == StatusCode::Unavailable;
+//! let device = match halcyon_cuda::create_device(0) {
+//!     Ok(device) => device,
+//!     Err(e) if skip(&e) => return Ok(println!("no CUDA device: {e}")),
+//!     Err(e) => return Err(e),
+//! };
+//! // CUDA C, compiled to PTX by NVRTC at run time (or ship PTX: `CudaModule::ptx`).
 //! let module = CudaModule::compile(
 //!     r#"extern "C" __global__ void add_one(unsigned int* x, unsigned int n) {
 //!            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -65,14 +71,25 @@
 //!        }"#,
 //!     vec![EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 1 }],
 //!     &[],
-//! )?;
+//! );
+//! let module = match module {
+//!     Ok(module) => module,
+//!     Err(e) if skip(&e) => return Ok(println!("no NVRTC: {e}")),
+//!     Err(e) => return Err(e),
+//! };
 //! let executable = device.load_executable(&module.spec())?;
 //! let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
 //! let queue = device.queue(0)?;
-//! futures::executor::block_on(queue.dispatch(
-//!     halcyon::Timepoints::default(), &executable, 0, [16, 1, 1], &[1024], &[buffer.whole()],
-//! ))?;
-//! # Ok(())
+//! let timeline = queue.timeline()?;
+//! futures::executor::block_on(async {
+//!     queue.fill(timeline.next(), &buffer.whole(), &[0]).await?;
+//!     queue
+//!         .dispatch(timeline.next(), &executable, 0, [16, 1, 1], &[1024], &[buffer.whole()])
+//!         .await?;
+//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
+//!     assert!(bytes.chunks(4).all(|word| word == [1, 0, 0, 0]));
+//!     Ok(())
+//! })
 //! # }
 //! ```
 
