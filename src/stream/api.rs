@@ -24,7 +24,8 @@
 //! dispatch through a **status word** instead, by this convention: an entry point declared
 //! with `b` bindings and `c` constants whose kernel takes exactly one more parameter, a
 //! pointer, after the constants, takes a status word. That parameter is the address of a `u32`
-//! in device memory that is zero when the kernel starts; the kernel writes a nonzero value to
+//! the device can write (the stream layer puts it in [`MemoryPlacement::Pinned`] host memory,
+//! so the kernel's store crosses the bus) that is zero when the kernel starts; the kernel writes a nonzero value to
 //! fail its dispatch (any thread, any number of times; which nonzero value wins is
 //! unspecified). [`StreamApi::load_module`] reports which entry points take one
 //! ([`LoadedModule::status_words`]), and the stream layer launches those with the word's
@@ -37,13 +38,13 @@
 //! }
 //! ```
 //!
-//! The stream device gives every such dispatch of a submission its own word, zeroes them
-//! before the first launch, copies them back after the last, and checks them when the
-//! submission completes: a nonzero word fails the submission with
+//! The stream device gives every such dispatch of a submission its own word, zeroes them from
+//! the host before issuing the submission, and reads them when the submission completed (no
+//! copies: a kernel that does not fail costs nothing more): a nonzero word fails the submission with
 //! [`crate::StatusCode::Internal`] naming the device, the entry point and the value, and with
 //! it everything waiting on its signals. (The commands after a failing dispatch in the same
-//! submission still run: the words are only read once the whole submission completed.) Because the check runs on the host, such a submission
-//! signals its semaphores from the host after the check, never on the device: work waiting on
+//! submission still run: the words are only read once the whole submission completed.) Because
+//! the check runs on the host, such a submission signals its semaphores from the host after the check, never on the device: work waiting on
 //! it (on any queue) starts only after the check passed, and never if it failed. Dispatches of
 //! entry points without a status word keep the fully device-side path. As with any timeline
 //! semaphore, a wait is satisfied by a signal of any value at or above it: a later submission
@@ -151,6 +152,15 @@ pub enum MemoryPlacement {
     /// Device memory the host can address too (`cuMemAllocManaged`, `hipMallocManaged`);
     /// [`StreamApi::host_pointer`] returns its host address.
     HostVisible,
+    /// Page-locked host memory mapped into the device's address space at the same address
+    /// (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`, `hipHostMalloc(hipHostMallocMapped)`): the
+    /// returned [`DevicePtr`] is also its host address ([`StreamApi::host_pointer`] returns it).
+    /// Kernels may read and write it over the bus; a copy between it and device memory is
+    /// enqueued as a plain asynchronous DMA, with no staging and no host function (the stream
+    /// layer's own staging, read-back and status words live here). Slow to allocate and free
+    /// (freeing may wait for the device): pool it. Optional: `Unimplemented` where the API
+    /// cannot map host memory at one address.
+    Pinned,
 }
 
 /// What an API is and what it offers.
@@ -211,7 +221,8 @@ pub struct KernelParams<'a> {
     pub bindings: &'a [DevicePtr],
     /// The push constants.
     pub constants: &'a [u32],
-    /// The address of the dispatch's status word (a device `u32`, 4-byte aligned), for an entry
+    /// The address of the dispatch's status word (a `u32` the device writes, 4-byte aligned,
+    /// in [`MemoryPlacement::Pinned`] memory of this API), for an entry
     /// point whose kernel takes one ([`LoadedModule::status_words`]), passed as its last
     /// parameter (see [the convention](crate::stream::api#status-words)); `None` for every
     /// other kernel. The API neither zeroes nor reads the word: the stream layer does.
@@ -337,6 +348,9 @@ pub trait StreamApi: Send + Sync + 'static {
     }
 
     /// Enqueues a copy of `len` bytes from host memory at `src` to device memory at `dst`.
+    /// From a [`MemoryPlacement::Pinned`] allocation of this API it is a plain DMA; from other
+    /// host memory the API may stage the bytes (and enqueue a host function to recycle the
+    /// staging), but it never blocks on the stream.
     ///
     /// # Safety
     /// `src..src + len` must stay valid and unmodified until the copy completed on `stream`
@@ -350,6 +364,9 @@ pub trait StreamApi: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Enqueues a copy of `len` bytes from device memory at `src` to host memory at `dst`.
+    /// Into a [`MemoryPlacement::Pinned`] allocation of this API it is a plain DMA; into other
+    /// host memory the API may copy through staging and a host function, but it never blocks
+    /// on the stream.
     ///
     /// # Safety
     /// `dst..dst + len` must stay valid, and not be accessed by anything else, until the copy

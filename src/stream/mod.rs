@@ -28,13 +28,18 @@
 //! * **Status words**: a kernel fails its dispatch by setting a `u32` it takes as one more
 //!   parameter after its constants (the convention is in [`api`](api#status-words); GPU kernels
 //!   have no other way short of a context-killing fault). Each such dispatch of a submission
-//!   gets its own word from a pooled device array, zeroed before and copied back after; a
-//!   nonzero word fails the submission on completion naming the entry point and the value.
+//!   gets its own word in the submission's lease of the device's pinned host memory, zeroed by
+//!   the host before and read by it after (the kernel writes it over the bus); a nonzero word
+//!   fails the submission on completion naming the entry point and the value.
 //!   Such a submission's signals are made from the host after the check (not scheduled on the
 //!   timelines), so dependents on every queue stay parked until it passed, and its command
 //!   list is replayed on the stream, never captured into a graph.
+//! * **Pinned host memory**: a submission's update bytes, read-back bytes and status words live
+//!   in one lease of pooled [`MemoryPlacement::Pinned`] memory of the API, held until the
+//!   submission is settled, so its copies are plain DMAs (no staging, no host function).
 //! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
-//!   copies never block the issuing thread; the backend allocates and frees them.
+//!   copies of arbitrary host memory never block the issuing thread; the backend allocates and
+//!   frees them (the stream device's pinned leases use the same pool type).
 //! * **[`host::HostStreamApi`]**: a real implementation on host threads (a thread per stream),
 //!   with fault injection, so all of the above runs and is tested without a GPU; the timeline
 //!   and event-pool logic is also model-checked with loom (`loom_tests/tests/stream.rs`).

@@ -191,6 +191,11 @@ impl Lease {
             .map_or(std::ptr::null_mut(), |b| b.ptr.as_ptr())
     }
 
+    /// The buffer's size in bytes (0 once released).
+    pub fn capacity(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| b.capacity)
+    }
+
     /// Returns the buffer to the idle buffers: the copy using it is known to be over (or was
     /// never enqueued). No driver call.
     pub fn release(mut self) {

@@ -5,11 +5,11 @@
 //! the submission's work, and what completing it means: the fence to signal, the semaphores
 //! waited on natively (if one failed, the submission fails too), and everything the work uses,
 //! kept alive until the fence is settled (the command list with its buffers and executables,
-//! the buffer memory resolved for it, a read's staging bytes, its dispatches' status words).
-//! Submissions come and go at a high rate, so the records and their vectors are reused instead
-//! of reallocated: the pool keeps up to [`TimepointPool::KEEP`] cleared records, and up to
-//! [`TimepointPool::KEEP_ARRAYS`] device status arrays ([`StatusArray`]) for the next
-//! submissions whose dispatches take status words.
+//! the buffer memory resolved for it, its lease of the device's pinned host memory with its
+//! status words, staged update bytes and read-back bytes). Submissions come and go at a high
+//! rate, so the records and their vectors are reused instead of reallocated: the pool keeps up
+//! to [`TimepointPool::KEEP`] cleared records. Releasing a record returns its pinned lease to
+//! the device's pool.
 
 use std::sync::atomic::{AtomicU64 as StatCounter, Ordering as StatOrdering};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::fence::Fence;
 use crate::queue::ReadSink;
 use crate::semaphore::Semaphore;
-use crate::stream::api::DevicePtr;
+use crate::stream::device::pinned::HostArea;
 use crate::stream::event_pool::Event;
 use crate::sync::{lock, Mutex};
 
@@ -39,8 +39,11 @@ pub(crate) struct Timepoint {
     pub(crate) memory: Vec<Arc<dyn BufferMemory>>,
     /// The work itself (commands, executables, captured bytes).
     pub(crate) work: Option<Work>,
-    /// A read's sink and the staging bytes the device copies into.
-    pub(crate) read: Option<(ReadSink, Box<[u8]>)>,
+    /// A read's sink and where the device copies its bytes.
+    pub(crate) read: Option<(ReadSink, ReadInto)>,
+    /// Its lease of the device's pinned host memory, if it needed one: status words at the
+    /// start, then staged update bytes or read-back bytes.
+    pub(crate) host: Option<HostArea>,
     /// An error from enqueueing part of the work: the fence fails with it once the event
     /// completes (not before: what was enqueued still runs).
     pub(crate) error: Option<Error>,
@@ -48,42 +51,24 @@ pub(crate) struct Timepoint {
     pub(crate) status: StatusWords,
 }
 
-/// Device memory for the status words of one submission's dispatches: `slots` `u32`s, freed
-/// when dropped (its memory is a stream device buffer allocation).
-pub(crate) struct StatusArray {
-    /// The first word.
-    pub(crate) ptr: DevicePtr,
-    /// How many words it holds.
-    pub(crate) slots: usize,
-    /// The allocation, kept alive (and freed on drop) here.
-    pub(crate) _memory: Arc<dyn BufferMemory>,
+/// Where a read's bytes land.
+pub(crate) enum ReadInto {
+    /// In the submission's pinned lease, at this address, this many bytes.
+    Pinned(std::ptr::NonNull<u8>, usize),
+    /// In host memory of its own (copied through the API's staging).
+    Staging(Box<[u8]>),
 }
 
-impl StatusArray {
-    /// Fewest words an array is made with (a power of two: arrays of one size are shared by
-    /// submissions with up to that many status-word dispatches).
-    pub(crate) const MIN_SLOTS: usize = 64;
-
-    /// The size to allocate for `needed` words: a power of two, at least
-    /// [`StatusArray::MIN_SLOTS`].
-    pub(crate) fn slots_for(needed: usize) -> usize {
-        needed
-            .max(Self::MIN_SLOTS)
-            .checked_next_power_of_two()
-            .unwrap_or(needed)
-    }
-}
+// SAFETY: `Pinned` addresses bytes of the submission's pinned lease, which the same timepoint
+// owns and which any thread may read once the copy completed.
+unsafe impl Send for ReadInto {}
 
 /// The status words of a submission's dispatches that take one: dispatch `i` of them (in
-/// command order) writes slot `i` of the device array, which is zeroed before the first such
-/// launch and copied into `host` after the last.
+/// command order) writes `u32` number `i` at the start of the submission's pinned lease, which
+/// the host zeroed before the launch and reads once the completion event completed.
 #[derive(Default)]
 pub(crate) struct StatusWords {
-    /// The device words (taken from the pool or allocated at issue, returned at release).
-    pub(crate) array: Option<StatusArray>,
-    /// The host copy the device copies the words into; read once the event completed.
-    pub(crate) host: Vec<u32>,
-    /// The entry point of each slot's dispatch, for the error message.
+    /// The entry point of each word's dispatch, for the error message.
     pub(crate) entries: Vec<String>,
 }
 
@@ -104,9 +89,8 @@ impl Timepoint {
         self.memory.clear();
         self.work = None;
         self.read = None;
+        self.host = None;
         self.error = None;
-        self.status.array = None;
-        self.status.host.clear();
         self.status.entries.clear();
     }
 }
@@ -115,8 +99,6 @@ impl Timepoint {
 #[derive(Default)]
 pub(crate) struct TimepointPool {
     free: Mutex<Vec<Timepoint>>,
-    /// Status arrays of settled submissions, for reuse.
-    arrays: Mutex<Vec<StatusArray>>,
     created: StatCounter,
     acquired: StatCounter,
 }
@@ -124,8 +106,6 @@ pub(crate) struct TimepointPool {
 impl TimepointPool {
     /// How many cleared records the pool keeps.
     pub(crate) const KEEP: usize = 64;
-    /// How many idle status arrays the pool keeps (the smallest are kept; the others are freed).
-    pub(crate) const KEEP_ARRAYS: usize = 16;
 
     /// A cleared record, reused if one is pooled.
     pub(crate) fn acquire(&self) -> Timepoint {
@@ -137,50 +117,19 @@ impl TimepointPool {
         })
     }
 
-    /// Clears `timepoint` (dropping what the submission held, here) and keeps it for reuse;
-    /// its status array, if any, goes back to the idle arrays.
+    /// Clears `timepoint` (dropping what the submission held, here) and keeps it for reuse; its
+    /// pinned lease, if any, goes back to the device's pool. Only once its work is over (its
+    /// event completed or its stream was synchronised); a lease still in use is dropped from the
+    /// timepoint before (which orphans it).
     pub(crate) fn release(&self, mut timepoint: Timepoint) {
-        let array = timepoint.status.array.take();
-        timepoint.clear();
-        if let Some(array) = array {
-            self.give_status_array(array);
+        if let Some(host) = timepoint.host.take() {
+            host.release();
         }
+        timepoint.clear();
         let mut free = lock(&self.free);
         if free.len() < Self::KEEP {
             free.push(timepoint);
         }
-    }
-
-    /// The smallest idle status array of at least `slots` words, if any.
-    pub(crate) fn take_status_array(&self, slots: usize) -> Option<StatusArray> {
-        let mut arrays = lock(&self.arrays);
-        let best = arrays
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.slots >= slots)
-            .min_by_key(|(_, a)| a.slots)
-            .map(|(i, _)| i)?;
-        Some(arrays.swap_remove(best))
-    }
-
-    /// Keeps `array` (no longer used by any device work) for reuse; beyond
-    /// [`TimepointPool::KEEP_ARRAYS`] the largest idle array is freed (outside the lock).
-    pub(crate) fn give_status_array(&self, array: StatusArray) {
-        let excess = {
-            let mut arrays = lock(&self.arrays);
-            arrays.push(array);
-            if arrays.len() > Self::KEEP_ARRAYS {
-                let largest = arrays
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|(_, a)| a.slots)
-                    .map(|(i, _)| i);
-                largest.map(|i| arrays.swap_remove(i))
-            } else {
-                None
-            }
-        };
-        drop(excess);
     }
 
     /// Records created so far, and records handed out (created or reused).

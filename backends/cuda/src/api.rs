@@ -21,11 +21,12 @@
 //! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`); refused on a capturing stream (one-shot closures cannot be replayed) |
 //! | `allocate(Device)`                  | `cuMemAlloc`                                                   |
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
-//! | `free`                              | `cuMemFree`                                                    |
-//! | `host_pointer`                      | `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`       |
+//! | `allocate(Pinned)`                  | `cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP \| CU_MEMHOSTALLOC_PORTABLE)`, then `cuMemHostGetDevicePointer(flags 0)`, which must return the host address (else `cuMemFreeHost` and `Unimplemented`); recorded among the API's pinned allocations |
+//! | `free`                              | `cuMemFreeHost` for the base of a pinned allocation, else `cuMemFree` |
+//! | `host_pointer`                      | the address itself inside a pinned allocation; else `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)` (needs concurrent managed access) |
 //! | `allocate_async` / `free_async`     | `cuMemAllocFromPoolAsync` from the API's own pool (`cuMemPoolCreate`, release threshold [`CudaApi::set_pool_release_threshold`]) / `cuMemFreeAsync`; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` |
-//! | `copy_host_to_device_async`         | the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`halcyon::stream::staging`); while capturing, from a pinned copy kept until the API drops |
-//! | `copy_device_to_host_async`         | `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
+//! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`halcyon::stream::staging`) |
+//! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
@@ -60,7 +61,7 @@
 //! not freed (the copy may still use it), and reclaimed when the context is destroyed.
 
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +127,55 @@ pub struct CudaApi {
     /// The signature of every entry point of the modules loaded and not unloaded, by
     /// `CUfunction`: a launch must pass exactly it (see `launch_kernel`).
     signatures: Mutex<HashMap<u64, KernelSignature>>,
+    /// The [`MemoryPlacement::Pinned`] allocations made and not freed (`cuMemHostAlloc`):
+    /// freed with `cuMemFreeHost`, host-addressable, and copied to and from without staging.
+    /// Those still live are freed with the API.
+    mapped: PinnedAllocations,
+}
+
+/// Live pinned, device-mapped host allocations (`cuMemHostAlloc`), by base address, with their
+/// lengths. Their device address is their host address, so one map answers for both.
+#[derive(Debug, Default)]
+pub(crate) struct PinnedAllocations {
+    live: Mutex<BTreeMap<u64, u64>>,
+}
+
+impl PinnedAllocations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the allocation of `len` bytes at `base`.
+    pub(crate) fn insert(&self, base: u64, len: u64) {
+        self.lock().insert(base, len);
+    }
+
+    /// Forgets the allocation starting exactly at `base`: `true` if there was one (it is then
+    /// this caller's to free, exactly once).
+    pub(crate) fn remove(&self, base: u64) -> bool {
+        self.lock().remove(&base).is_some()
+    }
+
+    /// Whether `len` bytes at address `ptr` lie entirely within one live allocation (an empty
+    /// range: whether `ptr` itself lies inside one).
+    pub(crate) fn covers(&self, ptr: u64, len: u64) -> bool {
+        covering(&self.lock(), ptr, len).is_some()
+    }
+
+    /// Every live allocation's base, forgetting them all (each is then the caller's to free).
+    pub(crate) fn drain(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.lock()).into_keys().collect()
+    }
+}
+
+/// The base of the allocation in `live` (base → length) within which the `len` bytes at `ptr`
+/// lie entirely, if any. An empty range at `ptr` counts as within an allocation that contains
+/// `ptr` (not one that ends there).
+fn covering(live: &BTreeMap<u64, u64>, ptr: u64, len: u64) -> Option<u64> {
+    let (&base, &size) = live.range(..=ptr).next_back()?;
+    let offset = ptr - base; // base <= ptr
+    let end = offset.checked_add(len.max(1))?;
+    (end <= size).then_some(base)
 }
 
 /// What a launch of one kernel must pass: the checked signature of its entry point.
@@ -223,6 +273,7 @@ impl CudaApi {
             streams: Mutex::default(),
             pool: None,
             signatures: Mutex::default(),
+            mapped: PinnedAllocations::default(),
         };
         api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
         let mut api = api;
@@ -430,6 +481,60 @@ impl CudaApi {
         Ok(Pinned { ptr, capacity })
     }
 
+    /// A [`MemoryPlacement::Pinned`] allocation of `bytes` (non-zero) bytes: page-locked host
+    /// memory mapped into the device's address space (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`),
+    /// kept only if its device address (`cuMemHostGetDevicePointer`) is its host address, and
+    /// recorded in `mapped`. The context is bound.
+    fn allocate_pinned(&self, bytes: usize) -> Result<CUdeviceptr> {
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is bound; the flags are documented ones.
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
+            || {
+                format!(
+                    "cuMemHostAlloc({bytes} bytes, CU_MEMHOSTALLOC_DEVICEMAP | \
+                     CU_MEMHOSTALLOC_PORTABLE)"
+                )
+            },
+        )?;
+        if host.is_null() {
+            return Err(Error::new(
+                StatusCode::Internal,
+                "cuMemHostAlloc succeeded but returned a null pointer",
+            ));
+        }
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; `host` was just returned by cuMemHostAlloc with
+        // CU_MEMHOSTALLOC_DEVICEMAP and is not freed; the flags must be 0.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        let base = host as usize as u64;
+        if r == CUresult::CUDA_SUCCESS && device == base {
+            self.mapped.insert(base, bytes as u64);
+            return Ok(device);
+        }
+        // SAFETY: allocated just above by cuMemHostAlloc, freed once; nothing used it.
+        let _ = unsafe { sys::cuMemFreeHost(host) };
+        let why = if r == CUresult::CUDA_SUCCESS {
+            format!("its device address {device:#x} differs from its host address {base:#x}")
+        } else {
+            cuda_error("cuMemHostGetDevicePointer", r)
+                .message()
+                .to_string()
+        };
+        Err(Error::new(
+            StatusCode::Unimplemented,
+            format!(
+                "{}: pinned host memory has no single address valid on host and device ({why}; \
+                 every visible device must report \
+                 CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, so restricting \
+                 CUDA_VISIBLE_DEVICES to such devices may help); allocate device memory and use \
+                 queue reads and writes instead",
+                self.info.name
+            ),
+        ))
+    }
+
     /// A host-to-device copy on a stream captured into a graph. The graph's memcpy node reads
     /// its source at every launch, and capture does not take pageable memory: the bytes are
     /// copied now into pinned memory kept with the API until it is dropped (see
@@ -483,6 +588,12 @@ impl Drop for CudaApi {
             let captured =
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
             self.free_pinned(captured);
+            for base in self.mapped.drain() {
+                // SAFETY: a pinned allocation of this API (cuMemHostAlloc) nobody freed,
+                // forgotten by the drain, so freed once; the API is going away, and the stream
+                // layer keeps it alive until the work using its memory completed.
+                let _ = unsafe { sys::cuMemFreeHost(base as usize as *mut c_void) };
+            }
         }
         if let Some(pool) = self.pool.take() {
             // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
@@ -672,12 +783,22 @@ impl StreamApi for CudaApi {
                     || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
                 )?;
             }
+            MemoryPlacement::Pinned => ptr = self.allocate_pinned(bytes)?,
         }
         Ok(DevicePtr(ptr))
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         self.bind()?;
+        if self.mapped.remove(ptr.0) {
+            // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
+            // forgotten, so freed exactly once; the stream layer frees only after the work
+            // using it completed.
+            return check(
+                unsafe { sys::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
+                || format!("cuMemFreeHost({ptr:?})"),
+            );
+        }
         // SAFETY: an allocation of this API; the stream layer frees only after the work using
         // it completed.
         check(unsafe { sys::cuMemFree_v2(ptr.0) }, || {
@@ -686,6 +807,11 @@ impl StreamApi for CudaApi {
     }
 
     fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
+        // Pinned, device-mapped host memory has one address on both sides (checked when it
+        // was allocated), and the host may touch it while kernels run.
+        if self.mapped.covers(ptr.0, 0) {
+            return NonNull::new(ptr.0 as usize as *mut u8);
+        }
         if !self.concurrent_managed || self.bind().is_err() {
             return None;
         }
@@ -774,6 +900,15 @@ impl StreamApi for CudaApi {
             // SAFETY: forwarded from the caller.
             return unsafe { self.copy_captured_host_to_device(dst, src, bytes, s) };
         }
+        if self.mapped.covers(src as usize as u64, len) {
+            // From this API's pinned memory the copy is asynchronous as it is: no staging.
+            // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
+            // keeps valid and unmodified until the copy completed on `s`.
+            return check(
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
+                || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes from pinned memory, {s:?})"),
+            );
+        }
         // From pageable memory cuMemcpyHtoDAsync may wait for the stream (the driver stages
         // the bytes and may synchronise to do so); from pinned memory it returns at once. So
         // copy the caller's bytes (valid now, per the safety contract) into pooled pinned
@@ -820,6 +955,15 @@ impl StreamApi for CudaApi {
         self.bind()?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, "a device-to-host copy")?;
+        if self.mapped.covers(dst as usize as u64, len) {
+            // Into this API's pinned memory the copy is asynchronous as it is: no staging.
+            // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
+            // keeps valid and untouched by anything else until the copy completed on `s`.
+            return check(
+                unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, stream(s)) },
+                || format!("cuMemcpyDtoHAsync({src:?}, {len} bytes into pinned memory, {s:?})"),
+            );
+        }
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
         // stream reached and finished it (see halcyon::stream::staging).
         let pinned = self.pinned(bytes)?;
@@ -1284,4 +1428,58 @@ fn kernel_params(probe: &Probe, f: FunctionHandle) -> Option<Vec<(usize, usize)>
         }
     }
     Some(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_ranges_must_lie_within_one_allocation() {
+        let pinned = PinnedAllocations::default();
+        pinned.insert(0x1000, 0x100);
+        // Adjacent to the first, but another allocation.
+        pinned.insert(0x1100, 0x100);
+        pinned.insert(0x4000, 0x10);
+        assert!(pinned.covers(0x1000, 0x100), "the whole allocation");
+        assert!(pinned.covers(0x1010, 0x20), "inside it");
+        assert!(pinned.covers(0x10ff, 1), "its last byte");
+        assert!(pinned.covers(0x1180, 0x80));
+        assert!(!pinned.covers(0x1080, 0x81), "runs past its end");
+        assert!(!pinned.covers(0x10f0, 0x20), "spans two allocations");
+        assert!(!pinned.covers(0xfff, 2), "starts before it");
+        assert!(!pinned.covers(0x2000, 1), "not pinned memory");
+        assert!(!pinned.covers(0x4000, u64::MAX), "overflows");
+        assert!(!pinned.covers(u64::MAX, u64::MAX));
+        // An empty range: whether the address lies inside (host_pointer's question).
+        assert!(pinned.covers(0x1000, 0));
+        assert!(pinned.covers(0x400f, 0));
+        assert!(!pinned.covers(0x4010, 0), "one past the end");
+        assert!(!pinned.covers(0, 0));
+    }
+
+    #[test]
+    fn pinned_allocations_are_forgotten_once_by_base() {
+        let pinned = PinnedAllocations::default();
+        pinned.insert(0x1000, 0x100);
+        pinned.insert(0x3000, 0x100);
+        assert!(!pinned.remove(0x1080), "only the base frees");
+        assert!(pinned.covers(0x1080, 1));
+        assert!(pinned.remove(0x1000));
+        assert!(!pinned.remove(0x1000), "freed once");
+        assert!(!pinned.covers(0x1080, 1));
+        assert_eq!(pinned.drain(), [0x3000]);
+        assert!(pinned.drain().is_empty());
+        assert!(!pinned.covers(0x3000, 1));
+    }
+
+    #[test]
+    fn covering_names_the_allocation() {
+        let live = BTreeMap::from([(0x1000, 0x100), (0x2000, 0x40)]);
+        assert_eq!(covering(&live, 0x1000, 0x100), Some(0x1000));
+        assert_eq!(covering(&live, 0x2020, 0x20), Some(0x2000));
+        assert_eq!(covering(&live, 0x2020, 0x21), None);
+        assert_eq!(covering(&live, 0x1800, 1), None);
+        assert_eq!(covering(&BTreeMap::new(), 0x1000, 1), None);
+    }
 }

@@ -13,9 +13,10 @@
 //! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
 //! | device memory                    | `hipMalloc` (out of memory: the API's pool trimmed, `hipMemPoolTrimTo(pool, 0)`, and tried once more) / `hipFree` |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
+//! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
 //! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source if it lies in this API's host-visible memory |
-//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination if it lies in this API's host-visible memory |
+//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
@@ -62,8 +63,9 @@
 //! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
 //! read it first copies the bytes to the caller's memory, and the stream's later work (the
 //! submission's completion event) waits for it. The host functions call no HIP function.
-//! Copies from or to this API's own host-visible memory (managed or mapped pinned, known from
-//! the allocation registry) need no staging and go straight to `hipMemcpyAsync`.
+//! Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
+//! [`MemoryPlacement::Pinned`] and [`HostVisibleMemory::MappedHost`]; known from the allocation
+//! registry) need no staging and go straight to `hipMemcpyAsync`.
 //!
 //! Costs: an extra host memcpy per copy, and a host function per copy (on HIP 5.2, without
 //! `hipLaunchHostFunc`, a stream callback, slower and blocking the copy's stream until it
@@ -84,6 +86,11 @@
 //! (`hipHostGetDevicePointer`) must equal its host address (it does on ROCm, which maps pinned
 //! memory at the same virtual address; the allocation is refused if not). Each allocation
 //! remembers which allocator made it, and is freed by the matching call.
+//!
+//! [`MemoryPlacement::Pinned`] memory is always the mapped kind
+//! (`hipHostMalloc(hipHostMallocMapped)`, same-address check and all), whatever
+//! [`HostVisibleMemory`] picks for host-visible buffers: [`StreamApi::host_pointer`] returns its
+//! address, and copies to and from it skip staging.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -799,35 +806,47 @@ impl HipStreamApi {
 
     fn allocate_host_visible(&self, size: usize) -> Result<(*mut c_void, AllocKind)> {
         match self.host_visible {
-            HostVisibleMemory::MappedHost => {
-                let host = self.hip.host_malloc(size, sys::hipHostMallocMapped)?;
-                // SAFETY: `host` was just returned by hipHostMalloc.
-                let device = unsafe { self.hip.host_get_device_pointer(host) };
-                if device.as_ref().ok() == Some(&host) {
-                    return Ok((host, AllocKind::MappedHost));
-                }
-                // SAFETY: allocated just above, freed once; nothing used it.
-                let _ = unsafe { self.hip.host_free(host) };
-                let why = match device {
-                    Ok(device) => {
-                        format!("device address {device:?} differs from host address {host:?}")
-                    }
-                    Err(e) => e.message().to_string(),
-                };
-                Err(Error::new(
-                    StatusCode::Unimplemented,
-                    format!(
-                        "hip://{}: mapped host memory has no single address valid on host and \
-                         device ({why}); try HostVisibleMemory::Managed",
-                        self.device
-                    ),
-                ))
-            }
+            HostVisibleMemory::MappedHost => self
+                .allocate_mapped_host(size, "try HostVisibleMemory::Managed")
+                .map(|host| (host, AllocKind::MappedHost)),
             _ => Ok((
                 self.hip.malloc_managed(size, sys::hipMemAttachGlobal)?,
                 AllocKind::Managed,
             )),
         }
+    }
+
+    /// `hipHostMalloc(hipHostMallocMapped)`: pinned host memory mapped into the device's
+    /// address space, kept only if its device address (`hipHostGetDevicePointer`) is its host
+    /// address; else freed again and `Unimplemented`, whose message ends with `advice`. Backs
+    /// [`HostVisibleMemory::MappedHost`] and every [`MemoryPlacement::Pinned`] allocation
+    /// ([`AllocKind::MappedHost`]).
+    fn allocate_mapped_host(&self, size: usize, advice: &str) -> Result<*mut c_void> {
+        let host = self.hip.host_malloc(size, sys::hipHostMallocMapped)?;
+        if host.is_null() {
+            return Err(null_from("hipHostMalloc"));
+        }
+        // SAFETY: `host` was just returned by hipHostMalloc and is not freed.
+        let device = unsafe { self.hip.host_get_device_pointer(host) };
+        if device.as_ref().ok() == Some(&host) {
+            return Ok(host);
+        }
+        // SAFETY: allocated just above, freed once; nothing used it.
+        let _ = unsafe { self.hip.host_free(host) };
+        let why = match device {
+            Ok(device) => {
+                format!("device address {device:?} differs from host address {host:?}")
+            }
+            Err(e) => e.message().to_string(),
+        };
+        Err(Error::new(
+            StatusCode::Unimplemented,
+            format!(
+                "hip://{}: mapped host memory has no single address valid on host and device \
+                 ({why}); {advice}",
+                self.device
+            ),
+        ))
     }
 }
 
@@ -944,6 +963,14 @@ impl StreamApi for HipStreamApi {
         let (ptr, kind) = match placement {
             MemoryPlacement::Device => (self.malloc_device(bytes)?, AllocKind::Device),
             MemoryPlacement::HostVisible => self.allocate_host_visible(bytes)?,
+            // Whatever `host_visible` says: pinned memory is always mapped host memory.
+            MemoryPlacement::Pinned => (
+                self.allocate_mapped_host(
+                    bytes,
+                    "allocate device memory and use queue reads and writes instead",
+                )?,
+                AllocKind::MappedHost,
+            ),
         };
         if ptr.is_null() {
             return Err(null_from("a HIP allocation"));
@@ -1458,17 +1485,35 @@ mod tests {
     fn only_copies_within_host_visible_allocations_skip_staging() {
         let memory = Allocations::default();
         memory.insert(0x1000, 0x100, AllocKind::Device);
+        // Mapped host memory: MemoryPlacement::Pinned, or HostVisibleMemory::MappedHost.
         memory.insert(0x2000, 0x100, AllocKind::MappedHost);
         memory.insert(0x3000, 0x100, AllocKind::Managed);
+        // Adjacent to the mapped allocation above, but another allocation.
+        memory.insert(0x2100, 0x100, AllocKind::MappedHost);
+        memory.insert(0x5000, 0x100, AllocKind::StreamOrdered);
         let at = |a: usize| a as *const u8;
         assert!(memory.host_resident(at(0x2000), 0x100));
+        assert!(
+            memory.host_resident(at(0x2010), 0x20),
+            "inside a mapped allocation"
+        );
+        assert!(memory.host_resident(at(0x20ff), 1), "its last byte");
         assert!(memory.host_resident(at(0x3080), 0x80));
         assert!(!memory.host_resident(at(0x2080), 0x81), "runs past the end");
+        assert!(
+            !memory.host_resident(at(0x20f0), 0x20),
+            "spans two allocations"
+        );
         assert!(!memory.host_resident(at(0x1000), 0x10), "device memory");
+        assert!(
+            !memory.host_resident(at(0x5000), 0x10),
+            "stream-ordered memory"
+        );
         assert!(
             !memory.host_resident(at(0x4000), 1),
             "not this API's memory"
         );
+        assert!(!memory.host_resident(at(0xfff), 2), "starts before one");
         assert!(!memory.host_resident(at(0x2000), u64::MAX));
     }
 

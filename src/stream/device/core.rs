@@ -17,6 +17,7 @@ use crate::stream::api::{Capabilities, StreamApi, StreamHandle};
 use crate::stream::device::completion::{Fifo, ParkSignal};
 use crate::stream::device::graphs::GraphCache;
 use crate::stream::device::memory::StreamOrder;
+use crate::stream::device::pinned::PinnedMemory;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::{Event, EventPool};
 use crate::stream::timeline::{StreamSemaphore, Timeline};
@@ -44,6 +45,7 @@ pub(crate) struct Stats {
     pub(crate) graph_launches: AtomicU64,
     pub(crate) queued_allocations: AtomicU64,
     pub(crate) status_checks: AtomicU64,
+    pub(crate) pinned_leases: AtomicU64,
 }
 
 impl Stats {
@@ -91,6 +93,8 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) queues: Vec<QueueStreams>,
     pub(crate) events: EventPool,
     pub(crate) timepoints: TimepointPool,
+    /// Pinned host memory leased to submissions (status words, staged updates, read-backs).
+    pub(crate) pinned: PinnedMemory,
     in_flight: Mutex<HashMap<u64, Timepoint>>,
     /// `in_flight.len()`, readable without the lock (the probe parker's decision).
     pub(crate) in_flight_count: AtomicUsize,
@@ -125,6 +129,7 @@ impl<A: StreamApi> Core<A> {
             queues,
             events,
             timepoints: TimepointPool::default(),
+            pinned: PinnedMemory::default(),
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
@@ -198,5 +203,8 @@ impl<A: StreamApi> Drop for Core<A> {
                 let _ = self.api.destroy_stream(callback);
             }
         }
+        // Every stream was synchronised when the device was dropped (`drain`), and the
+        // timepoints settled: no device work uses the pinned buffers any more.
+        self.pinned.free_all(&*self.api);
     }
 }

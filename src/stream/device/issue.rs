@@ -17,21 +17,28 @@
 //! before step 5 means a timepoint is never added after its value was retired. An issue holds
 //! its queue's issue lock, so one queue's submissions reach its stream in one piece each.
 //!
+//! **Pinned host memory** ([`super::pinned`]): a submission that has status words, update bytes
+//! or a read leases one buffer of the device's pinned host memory, held by its timepoint until
+//! it is settled. Update bytes are copied into it at issue and the device copies from there; a
+//! read's bytes land there and are copied out to the reader on completion. Both are then plain
+//! DMAs, with no staging and no host function in the API. A list captured into a graph takes no
+//! lease (the graph's copies must outlive the submission: the API keeps their bytes), and where
+//! the API has no pinned memory the copies go through the API's own staging.
+//!
 //! **Status words** (the convention is in [`crate::stream::api`]): a command list whose
-//! dispatches include entry points that take a status word gets a status array of one `u32`
-//! per such dispatch (pooled by the timepoint pool, allocated only when none is idle), zeroed
-//! with `memset_async` before its first command; dispatch `i` of them is launched with slot
-//! `i`, and after the last command the words are copied back into host memory the timepoint
-//! holds, where [`Core::complete`] checks them. Such a list is always replayed on the stream,
-//! never captured into a graph (a graph would reuse one array across launches whose checks
-//! overlap), and its signals are not scheduled on the timelines: the fence is settled from the
-//! host after the check, and dependents on any queue stay parked until then (released by the
-//! settle's advance, or failed with the check's error).
+//! dispatches include entry points that take a status word gets one `u32` per such dispatch at
+//! the start of its pinned lease, zeroed by the host at issue; dispatch `i` of them is launched
+//! with word `i`, which the kernel writes over the bus, and [`Core::complete`] reads the words
+//! once the completion event completed. Such a list is always replayed on the stream, never
+//! captured into a graph (a graph would reuse one word across launches whose checks overlap),
+//! and its signals are not scheduled on the timelines: the fence is settled from the host after
+//! the check, and dependents on any queue stay parked until then (released by the settle's
+//! advance, or failed with the check's error). Without pinned memory such a submission fails.
 
 use std::sync::Arc;
 
 use crate::backend::BufferMemory;
-use crate::buffer::{BufferParams, BufferRef};
+use crate::buffer::BufferRef;
 use crate::command_buffer::{Command, Dispatch};
 use crate::device::Work;
 use crate::error::{Error, Result, StatusCode};
@@ -42,10 +49,11 @@ use crate::stream::device::core::{lock, Core, QueueStreams, Stats, Via};
 use crate::stream::device::executable::StreamExecutable;
 use crate::stream::device::graphs::Plan;
 use crate::stream::device::memory::StreamMemory;
+use crate::stream::device::pinned::HostArea;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
 use crate::stream::timeline::WaitSource;
-use crate::stream::timepoint::{StatusArray, StatusWords, Timepoint};
+use crate::stream::timepoint::{ReadInto, Timepoint};
 
 /// Where a submission's status-word dispatches write: dispatch `next` of them gets word `next`
 /// of the array at `base`, which holds `count` words for it.
@@ -134,6 +142,7 @@ impl<A: StreamApi> Core<A> {
                 // stream (a device that fails to record is normally dead, and returns at once)
                 // so that nothing enqueued outlives the resources dropped with the error.
                 let _ = self.api.synchronize_stream(queue.stream);
+                self.timepoints.release(timepoint);
                 return Err(enqueued.err().unwrap_or(error));
             }
         };
@@ -166,38 +175,57 @@ impl<A: StreamApi> Core<A> {
         let stream = queue.stream;
         match work {
             Work::Commands(commands) => {
-                let count = self.prepare_status(stream, commands, &mut timepoint.status)?;
+                let count = self.count_status(commands, timepoint);
                 if count == 0 && self.graphs && !commands.is_empty() {
                     return self.enqueue_reusable(queue, commands, timepoint);
                 }
-                let mut slots = StatusSlots {
-                    base: timepoint.status.array.as_ref().map(|a| a.ptr),
-                    count,
-                    next: 0,
-                };
+                let mut slots = self.lease_for_list(commands, count, timepoint)?;
                 for command in commands.iter() {
                     self.enqueue_command(stream, command, timepoint, &mut slots)?;
-                }
-                if count > 0 {
-                    self.copy_status_back(stream, &mut timepoint.status)?;
                 }
                 Ok(())
             }
             Work::Read { source, sink } => {
                 let src = self.address(source, &mut timepoint.memory)?;
-                let mut staging = vec![0u8; source.len() as usize].into_boxed_slice();
-                // SAFETY: `staging` is a heap allocation of `source.len()` bytes that the
-                // timepoint owns (moving the box does not move the bytes) and nobody touches
-                // until the completion event, after which the bytes are handed to the sink.
-                unsafe {
-                    self.api.copy_device_to_host_async(
-                        staging.as_mut_ptr(),
-                        src,
-                        source.len(),
-                        stream,
-                    )?
+                let len = usize::try_from(source.len()).map_err(|_| {
+                    Error::new(
+                        StatusCode::ResourceExhausted,
+                        format!(
+                            "a read of {} bytes does not fit in host memory",
+                            source.len()
+                        ),
+                    )
+                })?;
+                let leased = match len {
+                    0 => None,
+                    _ => self.pinned.try_lease(&*self.api, &self.name, len),
                 };
-                timepoint.read = Some((sink.clone(), staging));
+                let into = match leased {
+                    Some(lease) => {
+                        Stats::bump(&self.stats.pinned_leases, 1);
+                        let area = timepoint.host.insert(HostArea::new(lease));
+                        let dst = area.carve(len).ok_or_else(|| {
+                            Error::new(
+                                StatusCode::Internal,
+                                format!("{}: a pinned lease is smaller than its read", self.name),
+                            )
+                        })?;
+                        ReadInto::Pinned(dst, len)
+                    }
+                    None => ReadInto::Staging(vec![0u8; len].into_boxed_slice()),
+                };
+                let dst = match &into {
+                    ReadInto::Pinned(dst, _) => dst.as_ptr(),
+                    ReadInto::Staging(bytes) => bytes.as_ptr().cast_mut(),
+                };
+                // SAFETY: `dst` addresses `len` bytes that the timepoint owns (its pinned lease,
+                // or a heap box that moving does not move) and nobody touches until the
+                // completion event, after which the bytes are handed to the sink.
+                unsafe {
+                    self.api
+                        .copy_device_to_host_async(dst, src, source.len(), stream)?
+                };
+                timepoint.read = Some((sink.clone(), into));
                 Ok(())
             }
             Work::HostCall(_) => Err(Error::new(
@@ -222,7 +250,7 @@ impl<A: StreamApi> Core<A> {
         }
         match plan {
             Plan::Direct => {
-                let mut slots = StatusSlots::none();
+                let mut slots = self.lease_for_list(commands, 0, timepoint)?;
                 for command in commands.iter() {
                     self.enqueue_command(stream, command, timepoint, &mut slots)?;
                 }
@@ -280,84 +308,82 @@ impl<A: StreamApi> Core<A> {
     }
 
     /// Counts the dispatches of `commands` that take a status word, remembering their entry
-    /// points in `status`. If there are any, takes an idle status array with room for them (or
-    /// allocates one) and enqueues the zeroing of their words on `stream`, before any command of
-    /// the submission. Returns the count.
-    fn prepare_status(
-        &self,
-        stream: StreamHandle,
-        commands: &[Command],
-        status: &mut StatusWords,
-    ) -> Result<usize> {
+    /// points in the timepoint's status words.
+    fn count_status(&self, commands: &[Command], timepoint: &mut Timepoint) -> usize {
+        let entries = &mut timepoint.status.entries;
         for command in commands {
             if let Command::Dispatch(dispatch) = command {
                 if let Some(entry) = self.status_entry(dispatch) {
-                    status.entries.push(entry.to_owned());
+                    entries.push(entry.to_owned());
                 }
             }
         }
-        let count = status.entries.len();
-        if count == 0 {
-            return Ok(0);
+        entries.len()
+    }
+
+    /// Leases pinned host memory for a list issued on the stream (not captured): room for its
+    /// `count` status words, zeroed here, and for its update bytes. The lease is required for
+    /// status words (`Unimplemented` or `ResourceExhausted` without it) and an optimisation for
+    /// updates (without it, they go through the API's staging). Returns where the status words
+    /// are.
+    fn lease_for_list(
+        &self,
+        commands: &[Command],
+        count: usize,
+        timepoint: &mut Timepoint,
+    ) -> Result<StatusSlots> {
+        let words = count * 4;
+        let updates: usize = commands
+            .iter()
+            .map(|command| match command {
+                Command::Update { data, .. } => HostArea::room_for(data.len()),
+                _ => 0,
+            })
+            .sum();
+        let len = HostArea::room_for(words) + updates;
+        if count == 0 && updates == 0 {
+            return Ok(StatusSlots::none());
         }
-        Stats::bump(&self.stats.status_checks, 1);
-        let array = match self.timepoints.take_status_array(count) {
-            Some(array) => array,
-            None => {
-                let slots = StatusArray::slots_for(count);
-                let memory = StreamMemory::allocate(
-                    &self.api,
-                    self.id,
-                    &self.name,
-                    (slots * 4) as u64,
-                    &BufferParams::DEVICE,
-                )
+        let lease = if count == 0 {
+            match self.pinned.try_lease(&*self.api, &self.name, len) {
+                Some(lease) => lease,
+                None => return Ok(StatusSlots::none()),
+            }
+        } else {
+            Stats::bump(&self.stats.status_checks, 1);
+            self.pinned
+                .lease(&*self.api, &self.name, len)
                 .map_err(|error| {
                     error.context(format!(
                         "{}: cannot allocate the status words of a submission's dispatches",
                         self.name
                     ))
-                })?;
-                StatusArray {
-                    ptr: memory.ptr,
-                    slots,
-                    _memory: Arc::new(memory),
-                }
-            }
+                })?
         };
-        let words = array.ptr;
-        status.array = Some(array);
-        self.api
-            .memset_async(words, 0, 4, (count * 4) as u64, stream)?;
-        Ok(count)
-    }
-
-    /// Enqueues the copy of a submission's status words into its host memory, after its last
-    /// command.
-    fn copy_status_back(&self, stream: StreamHandle, status: &mut StatusWords) -> Result<()> {
-        let count = status.entries.len();
-        let words = status.array.as_ref().map(|a| a.ptr).ok_or_else(|| {
+        Stats::bump(&self.stats.pinned_leases, 1);
+        let area = timepoint.host.insert(HostArea::new(lease));
+        if count == 0 {
+            return Ok(StatusSlots::none());
+        }
+        let base = area.carve(words).ok_or_else(|| {
             Error::new(
                 StatusCode::Internal,
                 format!(
-                    "{}: a submission's status words have no device array",
+                    "{}: a pinned lease is smaller than its status words",
                     self.name
                 ),
             )
         })?;
-        status.host.clear();
-        status.host.resize(count, 0);
-        // SAFETY: `host` holds `count` u32s, `count * 4` bytes, owned by the submission's
-        // timepoint; nothing touches the vector again (its buffer stays put) until the timepoint
-        // is settled, after the completion event recorded behind this copy completed.
-        unsafe {
-            self.api.copy_device_to_host_async(
-                status.host.as_mut_ptr().cast(),
-                words,
-                (count * 4) as u64,
-                stream,
-            )
-        }
+        // SAFETY: `base` starts `words` bytes of the lease, which this submission alone uses
+        // and no device work touches yet (a lease is only handed out once the work of its last
+        // user is over). The launches enqueued after this write see it (pinned host memory is
+        // coherent with the device, and a launch orders the host's earlier writes before it).
+        unsafe { std::ptr::write_bytes(base.as_ptr(), 0, words) };
+        Ok(StatusSlots {
+            base: Some(DevicePtr(base.as_ptr() as usize as u64)),
+            count,
+            next: 0,
+        })
     }
 
     /// The stream executable of `dispatch`, if this device loaded it.
@@ -422,15 +448,28 @@ impl<A: StreamApi> Core<A> {
             }
             Command::Update { target, data } => {
                 let dst = self.address(target, memory)?;
-                // SAFETY: `data` belongs to the command list, which the timepoint keeps (as its
+                let src = match timepoint.host.as_mut().and_then(|h| h.carve(data.len())) {
+                    Some(staged) => {
+                        // SAFETY: `staged` is `data.len()` bytes of this submission's pinned
+                        // lease, handed out once and not yet used by any copy; `data` is
+                        // ordinary host memory, so the two do not overlap.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                data.as_ptr(),
+                                staged.as_ptr(),
+                                data.len(),
+                            )
+                        };
+                        staged.as_ptr().cast_const()
+                    }
+                    None => data.as_ptr(),
+                };
+                // SAFETY: `src` is either the submission's pinned lease or `data`, which belongs
+                // to the command list; the timepoint keeps both (the lease, and the list as its
                 // work) until the completion event recorded after this copy completed.
                 unsafe {
-                    self.api.copy_host_to_device_async(
-                        dst,
-                        data.as_ptr(),
-                        data.len() as u64,
-                        stream,
-                    )
+                    self.api
+                        .copy_host_to_device_async(dst, src, data.len() as u64, stream)
                 }
             }
             Command::Copy { source, target } => {

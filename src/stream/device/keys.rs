@@ -48,6 +48,11 @@ pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
 pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
 pub const QUEUED_ALLOCATIONS: &str = "stream.queued_allocations";
-/// Submissions with dispatches that take a status word (zeroed, copied back and checked on
-/// completion; signalled from the host).
+/// Submissions with dispatches that take a status word (zeroed before, checked on completion;
+/// signalled from the host).
 pub const STATUS_CHECKS: &str = "stream.status_checks";
+/// Submissions that leased the device's pinned host memory (status words, staged update bytes,
+/// read-back bytes), so their copies needed no staging by the API.
+pub const PINNED_LEASES: &str = "stream.pinned_leases";
+/// Pinned host buffers idle in the device's pool now (leased ones not counted).
+pub const PINNED_IDLE: &str = "stream.pinned_idle";

@@ -3,17 +3,19 @@
 //! [`Core::complete`] takes the submission out of flight (a no-op if another path did), then
 //! decides its outcome: the event's status (its work's error, or the sticky device error), an
 //! error from enqueueing part of it, a failed semaphore it waited on natively, a nonzero status
-//! word of one of its dispatches (copied back to the host before the event completed; see
-//! [`crate::stream::api`] for the convention); on success a read's bytes go to its sink. Then the signal fence is settled in fence order: this device's
-//! semaphores are advanced (the device reached the value) and their timelines retired, other
-//! semaphores are signalled from the host; or every entry is failed with the error. Last, the
-//! timepoint is cleared, dropping what the work held, and recycled.
+//! word of one of its dispatches (written into the submission's pinned lease before the event
+//! completed; see [`crate::stream::api`] for the convention); on success a read's bytes go to
+//! its sink. Then the signal fence is settled in fence order: this device's semaphores are
+//! advanced (the device reached the value) and their timelines retired, other semaphores are
+//! signalled from the host; or every entry is failed with the error. Last, the timepoint is
+//! cleared, dropping what the work held, its pinned lease goes back to the device's pool (or is
+//! orphaned if its stream may still use it), and the record is recycled.
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Stats, Via};
-use crate::stream::timepoint::StatusWords;
+use crate::stream::timepoint::{ReadInto, StatusWords};
 
 impl<A: StreamApi> Core<A> {
     /// Settles submission `id` if nobody did yet. `observed` is the event's status if the
@@ -23,6 +25,9 @@ impl<A: StreamApi> Core<A> {
         let Some(mut timepoint) = self.take(id) else {
             return;
         };
+        // Whether the stream may still run the submission's work (only a device dropped with a
+        // stream that did not finish it): then its pinned lease must not be reused.
+        let mut still_running = false;
         let status = match observed {
             Some(status) => status,
             None => match timepoint
@@ -35,14 +40,17 @@ impl<A: StreamApi> Core<A> {
                     self.put_back(id, timepoint);
                     return;
                 }
-                Some(Ok(false)) => Err(Error::new(
-                    StatusCode::Aborted,
-                    format!(
+                Some(Ok(false)) => Err({
+                    still_running = true;
+                    Error::new(
+                        StatusCode::Aborted,
+                        format!(
                         "{} was dropped while a submission was in flight and its stream did not \
                          finish it; keep the device alive until submitted work completes",
                         self.name
                     ),
-                )),
+                    )
+                }),
                 Some(Err(error)) => Err(error),
             },
         };
@@ -53,11 +61,20 @@ impl<A: StreamApi> Core<A> {
             }
         }
         if result.is_ok() {
-            result = self.check_status(&timepoint.status);
+            let words = timepoint.host.as_ref().map(|h| h.start());
+            result = self.check_status(&timepoint.status, words);
         }
         if result.is_ok() {
-            if let Some((sink, bytes)) = timepoint.read.take() {
-                sink.deliver(bytes.into_vec());
+            if let Some((sink, into)) = timepoint.read.take() {
+                let bytes = match into {
+                    ReadInto::Staging(bytes) => bytes.into_vec(),
+                    // SAFETY: `len` bytes of the submission's pinned lease, which the timepoint
+                    // still holds; the device's copy into them completed with the event.
+                    ReadInto::Pinned(ptr, len) => {
+                        unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec()
+                    }
+                };
+                sink.deliver(bytes);
             }
         }
         let by = match via {
@@ -72,19 +89,43 @@ impl<A: StreamApi> Core<A> {
         }
         Stats::bump(&self.stats.completed, 1);
         Stats::bump(&self.stats.failed, u64::from(result.is_err()));
+        // The pinned lease goes back before the fence is settled, so work that awaited this
+        // submission finds it idle.
+        if let Some(host) = timepoint.host.take() {
+            match still_running {
+                true => drop(host), // orphaned: never reused
+                false => host.release(),
+            }
+        }
         self.settle(&timepoint.signal, result);
         self.timepoints.release(timepoint);
     }
 
-    /// After the submission's event completed successfully (so its status words were copied
-    /// back): an `Internal` error naming the device, the entry point and the value if one of
-    /// its dispatches set its status word.
-    fn check_status(&self, status: &StatusWords) -> Result<()> {
+    /// After the submission's event completed successfully (so its kernels' writes to their
+    /// status words, at `words`, are visible): an `Internal` error naming the device, the entry
+    /// point and the value if one of its dispatches set its status word.
+    fn check_status(&self, status: &StatusWords, words: Option<*mut u8>) -> Result<()> {
+        if status.entries.is_empty() {
+            return Ok(());
+        }
+        let Some(words) = words else {
+            return Err(Error::new(
+                StatusCode::Internal,
+                format!(
+                    "{}: a submission's status words have no host memory",
+                    self.name
+                ),
+            ));
+        };
+        let words = words.cast::<u32>();
         let mut failed = status
-            .host
+            .entries
             .iter()
-            .zip(&status.entries)
-            .filter(|(value, _)| **value != 0);
+            .enumerate()
+            // SAFETY: the lease starts with one aligned `u32` per entry (zeroed at issue); the
+            // kernels that write them completed with the event. Volatile: the device wrote them.
+            .map(|(i, entry)| (unsafe { words.add(i).read_volatile() }, entry))
+            .filter(|(value, _)| *value != 0);
         let Some((value, entry)) = failed.next() else {
             return Ok(());
         };

@@ -7,7 +7,7 @@
 //! | event                 | record/completion generations and a condition variable        |
 //! | stream waits event    | an operation blocking that stream's thread on the event       |
 //! | host function         | an operation calling the closure on the stream's thread        |
-//! | device memory         | zeroed, 256-byte aligned heap allocations; pointer = address  |
+//! | device memory         | zeroed, 256-byte aligned heap allocations; pointer = address (every placement, `Pinned` included, is host memory) |
 //! | copies and fills      | operations doing `memmove` / pattern fills                     |
 //! | module / function     | a [`HostModule`] of named Rust kernels / one of its kernels    |
 //! | kernel launch         | an operation calling the kernel once per block of the grid     |
@@ -123,6 +123,8 @@ pub(crate) struct Shared {
     memory: Registry,
     pub(crate) control: Control,
     pub(crate) closing: AtomicBool,
+    /// Set by [`HostStreamApi::refuse_pinned_memory`].
+    pub(crate) refuse_pinned: AtomicBool,
     pub(crate) stats: Counters,
 }
 
@@ -243,6 +245,7 @@ impl HostStreamApi {
                     memory: Registry::default(),
                     control: Control::default(),
                     closing: AtomicBool::new(false),
+                    refuse_pinned: AtomicBool::new(false),
                     stats: Counters::default(),
                 }),
             }),
@@ -283,6 +286,15 @@ impl HostStreamApi {
         StreamHold {
             shared: self.shared().clone(),
         }
+    }
+
+    /// From now on answers `Unimplemented` to [`MemoryPlacement::Pinned`] allocations, like an
+    /// API that cannot map host memory into the device, so tests reach the stream layer's
+    /// paths without pinned memory.
+    ///
+    /// [`MemoryPlacement::Pinned`]: crate::stream::MemoryPlacement::Pinned
+    pub fn refuse_pinned_memory(&self) {
+        self.shared().refuse_pinned.store(true, Ordering::Relaxed);
     }
 
     /// What the API did so far.

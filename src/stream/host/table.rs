@@ -136,9 +136,20 @@ impl StreamApi for HostStreamApi {
         shared.stream(stream)?.push(|| Op::HostFunc(func))
     }
 
-    fn allocate(&self, size: u64, _placement: MemoryPlacement) -> Result<DevicePtr> {
-        // Host memory is both: every allocation is host-visible.
+    fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr> {
+        // Host memory is all three: every allocation is host-visible, and pinned.
         self.shared().control.check()?;
+        if placement == MemoryPlacement::Pinned
+            && self
+                .shared()
+                .refuse_pinned
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(Error::new(
+                StatusCode::Unimplemented,
+                "host stream API: pinned memory was refused (HostStreamApi::refuse_pinned_memory)",
+            ));
+        }
         self.shared().memory.allocate(size)
     }
 
