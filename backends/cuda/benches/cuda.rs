@@ -33,6 +33,16 @@
 //!   awaited (stream replay: 100 launches per submission).
 //! * `halcyon_graphs/execute_block_on`: the same with [`CudaDeviceOptions::graphs`], where the
 //!   stream layer captures the list into a graph on its second submission and launches that.
+//!
+//! Group `cuda_read_4k` (4 KiB of device memory read back to the host, submitted and awaited):
+//!
+//! * `raw/pinned_async_stream_sync`: `cuMemcpyDtoHAsync` into a pinned buffer
+//!   (`cuMemAllocHost`) + `cuStreamSynchronize`: the floor.
+//! * `raw/pageable_sync`: `cuMemcpyDtoH` into a `Vec` (the driver stages and blocks).
+//! * `completion_thread/read_block_on`: `queue.read` on a queue timeline, then
+//!   `futures::executor::block_on`: the device copies into the submission's lease of the stream
+//!   layer's pinned memory (no staging, no host function), and the bytes are copied out to the
+//!   returned `Vec` on completion.
 
 use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
@@ -206,6 +216,109 @@ impl Drop for Raw {
             sys::cuDevicePrimaryCtxRelease_v2(self.device);
         }
     }
+}
+
+/// 4 KiB of device memory and a pinned host buffer, for the raw reads of `cuda_read_4k`.
+struct RawRead {
+    device_memory: sys::CUdeviceptr,
+    pinned: *mut std::ffi::c_void,
+}
+
+impl RawRead {
+    const BYTES: usize = 4096;
+
+    fn new() -> RawRead {
+        let mut read = RawRead {
+            device_memory: 0,
+            pinned: std::ptr::null_mut(),
+        };
+        // SAFETY: valid out-pointers; the context was made current by `Raw::new`.
+        unsafe {
+            ok(
+                sys::cuMemAlloc_v2(&mut read.device_memory, Self::BYTES),
+                "cuMemAlloc",
+            );
+            ok(
+                sys::cuMemsetD8_v2(read.device_memory, 7, Self::BYTES),
+                "cuMemsetD8",
+            );
+            ok(
+                sys::cuMemAllocHost_v2(&mut read.pinned, Self::BYTES),
+                "cuMemAllocHost",
+            );
+        }
+        read
+    }
+
+    fn pinned_async(&self, raw: &Raw) {
+        // SAFETY: `pinned` holds BYTES bytes of pinned memory, untouched until the stream is
+        // synchronised right after.
+        unsafe {
+            ok(
+                sys::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, Self::BYTES, raw.stream),
+                "cuMemcpyDtoHAsync",
+            );
+        }
+        raw.stream_sync();
+    }
+
+    fn pageable(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; Self::BYTES];
+        // SAFETY: `bytes` holds BYTES writable bytes; the copy is synchronous.
+        ok(
+            unsafe {
+                sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, Self::BYTES)
+            },
+            "cuMemcpyDtoH",
+        );
+        bytes
+    }
+}
+
+impl Drop for RawRead {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, idle (every copy synchronised).
+        unsafe {
+            sys::cuMemFree_v2(self.device_memory);
+            sys::cuMemFreeHost(self.pinned);
+        }
+    }
+}
+
+fn read(c: &mut Criterion, raw: &Raw) {
+    let mut group = c.benchmark_group("cuda_read_4k");
+    group
+        .sample_size(100)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Bytes(RawRead::BYTES as u64));
+    let raw_read = RawRead::new();
+    group.bench_function("raw/pinned_async_stream_sync", |b| {
+        b.iter(|| raw_read.pinned_async(raw))
+    });
+    group.bench_function("raw/pageable_sync", |b| b.iter(|| raw_read.pageable()));
+    let device = create_device_with(0, options(CompletionStrategy::CompletionThread, false))
+        .expect("cuda://0");
+    let queue = device.queue(0).expect("queue");
+    let timeline = queue.timeline().expect("timeline");
+    let buffer = device
+        .allocator()
+        .allocate(RawRead::BYTES as u64, halcyon::BufferParams::DEVICE)
+        .expect("buffer");
+    block_on(queue.fill(timeline.next(), &buffer.whole(), &[7])).expect("fill");
+    group.bench_function("completion_thread/read_block_on", |b| {
+        b.iter(|| {
+            let bytes = block_on(queue.read(timeline.next(), &buffer.whole())).expect("read");
+            assert_eq!(bytes[RawRead::BYTES - 1], 7);
+        })
+    });
+    println!(
+        "completion_thread/read_block_on: {} submissions leased pinned memory",
+        device
+            .query(halcyon::stream::keys::PINNED_LEASES)
+            .unwrap_or(-1)
+    );
+    group.finish();
 }
 
 /// A queue of a CUDA device with the empty dispatch, `count` times, in a reusable command
@@ -422,5 +535,6 @@ fn main() {
     round_trip(&mut criterion, &raw);
     paired(&raw);
     replay(&mut criterion, &raw);
+    read(&mut criterion, &raw);
     criterion.final_summary();
 }
