@@ -34,9 +34,10 @@
 //!   Such a submission's signals are made from the host after the check (not scheduled on the
 //!   timelines), so dependents on every queue stay parked until it passed, and its command
 //!   list is replayed on the stream, never captured into a graph.
-//! * **Pinned host memory**: a submission's update bytes, read-back bytes and status words live
-//!   in one lease of pooled [`MemoryPlacement::Pinned`] memory of the API, held until the
-//!   submission is settled, so its copies are plain DMAs (no staging, no host function).
+//! * **Pinned host memory**: a submission's status words, and its update or read-back bytes up
+//!   to 1 MiB, live in one lease of pooled [`MemoryPlacement::Pinned`] memory of the API, held
+//!   until the submission is settled, so its copies are plain DMAs (no staging, no host
+//!   function).
 //! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
 //!   copies of arbitrary host memory never block the issuing thread; the backend allocates and
 //!   frees them (the stream device's pinned leases use the same pool type).

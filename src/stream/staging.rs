@@ -128,10 +128,15 @@ impl StagingPool {
     /// Retires the largest idle buffers until at most [`MAX_BUFFERS`] and [`MAX_BYTES`] remain
     /// (see [`StagingPool::take_retired`]).
     pub fn trim(&self) {
+        self.trim_to(MAX_BUFFERS, MAX_BYTES);
+    }
+
+    /// Retires the largest idle buffers until at most `max_buffers` and `max_bytes` remain.
+    pub fn trim_to(&self, max_buffers: usize, max_bytes: usize) {
         let mut buffers = self.buffers();
         let Buffers { idle, retired, .. } = &mut *buffers;
         idle.sort_by_key(|p| p.capacity);
-        while idle.len() > MAX_BUFFERS || idle.iter().map(|p| p.capacity).sum::<usize>() > MAX_BYTES
+        while idle.len() > max_buffers || idle.iter().map(|p| p.capacity).sum::<usize>() > max_bytes
         {
             match idle.pop() {
                 Some(p) => retired.push(p),
@@ -143,6 +148,15 @@ impl StagingPool {
     /// Takes the retired buffers (the caller frees them).
     pub fn take_retired(&self) -> Vec<Pinned> {
         std::mem::take(&mut self.buffers().retired)
+    }
+
+    /// Takes every idle and retired buffer, leaving the orphaned ones (the caller frees them).
+    pub fn drain_unused(&self) -> Vec<Pinned> {
+        let mut buffers = self.buffers();
+        let Buffers { idle, retired, .. } = &mut *buffers;
+        let mut all = std::mem::take(idle);
+        all.append(retired);
+        all
     }
 
     /// Takes every buffer the pool holds, orphaned ones included (the caller frees them, once

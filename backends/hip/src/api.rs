@@ -13,7 +13,7 @@
 //! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
 //! | device memory                    | `hipMalloc` (out of memory: the API's pool trimmed, `hipMemPoolTrimTo(pool, 0)`, and tried once more) / `hipFree` |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
-//! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
+//! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped \| hipHostMallocCoherent)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
 //! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
 //! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
@@ -87,8 +87,9 @@
 //! memory at the same virtual address; the allocation is refused if not). Each allocation
 //! remembers which allocator made it, and is freed by the matching call.
 //!
-//! [`MemoryPlacement::Pinned`] memory is always the mapped kind
-//! (`hipHostMalloc(hipHostMallocMapped)`, same-address check and all), whatever
+//! [`MemoryPlacement::Pinned`] memory is always the mapped kind, made coherent
+//! (`hipHostMalloc(hipHostMallocMapped | hipHostMallocCoherent)`, same-address check and all:
+//! the stream layer reads kernels' status words from it), whatever
 //! [`HostVisibleMemory`] picks for host-visible buffers: [`StreamApi::host_pointer`] returns its
 //! address, and copies to and from it skip staging.
 
@@ -807,7 +808,7 @@ impl HipStreamApi {
     fn allocate_host_visible(&self, size: usize) -> Result<(*mut c_void, AllocKind)> {
         match self.host_visible {
             HostVisibleMemory::MappedHost => self
-                .allocate_mapped_host(size, "try HostVisibleMemory::Managed")
+                .allocate_mapped_host(size, 0, "try HostVisibleMemory::Managed")
                 .map(|host| (host, AllocKind::MappedHost)),
             _ => Ok((
                 self.hip.malloc_managed(size, sys::hipMemAttachGlobal)?,
@@ -816,13 +817,20 @@ impl HipStreamApi {
         }
     }
 
-    /// `hipHostMalloc(hipHostMallocMapped)`: pinned host memory mapped into the device's
+    /// `hipHostMalloc(hipHostMallocMapped | flags)`: pinned host memory mapped into the device's
     /// address space, kept only if its device address (`hipHostGetDevicePointer`) is its host
     /// address; else freed again and `Unimplemented`, whose message ends with `advice`. Backs
     /// [`HostVisibleMemory::MappedHost`] and every [`MemoryPlacement::Pinned`] allocation
     /// ([`AllocKind::MappedHost`]).
-    fn allocate_mapped_host(&self, size: usize, advice: &str) -> Result<*mut c_void> {
-        let host = self.hip.host_malloc(size, sys::hipHostMallocMapped)?;
+    fn allocate_mapped_host(
+        &self,
+        size: usize,
+        flags: c_uint,
+        advice: &str,
+    ) -> Result<*mut c_void> {
+        let host = self
+            .hip
+            .host_malloc(size, sys::hipHostMallocMapped | flags)?;
         if host.is_null() {
             return Err(null_from("hipHostMalloc"));
         }
@@ -963,10 +971,14 @@ impl StreamApi for HipStreamApi {
         let (ptr, kind) = match placement {
             MemoryPlacement::Device => (self.malloc_device(bytes)?, AllocKind::Device),
             MemoryPlacement::HostVisible => self.allocate_host_visible(bytes)?,
-            // Whatever `host_visible` says: pinned memory is always mapped host memory.
+            // Whatever `host_visible` says: pinned memory is always mapped host memory, and
+            // coherent (fine-grained): kernels write status words into it that the host reads
+            // after the completion event, which must not depend on the event's release scope
+            // (non-coherent host memory is the default where HIP_HOST_COHERENT=0).
             MemoryPlacement::Pinned => (
                 self.allocate_mapped_host(
                     bytes,
+                    sys::hipHostMallocCoherent,
                     "allocate device memory and use queue reads and writes instead",
                 )?,
                 AllocKind::MappedHost,

@@ -7,7 +7,7 @@
 //! device's shutdown).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -95,6 +95,9 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) timepoints: TimepointPool,
     /// Pinned host memory leased to submissions (status words, staged updates, read-backs).
     pub(crate) pinned: PinnedMemory,
+    /// Set by [`Core::drain`]: whether every stream synchronised cleanly when the device was
+    /// dropped (then no orphaned pinned lease can still be in use).
+    pub(crate) streams_finished: AtomicBool,
     in_flight: Mutex<HashMap<u64, Timepoint>>,
     /// `in_flight.len()`, readable without the lock (the probe parker's decision).
     pub(crate) in_flight_count: AtomicUsize,
@@ -130,6 +133,7 @@ impl<A: StreamApi> Core<A> {
             events,
             timepoints: TimepointPool::default(),
             pinned: PinnedMemory::default(),
+            streams_finished: AtomicBool::new(false),
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
@@ -203,8 +207,10 @@ impl<A: StreamApi> Drop for Core<A> {
                 let _ = self.api.destroy_stream(callback);
             }
         }
-        // Every stream was synchronised when the device was dropped (`drain`), and the
-        // timepoints settled: no device work uses the pinned buffers any more.
-        self.pinned.free_all(&*self.api);
+        // Every timepoint was settled, and every stream synchronised when the device was dropped
+        // (`drain`): the idle pinned buffers are unused, and the orphaned ones too if every
+        // synchronisation succeeded.
+        self.pinned
+            .free_all(&*self.api, self.streams_finished.load(Ordering::Relaxed));
     }
 }

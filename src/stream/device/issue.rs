@@ -17,9 +17,10 @@
 //! before step 5 means a timepoint is never added after its value was retired. An issue holds
 //! its queue's issue lock, so one queue's submissions reach its stream in one piece each.
 //!
-//! **Pinned host memory** ([`super::pinned`]): a submission that has status words, update bytes
-//! or a read leases one buffer of the device's pinned host memory, held by its timepoint until
-//! it is settled. Update bytes are copied into it at issue and the device copies from there; a
+//! **Pinned host memory** ([`super::pinned`]): a submission that has status words, or update or
+//! read bytes up to [`PinnedMemory::LEASE_MAX`], leases one buffer of the device's pinned host
+//! memory, held by its timepoint until it is settled (or orphaned if its stream may still use
+//! it). Update bytes are copied into it at issue and the device copies from there; a
 //! read's bytes land there and are copied out to the reader on completion. Both are then plain
 //! DMAs, with no staging and no host function in the API. A list captured into a graph takes no
 //! lease (the graph's copies must outlive the submission: the API keeps their bytes), and where
@@ -49,7 +50,7 @@ use crate::stream::device::core::{lock, Core, QueueStreams, Stats, Via};
 use crate::stream::device::executable::StreamExecutable;
 use crate::stream::device::graphs::Plan;
 use crate::stream::device::memory::StreamMemory;
-use crate::stream::device::pinned::HostArea;
+use crate::stream::device::pinned::{HostArea, PinnedMemory};
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
 use crate::stream::timeline::WaitSource;
@@ -141,7 +142,12 @@ impl<A: StreamApi> Core<A> {
                 // Without an event the submission's completion cannot be observed: wait for the
                 // stream (a device that fails to record is normally dead, and returns at once)
                 // so that nothing enqueued outlives the resources dropped with the error.
-                let _ = self.api.synchronize_stream(queue.stream);
+                // Its pinned lease is reused only if the stream is known to be done with it.
+                if self.api.synchronize_stream(queue.stream).is_err() {
+                    if let Some(host) = timepoint.host.take() {
+                        host.orphan();
+                    }
+                }
                 self.timepoints.release(timepoint);
                 return Err(enqueued.err().unwrap_or(error));
             }
@@ -197,8 +203,10 @@ impl<A: StreamApi> Core<A> {
                     )
                 })?;
                 let leased = match len {
-                    0 => None,
-                    _ => self.pinned.try_lease(&*self.api, &self.name, len),
+                    1..=PinnedMemory::LEASE_MAX => {
+                        self.pinned.try_lease(&*self.api, &self.name, len)
+                    }
+                    _ => None,
                 };
                 let into = match leased {
                     Some(lease) => {
@@ -322,10 +330,10 @@ impl<A: StreamApi> Core<A> {
     }
 
     /// Leases pinned host memory for a list issued on the stream (not captured): room for its
-    /// `count` status words, zeroed here, and for its update bytes. The lease is required for
-    /// status words (`Unimplemented` or `ResourceExhausted` without it) and an optimisation for
-    /// updates (without it, they go through the API's staging). Returns where the status words
-    /// are.
+    /// `count` status words, zeroed here, and for its update bytes if they are at most
+    /// [`PinnedMemory::LEASE_MAX`]. The lease is required for status words (`Unimplemented` or
+    /// `ResourceExhausted` without it) and an optimisation for updates (without it, they go
+    /// through the API's staging). Returns where the status words are.
     fn lease_for_list(
         &self,
         commands: &[Command],
@@ -340,6 +348,11 @@ impl<A: StreamApi> Core<A> {
                 _ => 0,
             })
             .sum();
+        // Larger updates go through the API (see `PinnedMemory::LEASE_MAX`): no room for them.
+        let updates = match updates <= PinnedMemory::LEASE_MAX {
+            true => updates,
+            false => 0,
+        };
         let len = HostArea::room_for(words) + updates;
         if count == 0 && updates == 0 {
             return Ok(StatusSlots::none());

@@ -56,3 +56,6 @@ pub const STATUS_CHECKS: &str = "stream.status_checks";
 pub const PINNED_LEASES: &str = "stream.pinned_leases";
 /// Pinned host buffers idle in the device's pool now (leased ones not counted).
 pub const PINNED_IDLE: &str = "stream.pinned_idle";
+/// Pinned host buffers the device allocated so far (steady once its pool covers the
+/// submissions in flight).
+pub const PINNED_ALLOCATED: &str = "stream.pinned_allocated";

@@ -10,12 +10,12 @@
 //! | signal                                 | event recorded after the work; fence settled when it completes |
 //! | completion                             | host function posting to the reactor, or a completion thread per queue |
 //! | device fault                           | completion threads (with host callbacks: the probe) fail every fence in flight with the fault |
-//! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` (from the submission's pinned lease) / `copy_device_to_device_async` |
+//! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` (from the submission's pinned lease, up to 1 MiB of updates) / `copy_device_to_device_async` |
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
 //! | dispatch of a kernel with a status word | `launch_kernel` with its word (`KernelParams::status`) in the submission's lease of pinned host memory (zeroed by the host before, read by it on completion); signals made from the host after the check |
 //! | barrier                                | nothing: a stream runs in order                        |
 //! | a reusable command list submitted again | captured into a graph once, then `launch_graph` (where the API has graphs) |
-//! | queue read                             | `copy_device_to_host_async` into the submission's pinned lease, copied out to the reader on completion |
+//! | queue read                             | `copy_device_to_host_async` into the submission's pinned lease (up to 1 MiB; larger reads into host memory of their own), copied out to the reader on completion |
 //! | pinned host memory                     | `allocate(MemoryPlacement::Pinned)`, pooled; one lease per submission that needs one, released when it is settled (see `pinned.rs`) |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |
 //! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it |
@@ -344,6 +344,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::STATUS_CHECKS => stat(&stats.status_checks),
             keys::PINNED_LEASES => stat(&stats.pinned_leases),
             keys::PINNED_IDLE => core.pinned.counts().0 as i64,
+            keys::PINNED_ALLOCATED => core.pinned.allocated() as i64,
             keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),
             keys::IN_FLIGHT => core.in_flight() as i64,
             keys::EVENTS_CREATED => events().created as i64,

@@ -13,17 +13,35 @@
 //! straight into the lease over the bus, the host zeroes it before the launch and reads it after
 //! the completion event.
 //!
-//! Buffers come from a [`StagingPool`] (powers of two from 64 KiB, at most 8 buffers and
-//! 64 MiB kept idle). Allocating and freeing pinned memory calls the API, which may block (a
-//! pinned free may wait for the device), so both happen on the issuing thread when a lease is
-//! taken, never on a completion path. A lease dropped unreleased (a submission still pending
-//! when the device shut down after a failed synchronisation) is orphaned: never reused, freed
-//! only with the device. An API that cannot allocate pinned memory (`Unimplemented`) is asked
-//! once; then updates and reads go through the API's own copies, and status words fail the
-//! submission that needs them.
+//! Only small transfers take a lease: a list whose update bytes, or a read whose bytes, exceed
+//! [`PinnedMemory::LEASE_MAX`] (1 MiB) copies through the API as before. Those are
+//! bandwidth-bound, so the host function costs them nothing that matters, while a lease would
+//! pin memory twice their size and copy their bytes out on the completion path. Status words
+//! always take a lease (a few bytes each).
+//!
+//! Buffers come from a [`StagingPool`] (powers of two from 64 KiB), and up to
+//! [`PinnedMemory::KEEP_BYTES`] (64 MiB) of idle buffers are kept whatever their number, so a
+//! pipeline of many submissions in flight reaches a steady state that allocates and frees
+//! nothing. Allocating and freeing pinned memory calls the API, which may block (a pinned free
+//! may wait for the device), so it happens only where a submission is issued (the submitting
+//! task, or the reactor for a parked one) when it takes a lease, which allocates when no idle
+//! buffer fits and frees the idle buffers beyond the limit (only after more than 64 MiB of
+//! leases were in flight at once), and when the device is dropped; never where a submission
+//! completes.
+//!
+//! A lease goes back to the pool when its submission is settled after its completion event
+//! completed. If the stream may still be using it (the event reported an error, whose cause
+//! the stream layer cannot always tell from a stopped device, or the device was dropped while
+//! a stream had not finished), the lease is *orphaned* instead: never reused. The device frees
+//! its orphans when it is dropped, if every stream synchronised cleanly then; after a device
+//! fault they are left allocated (a few buffers, at most one per submission that was in flight)
+//! rather than freed under a stream that might still write them.
+//!
+//! An API that cannot allocate pinned memory (`Unimplemented`) is asked once; then updates and
+//! reads go through the API's own copies, and status words fail the submission that needs them.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result, StatusCode};
@@ -36,9 +54,17 @@ pub(crate) struct PinnedMemory {
     pool: Arc<StagingPool>,
     /// Set once the API answered `Unimplemented` to a pinned allocation.
     refused: AtomicBool,
+    /// Buffers allocated so far.
+    allocated: AtomicU64,
 }
 
 impl PinnedMemory {
+    /// The most update or read-back bytes a submission stages in a lease (larger transfers go
+    /// through the API's own copies).
+    pub(crate) const LEASE_MAX: usize = 1 << 20;
+    /// Idle bytes kept, however many buffers.
+    pub(crate) const KEEP_BYTES: usize = 64 << 20;
+
     /// A lease of at least `len` bytes (an idle buffer, else a new allocation), after freeing
     /// the idle buffers beyond the pool's limits. `Unimplemented` if the API has no pinned
     /// memory.
@@ -47,7 +73,7 @@ impl PinnedMemory {
             Some(buffer) => buffer,
             None => self.allocate(api, name, capacity_for(len))?,
         };
-        self.pool.trim();
+        self.pool.trim_to(usize::MAX, Self::KEEP_BYTES);
         for retired in self.pool.take_retired() {
             let _ = api.free(address(&retired));
         }
@@ -80,10 +106,13 @@ impl PinnedMemory {
             }
         };
         match api.host_pointer(ptr) {
-            Some(host) if host.as_ptr() as usize as u64 == ptr.0 => Ok(Pinned {
-                ptr: host,
-                capacity,
-            }),
+            Some(host) if host.as_ptr() as usize as u64 == ptr.0 => {
+                self.allocated.fetch_add(1, Ordering::Relaxed);
+                Ok(Pinned {
+                    ptr: host,
+                    capacity,
+                })
+            }
             _ => {
                 let _ = api.free(ptr);
                 self.refused.store(true, Ordering::Relaxed);
@@ -95,11 +124,15 @@ impl PinnedMemory {
         }
     }
 
-    /// Frees every buffer the pool holds. Only once no device work can use them: after the
-    /// device's streams were synchronised (an orphan is left only by a device whose
-    /// synchronisation failed, which does no more work).
-    pub(crate) fn free_all<A: StreamApi>(&self, api: &A) {
-        for buffer in self.pool.drain() {
+    /// Frees the pool's buffers once the device is going away: the idle ones, and the orphans
+    /// too if `streams_finished` (every stream synchronised cleanly, so none of them can still
+    /// use one); otherwise the orphans stay allocated.
+    pub(crate) fn free_all<A: StreamApi>(&self, api: &A, streams_finished: bool) {
+        let buffers = match streams_finished {
+            true => self.pool.drain(),
+            false => self.pool.drain_unused(),
+        };
+        for buffer in buffers {
             let _ = api.free(address(&buffer));
         }
     }
@@ -108,6 +141,11 @@ impl PinnedMemory {
     pub(crate) fn counts(&self) -> (usize, usize) {
         let (idle, retired, orphaned) = self.pool.counts();
         (idle + retired, orphaned)
+    }
+
+    /// Pinned buffers allocated so far.
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
     }
 }
 
@@ -157,10 +195,16 @@ impl HostArea {
         self.lease.ptr()
     }
 
-    /// Returns the lease to the pool: the submission's work is over (its event completed, or
-    /// its stream was synchronised, or the device failed).
+    /// Returns the lease to the pool: the submission's work is over (its event completed
+    /// successfully, or its stream was synchronised).
     pub(crate) fn release(self) {
         self.lease.release();
+    }
+
+    /// Orphans the lease: a stream may still use it, so it is never reused (see the
+    /// [module docs](self)).
+    pub(crate) fn orphan(self) {
+        drop(self.lease);
     }
 
     /// The room a piece of `len` bytes takes, alignment included.

@@ -11,6 +11,8 @@
 //! cleared, dropping what the work held, its pinned lease goes back to the device's pool (or is
 //! orphaned if its stream may still use it), and the record is recycled.
 
+use std::sync::atomic::Ordering;
+
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::stream::api::StreamApi;
@@ -25,9 +27,6 @@ impl<A: StreamApi> Core<A> {
         let Some(mut timepoint) = self.take(id) else {
             return;
         };
-        // Whether the stream may still run the submission's work (only a device dropped with a
-        // stream that did not finish it): then its pinned lease must not be reused.
-        let mut still_running = false;
         let status = match observed {
             Some(status) => status,
             None => match timepoint
@@ -40,20 +39,21 @@ impl<A: StreamApi> Core<A> {
                     self.put_back(id, timepoint);
                     return;
                 }
-                Some(Ok(false)) => Err({
-                    still_running = true;
-                    Error::new(
-                        StatusCode::Aborted,
-                        format!(
+                Some(Ok(false)) => Err(Error::new(
+                    StatusCode::Aborted,
+                    format!(
                         "{} was dropped while a submission was in flight and its stream did not \
                          finish it; keep the device alive until submitted work completes",
                         self.name
                     ),
-                    )
-                }),
+                )),
                 Some(Err(error)) => Err(error),
             },
         };
+        // Unless the event completed successfully, the stream may still run the submission's
+        // work (a device dropped before its stream finished it, or an event error that may not
+        // have stopped the device): then its pinned lease must never be reused.
+        let stream_done = status.is_ok();
         let mut result = status.and_then(|()| timepoint.error.take().map_or(Ok(()), Err));
         if result.is_ok() {
             if let Some(error) = timepoint.waited.iter().find_map(|s| s.query().err()) {
@@ -92,9 +92,9 @@ impl<A: StreamApi> Core<A> {
         // The pinned lease goes back before the fence is settled, so work that awaited this
         // submission finds it idle.
         if let Some(host) = timepoint.host.take() {
-            match still_running {
-                true => drop(host), // orphaned: never reused
-                false => host.release(),
+            match stream_done {
+                true => host.release(),
+                false => host.orphan(),
             }
         }
         self.settle(&timepoint.signal, result);
@@ -184,12 +184,14 @@ impl<A: StreamApi> Core<A> {
     /// After the reactor stopped: waits for every stream, stops the completion threads (their
     /// handles are joined by the caller) and settles whatever is still in flight.
     pub(crate) fn drain(&self) {
+        let mut finished = true;
         for queue in &self.queues {
-            let _ = self.api.synchronize_stream(queue.stream);
+            finished &= self.api.synchronize_stream(queue.stream).is_ok();
             if let Some(callback) = queue.callback {
-                let _ = self.api.synchronize_stream(callback);
+                finished &= self.api.synchronize_stream(callback).is_ok();
             }
         }
+        self.streams_finished.store(finished, Ordering::Relaxed);
         for queue in &self.queues {
             if let Some(fifo) = &queue.fifo {
                 fifo.stop();
