@@ -65,7 +65,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
@@ -120,7 +120,7 @@ pub struct CudaApi {
     /// Streams created and not destroyed. A destroyed `CUstream` must never reach the driver;
     /// the stream layer may free stream-ordered memory after the stream is gone and relies on
     /// an error then (it falls back to `free`).
-    streams: Mutex<HashSet<u64>>,
+    streams: RwLock<HashSet<u64>>,
     /// This API's own memory pool for stream-ordered allocation (where the device has memory
     /// pools): see [`CudaApi::set_pool_release_threshold`].
     pool: Option<MemPool>,
@@ -131,6 +131,8 @@ pub struct CudaApi {
     /// freed with `cuMemFreeHost`, host-addressable, and copied to and from without staging.
     /// Those still live are freed with the API.
     mapped: PinnedAllocations,
+    /// Host functions enqueued so far ([`CudaApi::host_funcs_enqueued`]).
+    host_funcs: AtomicU64,
 }
 
 /// Live pinned, device-mapped host allocations (`cuMemHostAlloc`), by base address, with their
@@ -270,10 +272,11 @@ impl CudaApi {
             concurrent_managed,
             staging: Arc::default(),
             captured: Mutex::default(),
-            streams: Mutex::default(),
+            streams: RwLock::default(),
             pool: None,
             signatures: Mutex::default(),
             mapped: PinnedAllocations::default(),
+            host_funcs: AtomicU64::new(0),
         };
         api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
         let mut api = api;
@@ -349,16 +352,18 @@ impl CudaApi {
         self.signatures.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn live_streams(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    fn live_streams(&self) -> RwLockWriteGuard<'_, HashSet<u64>> {
+        self.streams.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `InvalidArgument` unless `s` is a stream of this API that was not destroyed (checked
-    /// where a stale handle can arrive: destroying, and stream-ordered memory, which may
-    /// outlive its stream).
-    fn live(&self, s: StreamHandle) -> Result<()> {
-        if self.live_streams().contains(&s.0) {
-            return Ok(());
+    /// where a stale handle can arrive: stream-ordered memory, which may outlive its stream).
+    /// The returned guard keeps the stream from being destroyed (see `destroy_stream`) until
+    /// the caller's driver call is made.
+    fn live(&self, s: StreamHandle) -> Result<RwLockReadGuard<'_, HashSet<u64>>> {
+        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+        if streams.contains(&s.0) {
+            return Ok(streams);
         }
         Err(Error::new(
             StatusCode::InvalidArgument,
@@ -405,6 +410,8 @@ impl CudaApi {
         if r != CUresult::CUDA_SUCCESS {
             // Not enqueued: CUDA will never call it.
             callback::cancel(user_data);
+        } else {
+            self.host_funcs.fetch_add(1, Ordering::Relaxed);
         }
         check(r, || format!("cuLaunchHostFunc({s:?})"))
     }
@@ -429,6 +436,12 @@ impl CudaApi {
     /// are dropped with the API).
     pub fn pending_host_funcs(&self) -> usize {
         callback::pending_count(self.id)
+    }
+
+    /// Host functions enqueued on this API's streams so far (`cuLaunchHostFunc` calls that
+    /// succeeded: the stream layer's completion callbacks, and the copies that staged).
+    pub fn host_funcs_enqueued(&self) -> u64 {
+        self.host_funcs.load(Ordering::Relaxed)
     }
 
     /// Makes this device's context current on the calling thread, unless it already is.
@@ -647,9 +660,15 @@ impl StreamApi for CudaApi {
     }
 
     fn destroy_stream(&self, handle: StreamHandle) -> Result<()> {
-        self.live(handle)?;
         self.bind()?;
-        self.live_streams().remove(&handle.0);
+        // Removed under the write lock: no `live` check passes for it any more, and none is
+        // still between its check and its driver call. Only one destroy finds it.
+        if !self.live_streams().remove(&handle.0) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!("{handle:?} is not a live stream of {}", self.info.name),
+            ));
+        }
         // SAFETY: a stream this API created; enqueued work still completes (cuStreamDestroy
         // releases the stream's resources once it is done).
         check(unsafe { sys::cuStreamDestroy_v2(stream(handle)) }, || {
@@ -851,8 +870,8 @@ impl StreamApi for CudaApi {
             ));
         }
         let bytes = usize_len(size, "an allocation")?;
-        self.live(s)?;
         self.bind()?;
+        let _live = self.live(s)?;
         let mut ptr: CUdeviceptr = 0;
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
@@ -874,8 +893,8 @@ impl StreamApi for CudaApi {
     }
 
     fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
-        self.live(s)?;
         self.bind()?;
+        let _live = self.live(s)?;
         // SAFETY: an allocation of this API, freed once the stream reaches this point.
         check(unsafe { sys::cuMemFreeAsync(ptr.0, stream(s)) }, || {
             format!("cuMemFreeAsync({ptr:?}, {s:?})")

@@ -77,7 +77,12 @@
 //!     Err(e) if skip(&e) => return Ok(println!("no NVRTC: {e}")),
 //!     Err(e) => return Err(e),
 //! };
-//! let executable = device.load_executable(&module.spec())?;
+//! let executable = match device.load_executable(&module.spec()) {
+//!     Ok(executable) => executable,
+//!     // An NVRTC newer than the driver writes PTX the driver cannot JIT.
+//!     Err(e) if e.code() == StatusCode::FailedPrecondition => return Ok(println!("{e}")),
+//!     Err(e) => return Err(e),
+//! };
 //! let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
 //! let queue = device.queue(0)?;
 //! let timeline = queue.timeline()?;

@@ -98,6 +98,23 @@ pub fn probe() -> Result<&'static Probe> {
                     ),
                 ));
             }
+            // cudarc may open another file than the probe did (it tries `libcuda.so` first,
+            // which can be a toolkit's stub library on the loader path): initialise through
+            // cudarc too (cuInit is idempotent), so every later call reaches a working driver.
+            // SAFETY: cudarc found a libcuda above, so resolving cuInit does not panic (every
+            // libcuda, stubs included, exports it); the flags must be 0.
+            let r = unsafe { cudarc::driver::sys::cuInit(0) };
+            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::new(
+                    StatusCode::Unavailable,
+                    format!(
+                        "{} loaded and initialised, but cuInit(0) through the library cudarc \
+                         opened failed with {r:?} (a stub libcuda.so on the loader path? put \
+                         the driver's library first)",
+                        probe.soname
+                    ),
+                ));
+            }
             Ok(probe)
         })
         .as_ref()

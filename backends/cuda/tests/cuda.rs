@@ -211,9 +211,10 @@ fn checked_in_ptx_loads_on_every_supported_driver() {
     assert_eq!(common::STANDARD_PTX_ISA, "8.0");
 }
 
-/// Assembles the checked-in PTX with ptxas for sm_52, sm_70 and sm_90 where ptxas is found
-/// (`$PTXAS`, or on `PATH`): it rejects any instruction newer than the declared PTX ISA.
-/// Prints why and passes without one.
+/// Assembles the checked-in PTX with ptxas for sm_52, sm_70, sm_75 and sm_90 where ptxas is
+/// found (`$PTXAS`, or on `PATH`): it rejects any instruction newer than the declared PTX ISA.
+/// Prints why and passes without one. An architecture this ptxas no longer targets (CUDA 13
+/// dropped sm_52 and sm_70) is skipped, but at least one must assemble.
 #[test]
 fn checked_in_ptx_assembles_with_ptxas() {
     let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
@@ -221,7 +222,9 @@ fn checked_in_ptx_assembles_with_ptxas() {
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("standard.ptx");
     std::fs::write(&input, common::STANDARD_PTX).unwrap();
-    for arch in ["sm_52", "sm_70", "sm_90"] {
+    let mut assembled = 0;
+    let mut ran = false;
+    for arch in ["sm_52", "sm_70", "sm_75", "sm_90"] {
         let out = std::process::Command::new(&ptxas)
             .arg(format!("-arch={arch}"))
             .arg(&input)
@@ -235,12 +238,19 @@ fn checked_in_ptx_assembles_with_ptxas() {
                 break;
             }
         };
-        assert!(
-            out.status.success(),
-            "ptxas -arch={arch} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ran = true;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
+            eprintln!("skipped {arch}: this ptxas no longer targets it");
+            continue;
+        }
+        assert!(out.status.success(), "ptxas -arch={arch} failed: {stderr}");
+        assembled += 1;
     }
+    assert!(
+        !ran || assembled > 0,
+        "ptxas targets none of the architectures"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -498,16 +508,7 @@ mod gpu {
         };
         let constants = [N];
 
-        // Hold the stream behind a host function, so the copies below cannot have run (and
-        // any host function they enqueued could not have either) when they are counted.
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        api.launch_host_func(
-            s,
-            Box::new(move || {
-                let _ = released.recv_timeout(std::time::Duration::from_secs(10));
-            }),
-        )
-        .unwrap();
+        let host_funcs = api.host_funcs_enqueued();
         // SAFETY: the first half of `pinned` stays valid and unmodified until the stream is
         // synchronised below; the second half is touched by nothing else until then.
         unsafe {
@@ -536,14 +537,12 @@ mod gpu {
             api.copy_host_to_device_async(other, host.as_ptr().add(bytes as usize), bytes, s)
                 .unwrap();
         }
-        assert!(
-            api.pending_host_funcs() <= 1,
-            "copies to and from pinned memory enqueue no host function ({} pending)",
-            api.pending_host_funcs()
+        assert_eq!(
+            api.host_funcs_enqueued(),
+            host_funcs,
+            "copies to and from pinned memory enqueue no host function"
         );
-        release.send(()).unwrap();
         api.synchronize_stream(s).unwrap();
-        assert_eq!(api.pending_host_funcs(), 0);
         let expected: Vec<u32> = input.iter().map(|v| v + 1).collect();
         // SAFETY: every copy and kernel using `pinned` completed (synchronised above).
         let (first, second) = unsafe {
