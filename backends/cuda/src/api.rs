@@ -77,7 +77,7 @@ use halcyon::stream::{
     HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
     StreamHandle,
 };
-use halcyon::{Error, ExecutableSpec, Result, StatusCode};
+use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, ptx_status_word, CudaImage, CudaModule, FORMAT_CUDA};
@@ -1156,16 +1156,13 @@ impl StreamApi for CudaApi {
         let mut status_words = Vec::with_capacity(module.entry_points.len());
         for entry in &module.entry_points {
             // The driver's report where it has one (CUDA 12.4+); for PTX also its text, which
-            // says whether the kernel takes a status word on any driver (validated above). A
-            // cubin kernel the driver cannot report on gets a status word whether it takes one
-            // or not: an argument past a kernel's last parameter is never read, while a missing
-            // one would be read from past the argument array.
+            // says whether the kernel takes a status word on any driver (validated above). For
+            // a cubin kernel the driver cannot report on, see `cubin_status_word`.
             // Where both the driver and the PTX text answer, they must agree.
             let checked = self.get_function(loaded, &entry.name).and_then(|f| {
-                let reported = match kernel_params(self.probe, f) {
-                    Some(params) if !params.is_empty() => {
-                        Some(check_kernel_params(entry, &params)?)
-                    }
+                let params = kernel_params(self.probe, f);
+                let reported = match &params {
+                    Some(params) if !params.is_empty() => Some(check_kernel_params(entry, params)?),
                     _ => None,
                 };
                 let status_word = match &module.image {
@@ -1185,7 +1182,9 @@ impl StreamApi for CudaApi {
                         }
                         parsed
                     }
-                    CudaImage::Cubin(_) => reported.unwrap_or(true),
+                    CudaImage::Cubin(_) => {
+                        cubin_status_word(reported, params.is_some_and(|p| p.is_empty()), entry)
+                    }
                 };
                 Ok((f, status_word))
             });
@@ -1425,6 +1424,19 @@ impl StreamApi for CudaApi {
     }
 }
 
+/// Whether a cubin kernel is launched with a status word: as the driver reports
+/// (`cuFuncGetParamInfo`) where it reported parameters; none where it reported no parameters
+/// at all for an entry point that declares none (a kernel without parameters); otherwise
+/// (the driver cannot say, or reports none for an entry point that declares some) one, since
+/// an argument past a kernel's last parameter is never read, while a missing one would be read
+/// from past the argument array.
+fn cubin_status_word(reported: Option<bool>, reported_none: bool, entry: &EntryPoint) -> bool {
+    match reported {
+        Some(reported) => reported,
+        None => !(reported_none && entry.binding_count == 0 && entry.constant_count == 0),
+    }
+}
+
 /// The `(offset, size)` of each parameter of kernel `f` as the driver reports them
 /// (`cuFuncGetParamInfo`, CUDA 12.4+); empty if it reports none or cannot say, and without
 /// calling it on a driver older than CUDA 12.4 (which lacks the symbol: cudarc would panic).
@@ -1452,6 +1464,25 @@ fn kernel_params(probe: &Probe, f: FunctionHandle) -> Option<Vec<(usize, usize)>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cubin_kernels_without_parameters_take_no_status_word() {
+        let entry = |binding_count, constant_count| EntryPoint {
+            name: "k".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count,
+            constant_count,
+        };
+        // The driver's report decides where it reported parameters.
+        assert!(cubin_status_word(Some(true), false, &entry(1, 0)));
+        assert!(!cubin_status_word(Some(false), false, &entry(1, 0)));
+        // No parameters reported for an entry point declaring none: a parameterless kernel.
+        assert!(!cubin_status_word(None, true, &entry(0, 0)));
+        // No parameters reported for one declaring some, or no report: launched with a word.
+        assert!(cubin_status_word(None, true, &entry(1, 0)));
+        assert!(cubin_status_word(None, true, &entry(0, 2)));
+        assert!(cubin_status_word(None, false, &entry(0, 0)));
+    }
 
     #[test]
     fn pinned_ranges_must_lie_within_one_allocation() {
