@@ -18,6 +18,7 @@ use crate::stream::device::completion::{Fifo, ParkSignal};
 use crate::stream::device::graphs::GraphCache;
 use crate::stream::device::memory::StreamOrder;
 use crate::stream::device::pinned::PinnedMemory;
+use crate::stream::device::reclaim::Reclaim;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::{Event, EventPool};
 use crate::stream::timeline::{StreamSemaphore, Timeline};
@@ -98,6 +99,8 @@ pub(crate) struct Core<A: StreamApi> {
     /// Set by [`Core::drain`]: whether every stream synchronised cleanly when the device was
     /// dropped (then no orphaned pinned lease can still be in use).
     pub(crate) streams_finished: AtomicBool,
+    /// Frees of buffer memory dropped while a submission is settled, for the reclaimer thread.
+    pub(crate) reclaim: Arc<Reclaim>,
     in_flight: Mutex<HashMap<u64, Timepoint>>,
     /// `in_flight.len()`, readable without the lock (the probe parker's decision).
     pub(crate) in_flight_count: AtomicUsize,
@@ -134,6 +137,7 @@ impl<A: StreamApi> Core<A> {
             timepoints: TimepointPool::default(),
             pinned: PinnedMemory::default(),
             streams_finished: AtomicBool::new(false),
+            reclaim: Arc::default(),
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),

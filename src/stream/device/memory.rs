@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi, StreamHandle};
+use crate::stream::device::reclaim::Reclaim;
 
 /// What orders work on one queue's stream: the lock held while a submission is enqueued (and
 /// while a command list is captured into a graph), and stream-ordered frees that found it held.
@@ -65,6 +66,8 @@ pub(crate) struct StreamMemory<A: StreamApi> {
     /// The stream it was allocated on in stream order (freed on it in stream order too), and
     /// what orders that stream.
     stream: Option<(StreamHandle, Arc<StreamOrder>)>,
+    /// Where a free that must not run on the dropping thread goes (see [`Reclaim`]).
+    reclaim: Arc<Reclaim>,
 }
 
 // SAFETY: `host` is the host address of device memory this value owns (freed only in `Drop`);
@@ -82,6 +85,7 @@ impl<A: StreamApi> StreamMemory<A> {
         device: &str,
         size: u64,
         params: &BufferParams,
+        reclaim: &Arc<Reclaim>,
     ) -> Result<Self> {
         let host_visible = params.memory.contains(MemoryType::HOST_VISIBLE);
         let placement = if host_visible {
@@ -89,7 +93,16 @@ impl<A: StreamApi> StreamMemory<A> {
         } else {
             MemoryPlacement::Device
         };
-        let ptr = api.allocate(size, placement)?;
+        let ptr = match api.allocate(size, placement) {
+            // Memory whose free was deferred may be what is missing: wait for it, try again.
+            Err(error)
+                if error.code() == StatusCode::ResourceExhausted && reclaim.pending() > 0 =>
+            {
+                reclaim.flush();
+                api.allocate(size, placement)?
+            }
+            allocated => allocated?,
+        };
         let host = if host_visible {
             match api.host_pointer(ptr) {
                 Some(host) => Some(host),
@@ -115,6 +128,7 @@ impl<A: StreamApi> StreamMemory<A> {
             len: size,
             host,
             stream: None,
+            reclaim: reclaim.clone(),
         })
     }
 
@@ -125,6 +139,7 @@ impl<A: StreamApi> StreamMemory<A> {
         size: u64,
         stream: StreamHandle,
         order: &Arc<StreamOrder>,
+        reclaim: &Arc<Reclaim>,
     ) -> Result<Self> {
         let ptr = {
             let _in_order = order.issue.lock().unwrap_or_else(|p| p.into_inner());
@@ -138,6 +153,7 @@ impl<A: StreamApi> StreamMemory<A> {
             len: size,
             host: None,
             stream: Some((stream, order.clone())),
+            reclaim: reclaim.clone(),
         })
     }
 }
@@ -181,6 +197,10 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
                 }
             }
         }
-        let _ = self.api.free(self.ptr);
+        // While a submission is settled, the free goes to the reclaimer (it may wait for the
+        // device); elsewhere it is made here.
+        if !self.reclaim.defer(self.ptr) {
+            let _ = self.api.free(self.ptr);
+        }
     }
 }

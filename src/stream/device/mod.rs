@@ -18,7 +18,7 @@
 //! | queue read                             | `copy_device_to_host_async` into the submission's pinned lease (up to 1 MiB; larger reads into host memory of their own), copied out to the reader on completion |
 //! | pinned host memory                     | `allocate(MemoryPlacement::Pinned)`, pooled; one lease per submission that needs one, released when it is settled (see `pinned.rs`) |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |
-//! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it |
+//! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it; freed on the device's reclaimer thread when the last reference goes while a submission is settled (a free may wait for the device) |
 //! | queue `alloca` / release of its memory | `allocate_async` / `free_async` on the queue's stream (stream-ordered pools), else the core's pool |
 //! | executable                             | `load_module` + `get_function` per entry point          |
 //!
@@ -41,6 +41,7 @@ mod issue;
 pub mod keys;
 mod memory;
 pub(crate) mod pinned;
+mod reclaim;
 mod settle;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,6 +144,8 @@ pub struct StreamDevice<A: StreamApi> {
     reactor: Option<Reactor>,
     actions: Vec<ActionQueue>,
     completers: Vec<std::thread::JoinHandle<()>>,
+    /// Makes the frees deferred while submissions are settled (see `reclaim.rs`).
+    reclaimer: Option<std::thread::JoinHandle<()>>,
     core: Arc<Core<A>>,
     info: DeviceInfo,
 }
@@ -238,6 +241,7 @@ impl<A: StreamApi> StreamDevice<A> {
                 .collect(),
             reactor: Some(reactor),
             completers: Vec::new(),
+            reclaimer: None,
             core: core.clone(),
             info: DeviceInfo {
                 id: id.clone(),
@@ -254,6 +258,22 @@ impl<A: StreamApi> StreamDevice<A> {
                 features: DeviceFeatures::empty(),
             },
         };
+        let (api, reclaim) = (core.api.clone(), core.reclaim.clone());
+        let reclaimer = std::thread::Builder::new()
+            .name(format!("halcyon-{}{}-free", api_info.driver, options.index))
+            .spawn(move || {
+                reclaim.run(|ptr| {
+                    let _ = api.free(ptr);
+                })
+            })
+            .map_err(|e| {
+                Error::with_source(
+                    StatusCode::ResourceExhausted,
+                    format!("{id}: cannot spawn the thread that frees buffer memory"),
+                    e,
+                )
+            })?;
+        device.reclaimer = Some(reclaimer);
         if strategy == CompletionStrategy::CompletionThread {
             for index in 0..core.queues.len() {
                 let thread_core = core.clone();
@@ -296,6 +316,13 @@ impl<A: StreamApi> Drop for StreamDevice<A> {
             }
         }
         self.core.settle_leftovers();
+        // The frees deferred so far (the leftovers' too) are made; later ones are made at once.
+        self.core.reclaim.close();
+        if let Some(thread) = self.reclaimer.take() {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
@@ -345,6 +372,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PINNED_LEASES => stat(&stats.pinned_leases),
             keys::PINNED_IDLE => core.pinned.counts().0 as i64,
             keys::PINNED_ALLOCATED => core.pinned.allocated() as i64,
+            keys::DEFERRED_FREES => core.reclaim.deferred() as i64,
             keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),
             keys::IN_FLIGHT => core.in_flight() as i64,
             keys::EVENTS_CREATED => events().created as i64,
@@ -365,7 +393,12 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {
         let core = &self.core;
         Ok(Arc::new(StreamMemory::allocate(
-            &core.api, core.id, &core.name, size, params,
+            &core.api,
+            core.id,
+            &core.name,
+            size,
+            params,
+            &core.reclaim,
         )?))
     }
 
@@ -382,8 +415,15 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         }
         Stats::bump(&core.stats.queued_allocations, 1);
         Some(
-            StreamMemory::allocate_async(&core.api, core.id, size, queue.stream, &queue.order)
-                .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
+            StreamMemory::allocate_async(
+                &core.api,
+                core.id,
+                size,
+                queue.stream,
+                &queue.order,
+                &core.reclaim,
+            )
+            .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
         )
     }
 

@@ -17,6 +17,7 @@ use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Stats, Via};
+use crate::stream::device::reclaim::defer_frees;
 use crate::stream::timepoint::{ReadInto, StatusWords};
 
 impl<A: StreamApi> Core<A> {
@@ -27,6 +28,9 @@ impl<A: StreamApi> Core<A> {
         let Some(mut timepoint) = self.take(id) else {
             return;
         };
+        // What the submission held is dropped below; memory freed by that goes to the
+        // reclaimer, off this completion path.
+        let _defer = defer_frees();
         let status = match observed {
             Some(status) => status,
             None => match timepoint
@@ -97,8 +101,12 @@ impl<A: StreamApi> Core<A> {
                 false => host.orphan(),
             }
         }
-        self.settle(&timepoint.signal, result);
+        // What the work held goes before the fence is settled (frees of memory dropped with it
+        // are made, or handed to the reclaimer, first), so an allocation made by a task that
+        // awaited this submission finds the memory free, or pending (`Reclaim::flush`).
+        let signal = std::mem::take(&mut timepoint.signal);
         self.timepoints.release(timepoint);
+        self.settle(&signal, result);
     }
 
     /// After the submission's event completed successfully (so its kernels' writes to their

@@ -10,6 +10,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result, StatusCode};
@@ -60,9 +61,19 @@ impl Resolved {
 }
 
 /// The live allocations, by base address.
-#[derive(Default)]
 pub(crate) struct Registry {
     allocations: Mutex<BTreeMap<u64, Arc<Allocation>>>,
+    /// The most bytes live at once ([`crate::stream::host::HostStreamApi::limit_memory`]).
+    limit: AtomicU64,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            allocations: Mutex::default(),
+            limit: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl Registry {
@@ -80,11 +91,15 @@ impl Registry {
         };
         let size = usize::try_from(size).map_err(|_| too_big())?.max(1);
         let layout = Layout::from_size_align(size, ALIGNMENT).map_err(|_| too_big())?;
+        let mut allocations = self.lock();
+        let live: u64 = allocations.values().map(|a| a.layout.size() as u64).sum();
+        if live.saturating_add(size as u64) > self.limit.load(Ordering::Relaxed) {
+            return Err(too_big());
+        }
         // SAFETY: `layout` has a non-zero size.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(too_big)?;
         let address = ptr.as_ptr() as u64;
-        self.lock()
-            .insert(address, Arc::new(Allocation { ptr, layout }));
+        allocations.insert(address, Arc::new(Allocation { ptr, layout }));
         Ok(DevicePtr(address))
     }
 
@@ -122,6 +137,11 @@ impl Registry {
                  (an illegal address on a GPU)"
             ),
         ))
+    }
+
+    /// Refuses allocations that would take the live bytes above `bytes`.
+    pub(crate) fn set_limit(&self, bytes: u64) {
+        self.limit.store(bytes, Ordering::Relaxed);
     }
 
     /// How many allocations are live.

@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub(crate) closing: AtomicBool,
     /// Set by [`HostStreamApi::refuse_pinned_memory`].
     pub(crate) refuse_pinned: AtomicBool,
+    /// Set by [`HostStreamApi::delay_frees`], in microseconds.
+    pub(crate) free_delay_us: AtomicU64,
     pub(crate) stats: Counters,
 }
 
@@ -246,6 +248,7 @@ impl HostStreamApi {
                     control: Control::default(),
                     closing: AtomicBool::new(false),
                     refuse_pinned: AtomicBool::new(false),
+                    free_delay_us: AtomicU64::new(0),
                     stats: Counters::default(),
                 }),
             }),
@@ -295,6 +298,19 @@ impl HostStreamApi {
     /// [`MemoryPlacement::Pinned`]: crate::stream::MemoryPlacement::Pinned
     pub fn refuse_pinned_memory(&self) {
         self.shared().refuse_pinned.store(true, Ordering::Relaxed);
+    }
+
+    /// From now on makes every `free` take `delay` before it frees (a GPU free waits for the
+    /// device), so tests can see frees that are still pending.
+    pub fn delay_frees(&self, delay: std::time::Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared().free_delay_us.store(micros, Ordering::Relaxed);
+    }
+
+    /// From now on refuses (`ResourceExhausted`) an allocation that would take the bytes of
+    /// live allocations above `bytes`, like a device whose memory is full.
+    pub fn limit_memory(&self, bytes: u64) {
+        self.shared().memory.set_limit(bytes);
     }
 
     /// What the API did so far.

@@ -154,6 +154,13 @@ impl StreamApi for HostStreamApi {
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let delay = self
+            .shared()
+            .free_delay_us
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
         // Allowed after a fault, so resources can still be released.
         self.shared().memory.free(ptr)
     }

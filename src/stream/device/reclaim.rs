@@ -1,0 +1,175 @@
+//! Frees of buffer memory that must not run where a submission completes.
+//!
+//! A submission holds the memory of every buffer it uses until it is settled, so the last
+//! reference to a buffer the application already dropped goes away while the submission is
+//! settled: on a completion thread, or on the reactor. Freeing there would block the completion
+//! path on the device: `cuMemFree` and `hipFree` wait for the device (`hipFree` for every
+//! stream of it), so a completion thread would sit in the free until the work queued after its
+//! submission, on every queue, is done, and only then report the completions behind it. An
+//! application that awaits one submission before issuing the next would see its pipeline drain
+//! at every such free.
+//!
+//! So while [`Core::complete`](super::core::Core) settles a submission it marks its thread
+//! ([`defer_frees`]), and memory dropped under the mark is handed to the device's *reclaimer*,
+//! a thread that makes the frees in order. Everywhere else (an application thread dropping the
+//! last reference, the device's own shutdown) memory is freed at once, as before. Stream-ordered
+//! memory (queue `alloca`) is freed in stream order with no wait and never goes through here.
+//!
+//! An allocation that runs out of memory waits for the reclaimer's pending frees
+//! ([`Reclaim::flush`]) and tries once more, so deferring a free never turns into a spurious
+//! out-of-memory error. When the device is dropped the reclaimer takes what is left, and memory
+//! dropped after that (a buffer that outlived its device) is freed at once.
+
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::stream::api::DevicePtr;
+use crate::stream::handoff::Handoff;
+
+thread_local! {
+    /// Set while this thread settles a submission ([`defer_frees`]).
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as settling a submission until the guard drops: buffer memory
+/// dropped meanwhile goes to the device's reclaimer.
+pub(crate) fn defer_frees() -> DeferGuard {
+    DeferGuard {
+        was: DEFERRING.with(|d| d.replace(true)),
+    }
+}
+
+/// See [`defer_frees`].
+pub(crate) struct DeferGuard {
+    was: bool,
+}
+
+impl Drop for DeferGuard {
+    fn drop(&mut self) {
+        DEFERRING.with(|d| d.set(self.was));
+    }
+}
+
+/// Whether the calling thread is settling a submission.
+fn deferring() -> bool {
+    DEFERRING.with(Cell::get)
+}
+
+#[derive(Default)]
+struct Counts {
+    pushed: u64,
+    freed: u64,
+    closed: bool,
+}
+
+/// The queue to a device's reclaimer thread (see the [module docs](self)).
+pub(crate) struct Reclaim {
+    queue: Handoff<DevicePtr>,
+    counts: Mutex<Counts>,
+    freed: Condvar,
+}
+
+impl Default for Reclaim {
+    fn default() -> Self {
+        Reclaim {
+            queue: Handoff::new(std::time::Duration::ZERO),
+            counts: Mutex::default(),
+            freed: Condvar::new(),
+        }
+    }
+}
+
+impl Reclaim {
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands `ptr` to the reclaimer if the calling thread is settling a submission and the
+    /// reclaimer still runs; `false`: the caller frees it itself.
+    pub(crate) fn defer(&self, ptr: DevicePtr) -> bool {
+        if !deferring() {
+            return false;
+        }
+        {
+            let mut counts = self.counts();
+            if counts.closed {
+                return false;
+            }
+            counts.pushed += 1;
+        }
+        self.queue.push(ptr);
+        true
+    }
+
+    /// The reclaimer thread's loop: frees each pointer with `free`, in order, until
+    /// [`Reclaim::close`].
+    pub(crate) fn run(&self, free: impl Fn(DevicePtr)) {
+        while let Some(ptr) = self.queue.next() {
+            free(ptr);
+            self.counts().freed += 1;
+            self.freed.notify_all();
+        }
+    }
+
+    /// Waits until every free handed over so far was made.
+    pub(crate) fn flush(&self) {
+        let mut counts = self.counts();
+        let target = counts.pushed;
+        while counts.freed < target {
+            counts = self.freed.wait(counts).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Stops taking frees; the thread ends once it made those already handed over.
+    pub(crate) fn close(&self) {
+        self.counts().closed = true;
+        self.queue.stop();
+    }
+
+    /// Frees handed over and not yet made.
+    pub(crate) fn pending(&self) -> u64 {
+        let counts = self.counts();
+        counts.pushed - counts.freed
+    }
+
+    /// Frees handed over so far.
+    pub(crate) fn deferred(&self) -> u64 {
+        self.counts().pushed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    #[test]
+    fn only_frees_under_the_mark_are_deferred_and_all_are_made_in_order() {
+        let reclaim = Arc::new(Reclaim::default());
+        assert!(!reclaim.defer(DevicePtr(1)), "not settling: freed at once");
+        let freed = Arc::new(StdMutex::new(Vec::new()));
+        let thread = {
+            let (reclaim, freed) = (reclaim.clone(), freed.clone());
+            std::thread::spawn(move || reclaim.run(|ptr| freed.lock().unwrap().push(ptr.0)))
+        };
+        {
+            let _mark = defer_frees();
+            {
+                let _nested = defer_frees();
+                assert!(reclaim.defer(DevicePtr(2)));
+            }
+            assert!(
+                reclaim.defer(DevicePtr(3)),
+                "still marked after a nested guard"
+            );
+        }
+        assert!(!reclaim.defer(DevicePtr(4)), "the mark is gone");
+        reclaim.flush();
+        assert_eq!(*freed.lock().unwrap(), [2, 3]);
+        assert_eq!(reclaim.pending(), 0);
+        reclaim.close();
+        let _mark = defer_frees();
+        assert!(!reclaim.defer(DevicePtr(5)), "closed: freed at once");
+        thread.join().unwrap();
+    }
+}

@@ -1,0 +1,105 @@
+//! Frees of buffer memory whose last reference goes while a submission is settled: they are
+//! made by the device's reclaimer thread, not on the completion path (a GPU free may wait for
+//! the device), and an allocation that follows never fails for memory whose free is pending.
+
+use std::time::Duration;
+
+use halcyon::stream::host::HostStreamApi;
+use halcyon::stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
+use halcyon::{BufferParams, Device, Result, StatusCode, Timepoints};
+use halcyon_conformance::harness::{block_on, done, eventually};
+
+const STRATEGIES: [CompletionStrategy; 2] = [
+    CompletionStrategy::HostCallback,
+    CompletionStrategy::CompletionThread,
+];
+
+fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
+    create_device(
+        api.clone(),
+        StreamDeviceOptions {
+            completion,
+            probe_interval: Duration::from_millis(5),
+            ..StreamDeviceOptions::default()
+        },
+    )
+}
+
+fn stat(device: &Device, key: &str) -> i64 {
+    device.query(key).unwrap()
+}
+
+/// A buffer the application drops while a submission uses it is freed when the submission is
+/// settled, by the reclaimer; one dropped by the application with nothing in flight is freed
+/// at once, on the application's thread.
+#[test]
+fn memory_released_while_settling_goes_to_the_reclaimer() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        block_on(async {
+            let before = api.stats().allocations;
+            let idle = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+            drop(idle);
+            assert_eq!(
+                api.stats().allocations,
+                before,
+                "{strategy:?}: freed at once"
+            );
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 0);
+
+            let buffer = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+            let hold = api.hold();
+            let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[1]);
+            drop(buffer); // the submission holds the memory now
+            assert_eq!(api.stats().allocations, before + 1);
+            drop(hold);
+            done("fill", fill).await?;
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 1, "{strategy:?}");
+            eventually("the reclaimer freed it", || {
+                api.stats().allocations == before
+            })
+            .await
+        })?;
+    }
+    Ok(())
+}
+
+/// On a device with room for one 600 KiB buffer, a task that drops its buffer while a
+/// submission uses it, awaits the submission and allocates again always succeeds: the memory
+/// is freed, or its free is pending with the reclaimer and the allocation waits for it.
+#[test]
+fn an_allocation_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
+    const SIZE: u64 = 600 << 10;
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        api.limit_memory(1 << 20);
+        // Each free takes a while, so the allocation below finds it pending.
+        api.delay_frees(Duration::from_millis(2));
+        block_on(async {
+            let mut buffer = device.allocator().allocate(SIZE, BufferParams::DEVICE)?;
+            let error = device
+                .allocator()
+                .allocate(SIZE, BufferParams::DEVICE)
+                .expect_err("the limit leaves room for one buffer");
+            assert_eq!(error.code(), StatusCode::ResourceExhausted, "{error}");
+            for round in 0..50 {
+                let hold = api.hold();
+                let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[round as u8]);
+                drop(buffer);
+                drop(hold);
+                done("fill", fill).await?;
+                buffer = device
+                    .allocator()
+                    .allocate(SIZE, BufferParams::DEVICE)
+                    .map_err(|e| e.context(format!("round {round}, {strategy:?}")))?;
+            }
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 50, "{strategy:?}");
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
