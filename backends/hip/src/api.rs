@@ -7,9 +7,9 @@
 //! | bind the device to a thread      | `hipSetDevice(index)` once per thread (thread-local cache)   |
 //! | stream                           | `hipStreamCreateWithFlags(hipStreamNonBlocking)` / `hipStreamDestroy` |
 //! | synchronize stream               | `hipStreamSynchronize`                                       |
-//! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`, plus `hipEventBlockingSync` for [`EventFlags::BLOCKING_SYNC`] / `hipEventDestroy` |
-//! | record / query / synchronize     | `hipEventRecord` / `hipEventQuery` (`hipErrorNotReady` → pending) / `hipEventSynchronize` |
-//! | stream waits event               | `hipStreamWaitEvent(stream, event, 0)`                       |
+//! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`: the *shared* HIP event; for [`EventFlags::BLOCKING_SYNC`] also a *private* one, `hipEventCreateWithFlags(hipEventBlockingSync)` (that flag alone), because HIP holds an event's lock for the whole of `hipEventSynchronize` (see [Events](#events)) / `hipEventDestroy` of each |
+//! | record / query / synchronize     | `hipEventRecord` of the shared event, then of the private one on the same stream (a failure of the second is the call's error) / `hipEventQuery` of the shared one (`hipErrorNotReady` → pending) / `hipEventSynchronize` of the private one (of the shared one without a private one, or while the private one missed the last record), so that a thread blocked there never holds the lock a query or stream wait needs |
+//! | stream waits event               | `hipStreamWaitEvent(stream, shared event, 0)`                |
 //! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
 //! | device memory                    | `hipMalloc` (out of memory: the API's pool trimmed, `hipMemPoolTrimTo(pool, 0)`, and tried once more) / `hipFree` |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
@@ -21,7 +21,7 @@
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
-//! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]) |
+//! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]); the grid checked first against `hipDeviceAttributeMaxGridDim{X,Y,Z}` and `grid × block ≤ u32::MAX` per dimension (`InvalidArgument`), which some runtimes would otherwise truncate |
 //! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
 //!
 //! # Handles
@@ -33,6 +33,32 @@
 //! HIP object is destroyed when the last holder lets go, so a destroy racing a use cannot free
 //! the object under the use. Device addresses are checked the same way against the live
 //! allocations before a copy or fill is enqueued.
+//!
+//! # Events
+//!
+//! HIP serialises everything done to one event under that event's lock, and
+//! `hipEventSynchronize` holds it for the whole wait: `Event::synchronize`, `Event::query`,
+//! `Event::streamWait` and `Event::addMarker` take the same `lock_` (hipamd 5.2.3
+//! `src/hip_event.cpp`; ROCm/clr 5.7 through 7.x `hipamd/src/hip_event.cpp`). The stream
+//! layer's completion threads sleep in `synchronize_event` on a submission's completion event
+//! while other threads query it and make streams wait on it (`query_event`,
+//! `stream_wait_event`), and those calls, which must not block, would wait for the submission
+//! to complete. So an event created with [`EventFlags::BLOCKING_SYNC`] (the kind a completion
+//! thread waits on) is two HIP events: the shared one, recorded, queried and waited on by
+//! streams, and a private one only `synchronize_event` uses. `record_event` records the shared
+//! one, then the private one on the same stream, so the private one completes after the shared
+//! one (stream order) and a synchronisation returns only once the shared record completed
+//! too. If the second record fails the call fails, and `synchronize_event` waits on the shared
+//! event until a later record of both succeeds, so it never returns before the most recent
+//! record completed. Events created without the flag are one HIP event. Cost: one more
+//! `hipEventRecord` per completion event.
+//!
+//! The private event is created with `hipEventBlockingSync` and no other flag: the newest
+//! ROCm/clr sleeps in `hipEventSynchronize` only for an event whose flags are exactly that
+//! (`flags_ == hipEventBlockingSync`); ROCm through 6.2 ignores the flag there (the device's
+//! scheduling flags decide), and clr releases in between test its bit.
+//! `hipEventDisableTiming` would buy nothing on it: AMD's runtime records the same timestamped
+//! marker either way.
 //!
 //! # Threads
 //!
@@ -46,12 +72,27 @@
 //!
 //! HIP 5.2 does not export `hipLaunchHostFunc`, so host functions are stream callbacks
 //! (`hipStreamAddCallback`) there: an `extern "C"` trampoline receives the boxed [`HostFunc`]
-//! as its user data. A callback whose status is not `hipSuccess` (the stream hit an error)
-//! drops the function unrun, as [`StreamApi::launch_host_func`] requires; a panic in the
-//! function is caught at the trampoline (it must not unwind into HIP). HIP runs a stream
-//! callback on a runtime thread and blocks the stream's later work until it returns: the stream
-//! layer enqueues them on a dedicated callback stream for that reason. If HIP never calls the
-//! callback (the device was lost), the function is leaked, never run.
+//! as its user data. A callback whose status is not `hipSuccess` drops the function unrun, as
+//! [`StreamApi::launch_host_func`] requires after a stream error; HIP itself always passes
+//! `hipSuccess` (hipamd 5.2.3 and ROCm/clr call the callback with a constant status; see
+//! [Device faults](#device-faults)), so that branch is defensive. A panic in the function is
+//! caught at the trampoline (it must not unwind into HIP). HIP runs a stream callback on a
+//! runtime thread and blocks the stream's later work until it returns: the stream layer
+//! enqueues them on a dedicated callback stream for that reason. If HIP never calls the
+//! callback, the function is leaked, never run.
+//!
+//! # Device faults
+//!
+//! On ROCm a GPU fault (a memory access violation, an illegal instruction, a kernel's
+//! `abort()` or `__builtin_trap()`) does not come back through this API at all: the runtime's
+//! HSA queue-error callback prints the error and calls `abort()`, ending the process (ROCclr
+//! 5.2.3 `device/rocm/rocdevice.cpp` and ROCm/clr `rocclr/device/rocm/rocdevice.cpp`,
+//! `callbackQueue`). No sticky error reaches `hipEventQuery`, `hipEventSynchronize` or
+//! `hipStreamSynchronize`, and stream callbacks receive `hipSuccess`. What this API does with
+//! error statuses (a callback status that is not `hipSuccess`, an event query or
+//! synchronisation that fails), and the stream layer's fault probe above it, are defensive
+//! handling of what the HIP API declares, not a path a faulting kernel takes on ROCm. A kernel
+//! fails its dispatch through a status word instead ([`crate::module`]).
 //!
 //! # Copies between host and device
 //!
@@ -69,12 +110,19 @@
 //!
 //! Costs: an extra host memcpy per copy, and a host function per copy (on HIP 5.2, without
 //! `hipLaunchHostFunc`, a stream callback, slower and blocking the copy's stream until it
-//! returns). Idle buffers are bounded (8 buffers, 64 MiB); pinned memory is freed
-//! (`hipHostFree`, which waits for the device's null stream in hipamd) only in
-//! `synchronize_stream`, `synchronize_event`, `free` and on drop. A buffer whose host function
-//! is dropped unrun (a stream error) may still be in use by the device: it is never reused and
-//! is freed only when the `HipStreamApi` is dropped, after its streams were synchronised and
-//! destroyed; one whose callback HIP never calls at all stays allocated (leaked).
+//! returns). Idle buffers are bounded (8 buffers, 64 MiB); the ones beyond that are retired.
+//! `hipHostFree` waits for every stream of the device (hipamd 5.2.3 `ihipFree` finishes the
+//! null stream and synchronises the non-blocking streams; ROCm/clr's calls `SyncAllStreams`),
+//! so retired buffers are freed only where waiting for other work is allowed:
+//! `synchronize_stream`, `free` (whose `hipFree` waits the same way) and on drop; never in
+//! `synchronize_event`, which the stream layer's completion threads call to wait for their
+//! own queue's work only, nor when a copy is enqueued. Until then a copy reuses a retired
+//! buffer before it allocates a new one, so the pinned staging allocated stays within what the
+//! most copies in flight at once needed. A buffer whose host function is dropped unrun (HIP
+//! refused to enqueue it, or reported a stream error) may still be in use by the device: it is
+//! never reused and is freed only when the `HipStreamApi` is dropped, after its streams were
+//! synchronised and destroyed; one whose callback HIP never calls at all stays allocated
+//! (leaked).
 //!
 //! # Host-visible memory
 //!
@@ -97,8 +145,11 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+#[cfg(test)]
+use halcyon::stream::staging::MIN_BUFFER;
 use halcyon::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
@@ -199,10 +250,80 @@ struct RawStream {
     raw: sys::hipStream_t,
 }
 
-/// A `hipEvent_t`, destroyed on drop.
+/// The HIP events behind one [`EventHandle`] (see [Events](self#events)), destroyed on drop.
 struct RawEvent {
     hip: Hip,
-    raw: sys::hipEvent_t,
+    events: EventPair<sys::hipEvent_t>,
+}
+
+/// Which HIP event each operation on an event uses: the shared one, and for
+/// [`EventFlags::BLOCKING_SYNC`] a private one only synchronisations wait on (see
+/// [Events](self#events)). Generic over the handle so that the logic is testable without HIP.
+#[derive(Debug)]
+pub(crate) struct EventPair<E> {
+    /// Recorded, queried, and waited on by streams.
+    shared: E,
+    /// Recorded after `shared` on the same stream; only `synchronize_event` waits on it.
+    private: Option<E>,
+    /// Whether `private` holds the same record as `shared` (`false` once a record of `shared`
+    /// succeeded and the one of `private` did not, until a record of both succeeds).
+    in_step: AtomicBool,
+}
+
+impl<E: Copy> EventPair<E> {
+    /// A single HIP event: everything uses `shared`.
+    pub(crate) fn single(shared: E) -> Self {
+        EventPair {
+            shared,
+            private: None,
+            in_step: AtomicBool::new(true),
+        }
+    }
+
+    /// `shared` plus `private`, neither recorded yet (both complete, so in step).
+    pub(crate) fn paired(shared: E, private: E) -> Self {
+        EventPair {
+            private: Some(private),
+            ..EventPair::single(shared)
+        }
+    }
+
+    /// Every HIP event of the pair, shared first.
+    pub(crate) fn all(&self) -> impl Iterator<Item = E> {
+        std::iter::once(self.shared).chain(self.private)
+    }
+
+    /// The event queries and stream waits use.
+    pub(crate) fn shared(&self) -> E {
+        self.shared
+    }
+
+    /// The event a synchronisation waits on: the private one while it holds the most recent
+    /// record, else the shared one.
+    pub(crate) fn to_synchronize(&self) -> E {
+        match self.private {
+            Some(private) if self.in_step.load(Ordering::Acquire) => private,
+            _ => self.shared,
+        }
+    }
+
+    /// Records the pair with `record`: the shared event, then the private one. Fails with the
+    /// first error; when only the private record fails, synchronisations fall back to the
+    /// shared event until a later record of both succeeds.
+    pub(crate) fn record(&self, mut record: impl FnMut(E) -> Result<()>) -> Result<()> {
+        record(self.shared)?;
+        let Some(private) = self.private else {
+            return Ok(());
+        };
+        let recorded = record(private);
+        self.in_step.store(recorded.is_ok(), Ordering::Release);
+        recorded.map_err(|e| {
+            e.context(
+                "cannot record the event's private blocking-sync HIP event (the shared one was \
+                 recorded; synchronisations wait on that until a record of both succeeds)",
+            )
+        })
+    }
 }
 
 /// A loaded `hipModule_t`, unloaded on drop, with its validated entry points.
@@ -233,9 +354,9 @@ struct RawFunction {
 unsafe impl Send for RawStream {}
 // SAFETY: as above; shared references only read the handle.
 unsafe impl Sync for RawStream {}
-// SAFETY: as for `RawStream`.
+// SAFETY: as for `RawStream`; the pair is handles and an atomic.
 unsafe impl Send for RawEvent {}
-// SAFETY: as for `RawStream`.
+// SAFETY: as for `RawStream`; shared references read the handles and the atomic only.
 unsafe impl Sync for RawEvent {}
 // SAFETY: as for `RawStream`; the image is plain owned data.
 unsafe impl Send for RawModule {}
@@ -256,8 +377,11 @@ impl Drop for RawStream {
 
 impl Drop for RawEvent {
     fn drop(&mut self) {
-        // SAFETY: the last holder; a record still pending completes harmlessly.
-        let _ = unsafe { self.hip.event_destroy(self.raw) };
+        for raw in self.events.all() {
+            // SAFETY: the last holder, and each HIP event of the pair is destroyed once; a
+            // record still pending completes harmlessly.
+            let _ = unsafe { self.hip.event_destroy(raw) };
+        }
     }
 }
 
@@ -405,16 +529,61 @@ impl Allocations {
     }
 }
 
-/// `hipEventCreateWithFlags` flags for `flags`.
-pub(crate) fn event_flags(flags: EventFlags) -> c_uint {
-    let mut out = sys::hipEventDefault;
+/// `hipEventCreateWithFlags` flags for an event created with `flags`: those of the shared
+/// HIP event (never `hipEventBlockingSync`), and those of the private one, which only
+/// [`EventFlags::BLOCKING_SYNC`] events have: `hipEventBlockingSync` alone (see
+/// [Events](self#events)).
+pub(crate) fn event_flags(flags: EventFlags) -> (c_uint, Option<c_uint>) {
+    let mut shared = sys::hipEventDefault;
     if flags.contains(EventFlags::DISABLE_TIMING) {
-        out |= sys::hipEventDisableTiming;
+        shared |= sys::hipEventDisableTiming;
     }
-    if flags.contains(EventFlags::BLOCKING_SYNC) {
-        out |= sys::hipEventBlockingSync;
+    let private = flags
+        .contains(EventFlags::BLOCKING_SYNC)
+        .then_some(sys::hipEventBlockingSync);
+    (shared, private)
+}
+
+/// The grid limits assumed where `hipDeviceAttributeMaxGridDim{X,Y,Z}` cannot be read: what
+/// ROCm reports from 5.7 on (`INT32_MAX`, 65536, 65536; ROCm/clr `hip_device.cpp`).
+pub(crate) const DEFAULT_MAX_GRID: [u32; 3] = [i32::MAX as u32, 1 << 16, 1 << 16];
+
+/// Checks the shape of a launch of kernel `name` before `hipModuleLaunchKernel` sees it:
+/// at most `max_grid[i]` blocks in each dimension (the device's `hipDeviceAttributeMaxGridDim*`),
+/// and at most `u32::MAX` work-items (blocks × threads per block) in each. HIP computes the
+/// work-items in 64 bits but hands them on as 32-bit values, and not every release checks
+/// every dimension: HIP 5.2.3 refuses an overflow in any dimension, ROCm 5.7 checks only x and
+/// truncates y and z to 32 bits, later releases bound y and z by their grid limit (6.0 – 6.2:
+/// `INT32_MAX / 1024`; later clr: 65536, the limit the device reports from 5.7 on). This check
+/// gives the same answer on every release.
+pub(crate) fn check_grid(
+    name: &str,
+    grid: [u32; 3],
+    block: [u32; 3],
+    max_grid: [u32; 3],
+) -> Result<()> {
+    for (i, axis) in ["X", "Y", "Z"].into_iter().enumerate() {
+        let lower = axis.to_ascii_lowercase();
+        if grid[i] > max_grid[i] {
+            return Err(invalid(format!(
+                "kernel '{name}': a grid of {} blocks in {lower} exceeds the device's limit of {} \
+                 (hipDeviceAttributeMaxGridDim{axis}); grid {grid:?}, block {block:?}",
+                grid[i], max_grid[i]
+            )));
+        }
+        let items = u64::from(grid[i]) * u64::from(block[i]);
+        if items > u64::from(u32::MAX) {
+            return Err(invalid(format!(
+                "kernel '{name}': {} blocks of {} threads in {lower} are {items} work-items, more \
+                 than the {} (u32::MAX) hipModuleLaunchKernel takes in one dimension; grid \
+                 {grid:?}, block {block:?}",
+                grid[i],
+                block[i],
+                u32::MAX
+            )));
+        }
     }
-    out
+    Ok(())
 }
 
 /// The element count of a fill of `len` bytes at `dst` with a `pattern_len`-byte pattern, or
@@ -501,6 +670,24 @@ unsafe extern "C" fn host_fn(user_data: *mut c_void) {
     unsafe { consume_host_func(user_data, true) }
 }
 
+/// The smallest unused staging buffer of at least `len` bytes in `pool`, idle or retired.
+/// Retired buffers are unused too, only waiting for a call that may block to free them (see
+/// the module docs): reusing them before allocating keeps the pinned memory bounded meanwhile.
+/// The caller trims the pool afterwards, which retires the excess again.
+pub(crate) fn unused_staging(pool: &StagingPool, len: usize) -> Option<Pinned> {
+    if let Some(buffer) = pool.take(len) {
+        return Some(buffer);
+    }
+    let retired = pool.take_retired();
+    if retired.is_empty() {
+        return None;
+    }
+    for buffer in retired {
+        pool.give(buffer);
+    }
+    pool.take(len)
+}
+
 /// A host address moved into a host function.
 struct HostPtr(*mut u8);
 
@@ -544,6 +731,9 @@ pub struct HipStreamApi {
     memory: Allocations,
     /// Pinned staging for host↔device copies (`halcyon::stream::staging`).
     staging: Arc<StagingPool>,
+    /// The most blocks a launch may have in x, y and z (`hipDeviceAttributeMaxGridDim*`, else
+    /// [`DEFAULT_MAX_GRID`]): see [`check_grid`].
+    max_grid: [u32; 3],
     /// This API's own pool for stream-ordered allocation, where the device has memory pools
     /// and the runtime exports the pool calls: see
     /// [`HipStreamApi::set_pool_release_threshold`]. `None`: `hipMallocAsync` on the device's
@@ -624,6 +814,17 @@ impl HipStreamApi {
         {
             capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
         }
+        let grid_limit = |a, default| {
+            attribute(a)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(default)
+        };
+        let max_grid = [
+            grid_limit(sys::hipDeviceAttributeMaxGridDimX, DEFAULT_MAX_GRID[0]),
+            grid_limit(sys::hipDeviceAttributeMaxGridDimY, DEFAULT_MAX_GRID[1]),
+            grid_limit(sys::hipDeviceAttributeMaxGridDimZ, DEFAULT_MAX_GRID[2]),
+        ];
         let mut api = HipStreamApi {
             hip,
             device,
@@ -643,6 +844,7 @@ impl HipStreamApi {
             functions: Registry::new("function"),
             memory: Allocations::default(),
             staging: Arc::default(),
+            max_grid,
             pool: None,
         };
         if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) && hip.has_mem_pools() {
@@ -749,9 +951,9 @@ impl HipStreamApi {
         }
     }
 
-    /// A pinned staging buffer of at least `len` bytes: an idle one, else a new one.
+    /// A pinned staging buffer of at least `len` bytes: an idle or retired one, else a new one.
     fn pinned(&self, len: usize) -> Result<Lease> {
-        let buffer = match self.staging.take(len) {
+        let buffer = match unused_staging(&self.staging, len) {
             Some(buffer) => buffer,
             None => {
                 let capacity = capacity_for(len);
@@ -873,8 +1075,8 @@ impl Drop for HipStreamApi {
         for (base, kind) in self.memory.drain() {
             let _ = self.free_kind(base, kind);
         }
-        // The streams are synchronised and destroyed: no copy uses staging any more (after a
-        // device fault, orphaned buffers are freed here too; see the module docs).
+        // The streams are synchronised and destroyed: no copy uses staging any more (orphaned
+        // buffers, whose host function never ran, are freed here too; see the module docs).
         self.free_pinned(self.staging.drain());
         // Last, after its memory was freed above: hipMemPoolDestroy (MemPool's drop).
         drop(self.pool.take());
@@ -914,12 +1116,25 @@ impl StreamApi for HipStreamApi {
 
     fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
         self.bind()?;
-        let raw = self.hip.event_create(event_flags(flags))?;
-        if raw.is_null() {
+        let (shared_flags, private_flags) = event_flags(flags);
+        let shared = self.hip.event_create(shared_flags)?;
+        if shared.is_null() {
             return Err(null_from("hipEventCreateWithFlags"));
         }
-        let handle = raw as usize as u64;
-        self.events.insert(handle, RawEvent { hip: self.hip, raw });
+        // Owned from here: dropped on an error below, it destroys what it holds.
+        let mut event = RawEvent {
+            hip: self.hip,
+            events: EventPair::single(shared),
+        };
+        if let Some(private_flags) = private_flags {
+            let private = self.hip.event_create(private_flags)?;
+            if private.is_null() {
+                return Err(null_from("hipEventCreateWithFlags"));
+            }
+            event.events = EventPair::paired(shared, private);
+        }
+        let handle = shared as usize as u64;
+        self.events.insert(handle, event);
         Ok(EventHandle(handle))
     }
 
@@ -930,33 +1145,43 @@ impl StreamApi for HipStreamApi {
     fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
         let (event, stream) = (self.event(event)?, self.stream(stream)?);
         self.bind()?;
-        // SAFETY: a live event and a live stream of this device, held for the call.
-        unsafe { self.hip.event_record(event.raw, stream.raw) }
+        event.events.record(|raw| {
+            // SAFETY: a HIP event of a live event and a live stream of this device, both held
+            // for the call.
+            unsafe { self.hip.event_record(raw, stream.raw) }
+        })
     }
 
     fn query_event(&self, event: EventHandle) -> Result<bool> {
         let event = self.event(event)?;
         self.bind()?;
-        // SAFETY: a live event, held for the call. `hipErrorNotReady` is `Ok(false)`.
-        unsafe { self.hip.event_query(event.raw) }
+        // SAFETY: a live event, held for the call. `hipErrorNotReady` is `Ok(false)`. The
+        // shared HIP event: a completion thread blocked in `synchronize_event` holds only the
+        // private one's lock.
+        unsafe { self.hip.event_query(event.events.shared()) }
     }
 
     fn synchronize_event(&self, event: EventHandle) -> Result<()> {
         let event = self.event(event)?;
         self.bind()?;
+        // No staging is freed here (see the module docs): hipHostFree waits for every stream
+        // of the device, and this runs on the completion threads.
+        //
         // SAFETY: a live event, held for the call (a concurrent destroy_event only drops the
         // registry's reference).
-        let synchronized = unsafe { self.hip.event_synchronize(event.raw) };
-        self.free_retired(); // this method may block
-        synchronized
+        unsafe { self.hip.event_synchronize(event.events.to_synchronize()) }
     }
 
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
         let (stream, event) = (self.stream(stream)?, self.event(event)?);
         self.bind()?;
         // SAFETY: a live stream and event, held for the call; HIP captures the event's most
-        // recent record at the call, so it may be re-recorded or destroyed afterwards.
-        unsafe { self.hip.stream_wait_event(stream.raw, event.raw) }
+        // recent record at the call, so it may be re-recorded or destroyed afterwards. The
+        // shared HIP event, whose lock no synchronisation holds.
+        unsafe {
+            self.hip
+                .stream_wait_event(stream.raw, event.events.shared())
+        }
     }
 
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
@@ -996,7 +1221,7 @@ impl StreamApi for HipStreamApi {
         let kind = self.memory.remove(ptr.0, |_| Ok(()))?;
         self.bind()?;
         let freed = self.free_kind(ptr.0, kind);
-        // hipFree waits for the device in hipamd already; hipHostFree waits the same way.
+        // hipFree waits for every stream of the device already; hipHostFree waits the same way.
         self.free_retired();
         freed
     }
@@ -1358,6 +1583,7 @@ impl StreamApi for HipStreamApi {
                 }
             )));
         }
+        check_grid(&function.name, config.grid, config.block, self.max_grid)?;
         let stream = self.stream(stream)?;
         self.bind()?;
         let mut args = KernelArgs::new(params);
@@ -1395,15 +1621,154 @@ mod tests {
 
     #[test]
     fn event_flags_map_to_hip_flags() {
-        assert_eq!(event_flags(EventFlags::empty()), sys::hipEventDefault);
+        assert_eq!(
+            event_flags(EventFlags::empty()),
+            (sys::hipEventDefault, None)
+        );
         assert_eq!(
             event_flags(EventFlags::DISABLE_TIMING),
-            sys::hipEventDisableTiming
+            (sys::hipEventDisableTiming, None)
         );
+        // The shared event never blocks; the private one has the blocking-sync flag alone,
+        // the only way the newest clr honours it.
         assert_eq!(
             event_flags(EventFlags::DISABLE_TIMING | EventFlags::BLOCKING_SYNC),
-            sys::hipEventDisableTiming | sys::hipEventBlockingSync
+            (sys::hipEventDisableTiming, Some(sys::hipEventBlockingSync))
         );
+        assert_eq!(
+            event_flags(EventFlags::BLOCKING_SYNC),
+            (sys::hipEventDefault, Some(sys::hipEventBlockingSync))
+        );
+    }
+
+    /// A fake HIP: records which events were recorded, and fails the ones in `failing`.
+    fn recorder<'a>(
+        log: &'a Mutex<Vec<u32>>,
+        failing: &'a [u32],
+    ) -> impl FnMut(u32) -> Result<()> + 'a {
+        move |event| {
+            lock(log).push(event);
+            if failing.contains(&event) {
+                Err(Error::new(
+                    StatusCode::Internal,
+                    format!("record {event} fails"),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn single_events_use_one_hip_event_for_everything() {
+        let pair = EventPair::single(1u32);
+        assert_eq!(pair.all().collect::<Vec<_>>(), [1]);
+        let log = Mutex::default();
+        pair.record(recorder(&log, &[])).unwrap();
+        assert_eq!(*lock(&log), [1]);
+        assert_eq!((pair.shared(), pair.to_synchronize()), (1, 1));
+        let e = pair.record(recorder(&log, &[1])).unwrap_err();
+        assert_eq!(e.message(), "record 1 fails");
+        assert_eq!(pair.to_synchronize(), 1);
+    }
+
+    #[test]
+    fn paired_events_record_both_and_synchronize_on_the_private_one() {
+        let pair = EventPair::paired(1u32, 2u32);
+        assert_eq!(pair.all().collect::<Vec<_>>(), [1, 2]);
+        // Never recorded: both complete, so the private one stands for the shared one.
+        assert_eq!((pair.shared(), pair.to_synchronize()), (1, 2));
+        let log = Mutex::default();
+        pair.record(recorder(&log, &[])).unwrap();
+        assert_eq!(*lock(&log), [1, 2], "shared first, then private, each once");
+        assert_eq!((pair.shared(), pair.to_synchronize()), (1, 2));
+    }
+
+    #[test]
+    fn a_failed_private_record_falls_back_to_the_shared_event_until_both_record() {
+        let pair = EventPair::paired(1u32, 2u32);
+        let log = Mutex::default();
+        // The shared record fails: nothing changed, nothing else is recorded.
+        let e = pair.record(recorder(&log, &[1])).unwrap_err();
+        assert_eq!(e.message(), "record 1 fails");
+        assert_eq!(*lock(&log), [1]);
+        assert_eq!(pair.to_synchronize(), 2);
+        // Only the private record fails: the call fails, saying which, and synchronisations
+        // wait on the shared event, which holds the newest record.
+        lock(&log).clear();
+        let e = pair.record(recorder(&log, &[2])).unwrap_err();
+        assert_eq!(e.code(), StatusCode::Internal);
+        assert!(e.message().contains("private blocking-sync"), "{e}");
+        assert!(e.message().ends_with("record 2 fails"), "{e}");
+        assert_eq!(*lock(&log), [1, 2]);
+        assert_eq!((pair.shared(), pair.to_synchronize()), (1, 1));
+        // A failed shared record leaves it so.
+        assert!(pair.record(recorder(&log, &[1])).is_err());
+        assert_eq!(pair.to_synchronize(), 1);
+        // A record of both puts the private event back in step.
+        pair.record(recorder(&log, &[])).unwrap();
+        assert_eq!(pair.to_synchronize(), 2);
+    }
+
+    #[test]
+    fn grids_are_checked_against_the_limits_and_32_bit_work_items() {
+        let max = DEFAULT_MAX_GRID;
+        check_grid("k", [1, 1, 1], [64, 1, 1], max).unwrap();
+        check_grid("k", [i32::MAX as u32, 1, 1], [1, 1, 1], max).unwrap();
+        check_grid("k", [(1 << 22) - 1, 1 << 16, 1 << 16], [1024, 1, 1], max).unwrap();
+        // x: u32::MAX work-items exactly is fine, one block more is not.
+        check_grid("k", [(u32::MAX / 1024), 1, 1], [1024, 1, 1], max).unwrap();
+        let e = check_grid("k", [u32::MAX / 1024 + 1, 1, 1], [1024, 1, 1], max).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("kernel 'k'"), "{e}");
+        assert!(
+            e.message().contains("in x are 4294967296 work-items"),
+            "{e}"
+        );
+        assert!(e.message().contains("4294967295 (u32::MAX)"), "{e}");
+        for (grid, axis) in [
+            ([i32::MAX as u32 + 1, 1, 1], "X"),
+            ([1, 65537, 1], "Y"),
+            ([1, 1, 65537], "Z"),
+        ] {
+            let e = check_grid("k", grid, [1, 1, 1], max).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(
+                e.message()
+                    .contains(&format!("(hipDeviceAttributeMaxGridDim{axis})")),
+                "{e}"
+            );
+        }
+        // HIP 5.2 reports INT32_MAX blocks in y and z: then the work-item bound applies there.
+        let wide = [i32::MAX as u32; 3];
+        check_grid("k", [1, 1 << 20, 1 << 20], [1, 1024, 1024], wide).unwrap();
+        for grid in [[1, 1 << 23, 1], [1, 1, 1 << 23]] {
+            let e = check_grid("k", grid, [1, 1024, 1024], wide).unwrap_err();
+            assert!(e.message().contains("work-items"), "{e}");
+        }
+    }
+
+    #[test]
+    fn retired_staging_is_reused_before_anything_is_allocated() {
+        let pool = StagingPool::default();
+        assert!(unused_staging(&pool, 1).is_none(), "an empty pool");
+        // Nine idle buffers: trimming retires the largest beyond the limit of eight.
+        for i in 0..9 {
+            pool.give(fake_pinned(MIN_BUFFER << i, 0));
+        }
+        pool.trim();
+        let (idle, retired, _) = pool.counts();
+        assert_eq!((idle, retired), (8, 1));
+        // Only the retired buffer is large enough: it is handed out instead of a new one.
+        let big = unused_staging(&pool, MIN_BUFFER << 8).expect("the retired buffer");
+        assert_eq!(big.capacity, MIN_BUFFER << 8);
+        assert_eq!(pool.counts(), (8, 0, 0));
+        // Nothing fits: none, and the retired buffers stay unused in the pool.
+        pool.give(big);
+        pool.trim();
+        assert!(unused_staging(&pool, MIN_BUFFER << 9).is_none());
+        pool.trim();
+        assert_eq!(free_fake(&pool), 9);
     }
 
     #[test]

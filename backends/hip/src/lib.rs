@@ -8,8 +8,8 @@
 //! Modules, bottom up (as in cudarc):
 //!
 //! * [`sys`]: the raw symbol table ([`sys::HipApi`]) and FFI types of `hip_runtime_api.h`,
-//!   loaded from `libamdhip64.so`, `.so.6` or `.so.5`. Symbols newer than HIP 5.2
-//!   (`hipLaunchHostFunc`, ...) are optional.
+//!   loaded from `libamdhip64.so`, `.so.7`, `.so.6` or `.so.5` ([`sys::DEFAULT_SONAMES`]).
+//!   Symbols newer than HIP 5.2 (`hipLaunchHostFunc`, ...) are optional.
 //! * [`result`]: [`result::Hip`], one checked method per call, returning [`halcyon::Result`]
 //!   with messages such as `hipMalloc(1048576 bytes) failed: hipErrorOutOfMemory (2)`.
 //! * [`module`]: [`HipModule`], the `"hip-hsaco"` executable format: an AMDGPU code object plus
@@ -18,8 +18,11 @@
 //! * [`api`]: [`HipStreamApi`], halcyon's [`halcyon::stream::StreamApi`] over HIP (its docs
 //!   have the "core vocabulary → HIP call" table). The generic stream layer
 //!   ([`halcyon::stream::StreamDevice`]) turns it into a device: timeline semaphores over HIP
-//!   events, device-side waits, completion, the fault probe.
-//! * [`rtc`]: [`rtc::HipRtc`], hiprtc opened at run time, to compile HIP C++ to code objects.
+//!   events, device-side waits, completion, the fault probe (defensive on HIP: see
+//!   [Device faults](#device-faults)).
+//! * [`rtc`]: [`rtc::HipRtc`], hiprtc opened at run time, to compile HIP C++ to code objects
+//!   (`libhiprtc.so`, `.so.7`, `.so.6`, `.so.5`, else a 5.x/6.x `libamdhip64` that still
+//!   contains it), and [`rtc::kfd_offload_arch`], the GPUs' architecture for `--offload-arch`.
 //! * [`HipDriver`]: the [`Driver`] for a [`DriverRegistry`]. Devices are `hip://N`;
 //!   [`HipDriver::create_device_with`] takes [`HipDeviceOptions`].
 //!
@@ -36,24 +39,37 @@
 //! # Completion
 //!
 //! [`HipDeviceOptions::completion`] defaults to [`CompletionStrategy::CompletionThread`]: a
-//! thread per queue blocks in `hipEventSynchronize` on each submission's blocking-sync event.
+//! thread per queue blocks in `hipEventSynchronize` on each submission's blocking-sync event
+//! (a private HIP event recorded beside the one other threads query and make streams wait on,
+//! since HIP holds an event's lock for the whole synchronisation: see [`api`], "Events").
 //! IREE measured HIP host callbacks at about 6 µs (`hipLaunchHostFunc`) and stream callbacks
 //! (`hipStreamAddCallback`, all HIP 5.2 has) at up to about 100 µs, against about 2 µs for an
 //! event record; a stream callback also blocks the stream it is on until it returns.
 //! [`CompletionStrategy::HostCallback`] (IREE's design, callbacks on a dedicated stream) is
 //! available for comparison.
 //!
+//! # Device faults
+//!
+//! On ROCm a GPU fault (a memory access violation, an illegal instruction, a trap) ends the
+//! process: the runtime's HSA queue-error callback prints the error and calls `abort()`
+//! (ROCclr and ROCm/clr `rocdevice.cpp`, `callbackQueue`). It is not reported through HIP
+//! calls: `hipEventQuery`, `hipEventSynchronize` and `hipStreamSynchronize` do not return a
+//! sticky error for it, and stream callbacks always receive `hipSuccess`. So on this backend
+//! the stream layer's fault probe, and the completion threads' and host functions' handling of
+//! error statuses, are defensive code for what the HIP API declares (it stays, and keeps
+//! working should a runtime report errors), not how a faulting kernel surfaces; halcyon cannot
+//! turn a device fault into a failed fence here. See [`api`], "Device faults".
+//!
 //! # Failing a dispatch
 //!
-//! A HIP kernel can only stop with an error through a trap (`abort()`, `__builtin_trap()`),
-//! a device fault that kills the whole context. So a kernel fails its dispatch through a
-//! status word instead, the stream layer's convention ([`halcyon::stream::api`]): a kernel
-//! whose entry point declares `b` bindings and `c` constants and whose argument metadata shows
-//! one more global pointer after the constants gets a `u32` in device memory, zero when it
-//! starts; writing a nonzero value fails the submission on completion (`StatusCode::Internal`,
-//! naming the entry point and the value), and everything waiting on it. Such submissions
-//! signal their semaphores from the host after the check, so their dependents wait on the
-//! host. See [`module`].
+//! A HIP kernel can only stop with an error through a trap (`abort()`, `__builtin_trap()`), a
+//! device fault that aborts the whole process (above). So a kernel fails its dispatch through a
+//! status word instead, the stream layer's convention ([`halcyon::stream::api`]): a kernel whose
+//! entry point declares `b` bindings and `c` constants and whose argument metadata shows one more
+//! global pointer after the constants gets a `u32` in device memory, zero when it starts; writing a
+//! nonzero value fails the submission on completion (`StatusCode::Internal`, naming the entry point
+//! and the value), and everything waiting on it. Such submissions signal their semaphores from the
+//! host after the check, so their dependents wait on the host. See [`module`].
 //!
 //! ```text
 //! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
@@ -250,7 +266,8 @@ pub struct HipDeviceOptions {
     /// the [crate docs](crate#completion)).
     pub completion: CompletionStrategy,
     /// With host callbacks: how often, at most, the fault probe queries the events in flight
-    /// while the device is busy (completion threads need no probe).
+    /// while the device is busy (completion threads need no probe). Defensive on ROCm, which
+    /// aborts the process on a device fault (see the [crate docs](crate#device-faults)).
     pub probe_interval: Duration,
     /// The allocator of host-visible buffers.
     pub host_visible_memory: HostVisibleMemory,

@@ -39,7 +39,8 @@
 //! [`halcyon::stream::api`]): its last explicit argument, after the constants, a pointer to a
 //! `u32` that is zero when it starts and that it sets nonzero to fail
 //! (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int* status)`). A trap
-//! (`abort()`, `__builtin_trap()`) would instead be a device fault that kills the context.
+//! (`abort()`, `__builtin_trap()`) would instead be a device fault, on which ROCm aborts the
+//! whole process (see [`crate::api`], "Device faults").
 //! [`CodeObject::check_entry_point`] tells from the argument metadata whether a kernel takes
 //! one.
 //!

@@ -4,12 +4,20 @@
 //!
 //! The symbols live in `libhiprtc.so` from ROCm 5.3 on, and in `libamdhip64.so` itself up to
 //! HIP 5.2 (Debian's `libamdhip64-5` is such a runtime; its `libamd-comgr2` dependency is the
-//! compiler): [`HipRtc::load_default`] tries [`DEFAULT_SONAMES`] in that order.
+//! compiler). ROCm 5.3 through 6.x still export them from `libamdhip64` too; ROCm 7 does not,
+//! so there only `libhiprtc.so.7` (or the unversioned link) will do. [`HipRtc::load_default`]
+//! tries [`DEFAULT_SONAMES`] in that order.
 //!
-//! hiprtc compiles for the GPU the calling thread has current (`hipSetDevice`) unless given
-//! `--offload-arch=gfxNNN`; on a machine without an AMD GPU the architecture must be given
-//! (hiprtc otherwise fails with "Please provide architecture for which code is to be
-//! generated"). Code objects for any architecture can be built on any machine.
+//! Give the architecture: `--offload-arch=gfxNNN`. Without it hiprtc compiles for the GPU the
+//! calling thread has current (`hipSetDevice`), which it learns by opening the HIP runtime
+//! itself, and the stand-alone hiprtc (ROCm 5.3 on) opens it by the unversioned name
+//! `libamdhip64.so` only (ROCm/clr `hipamd/src/hiprtc/hiprtcInternal.cpp`, `findIsa`), which
+//! installs with only the versioned runtime names (TheRock, distribution runtime packages)
+//! lack. There, and on a machine without an AMD GPU, a compile without the option fails with
+//! "Please provide architecture for which code is to be generated" in the log
+//! ([`is_missing_architecture`]). [`kfd_offload_arch`] reads the architecture of this
+//! machine's GPUs from the kernel driver, with no HIP call. Code objects for any architecture
+//! can be built on any machine.
 //!
 //! ```no_run
 //! use halcyon_hip::rtc::HipRtc;
@@ -33,9 +41,10 @@ use halcyon::{Error, Result, StatusCode};
 use libloading::Library;
 
 /// The sonames [`HipRtc::load_default`] tries, in order: the stand-alone hiprtc (ROCm 5.3 and
-/// later), then the HIP runtimes that still contain it.
+/// later; ROCm 7 has it nowhere else), then the HIP runtimes that still contain it (5.x, 6.x).
 pub const DEFAULT_SONAMES: &[&str] = &[
     "libhiprtc.so",
+    "libhiprtc.so.7",
     "libhiprtc.so.6",
     "libhiprtc.so.5",
     "libamdhip64.so",
@@ -329,6 +338,99 @@ impl HipRtc {
     }
 }
 
+/// Whether `error` (from [`HipRtc::compile`]) is hiprtc's failure to find the architecture to
+/// compile for: no `--offload-arch` was given, and hiprtc could not ask the HIP runtime (see
+/// the [module docs](self)).
+pub fn is_missing_architecture(error: &Error) -> bool {
+    error.message().contains("Please provide architecture")
+}
+
+/// Where the kernel driver (amdkfd) lists its topology nodes, one directory each.
+pub const KFD_TOPOLOGY_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
+
+/// The name of the gfx target with KFD's `gfx_target_version` `version`
+/// (`major * 10000 + minor * 100 + stepping`, minor and stepping printed as one hex digit each,
+/// as ROCm names them): `90010` is `gfx90a`, `110000` `gfx1100`, `90402` `gfx942`. `None` for
+/// 0 (a CPU node) and for values no target name can spell.
+///
+/// ```
+/// assert_eq!(halcyon_hip::rtc::gfx_target_name(90010).as_deref(), Some("gfx90a"));
+/// ```
+pub fn gfx_target_name(version: u32) -> Option<String> {
+    let (major, minor, stepping) = (version / 10_000, version / 100 % 100, version % 100);
+    (major > 0 && minor < 16 && stepping < 16).then(|| format!("gfx{major}{minor:x}{stepping:x}"))
+}
+
+/// `HSA_OVERRIDE_GFX_VERSION`'s `major.minor.stepping` as a `gfx_target_version`.
+fn parse_gfx_override(text: &str) -> Option<u32> {
+    let mut parts = text.trim().split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor, stepping) = (parts.next()??, parts.next()??, parts.next()??);
+    if parts.next().is_some() || major > 63 || minor > 255 || stepping > 255 {
+        return None;
+    }
+    Some(major * 10_000 + minor * 100 + stepping)
+}
+
+/// The gfx targets of the GPU nodes listed under `nodes` (a KFD topology directory), in node
+/// order, as the HSA runtime sees them: `HSA_OVERRIDE_GFX_VERSION_<node>` or
+/// `HSA_OVERRIDE_GFX_VERSION` (looked up with `env`) replaces a node's own version, as in
+/// ROCm's libhsakmt. Nodes without SIMDs (CPUs) are left out, as are GPUs whose version has no
+/// target name. Empty if the directory cannot be read.
+pub fn kfd_gfx_targets_in(
+    nodes: &std::path::Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(nodes) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, String)> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let id: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let properties = std::fs::read_to_string(entry.path().join("properties")).ok()?;
+            let property = |name: &str| {
+                properties.lines().find_map(|line| {
+                    let (key, value) = line.split_once(char::is_whitespace)?;
+                    (key == name)
+                        .then(|| value.trim().parse::<u64>().ok())
+                        .flatten()
+                })
+            };
+            if property("simd_count").unwrap_or(0) == 0 {
+                return None;
+            }
+            let version = env(&format!("HSA_OVERRIDE_GFX_VERSION_{id}"))
+                .or_else(|| env("HSA_OVERRIDE_GFX_VERSION"))
+                .and_then(|text| parse_gfx_override(&text))
+                .or_else(|| u32::try_from(property("gfx_target_version")?).ok())?;
+            Some((id, gfx_target_name(version)?))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, target)| target).collect()
+}
+
+/// The gfx targets of this machine's GPUs, from [`KFD_TOPOLOGY_NODES`] (see
+/// [`kfd_gfx_targets_in`]); empty without the amdgpu kernel driver.
+pub fn kfd_gfx_targets() -> Vec<String> {
+    kfd_gfx_targets_in(std::path::Path::new(KFD_TOPOLOGY_NODES), |name| {
+        std::env::var(name).ok()
+    })
+}
+
+/// The `--offload-arch` value for this machine's HIP devices when it is unambiguous: the one
+/// gfx target all of its GPUs share ([`kfd_gfx_targets`]), else `None` (no GPU, no readable
+/// topology, or GPUs of several architectures, where which HIP device is which node depends
+/// on `HIP_VISIBLE_DEVICES` and friends).
+///
+/// Read from the kernel driver rather than asked of HIP: `hipDeviceProp_t`, which has the
+/// architecture's name, changed its layout across ROCm releases (see [`crate::sys`]).
+pub fn kfd_offload_arch() -> Option<String> {
+    let targets = kfd_gfx_targets();
+    let first = targets.first()?;
+    targets.iter().all(|t| t == first).then(|| first.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +447,23 @@ mod tests {
                 None
             }
         }
+    }
+
+    #[test]
+    fn hiprtc_is_looked_for_alone_first_then_in_the_runtimes_that_contain_it() {
+        assert_eq!(
+            DEFAULT_SONAMES,
+            [
+                "libhiprtc.so",
+                "libhiprtc.so.7",
+                "libhiprtc.so.6",
+                "libhiprtc.so.5",
+                // ROCm 7's libamdhip64 has no hiprtc: no libamdhip64.so.7 here.
+                "libamdhip64.so",
+                "libamdhip64.so.6",
+                "libamdhip64.so.5",
+            ]
+        );
     }
 
     #[test]
@@ -383,6 +502,91 @@ mod tests {
     }
 
     #[test]
+    fn kfd_gfx_target_versions_name_their_targets() {
+        for (version, name) in [
+            (90006, "gfx906"),
+            (90008, "gfx908"),
+            (90010, "gfx90a"),
+            (90012, "gfx90c"),
+            (90402, "gfx942"),
+            (100300, "gfx1030"),
+            (110000, "gfx1100"),
+            (110501, "gfx1151"),
+            (120001, "gfx1201"),
+        ] {
+            assert_eq!(gfx_target_name(version).as_deref(), Some(name), "{version}");
+        }
+        for version in [0, 99, 91600, 90016] {
+            assert_eq!(gfx_target_name(version), None, "{version}");
+        }
+        assert_eq!(parse_gfx_override("10.3.0"), Some(100300));
+        assert_eq!(parse_gfx_override(" 9.0.10\n"), Some(90010));
+        for bad in ["", "10.3", "10.3.0.1", "a.b.c", "64.0.0"] {
+            assert_eq!(parse_gfx_override(bad), None, "{bad:?}");
+        }
+    }
+
+    /// A KFD topology in a fresh temporary directory: `(node, properties)`.
+    fn topology(name: &str, nodes: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("halcyon-hip-kfd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (node, properties) in nodes {
+            std::fs::create_dir_all(dir.join(node)).unwrap();
+            std::fs::write(dir.join(node).join("properties"), properties).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn kfd_topology_lists_the_gpu_nodes_targets_in_node_order() {
+        let cpu = "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\n";
+        let mi210 =
+            "cpu_cores_count 0\nsimd_count 416\ngfx_target_version 90010\nmax_waves_per_simd 8\n";
+        let navi = "cpu_cores_count 0\nsimd_count 192\ngfx_target_version 110000\n";
+        let no_version = "cpu_cores_count 0\nsimd_count 64\n";
+        let dir = topology(
+            "mixed",
+            &[
+                ("0", cpu),
+                ("2", navi),
+                ("1", mi210),
+                ("10", mi210),
+                ("3", no_version),
+                ("x", navi),
+            ],
+        );
+        let none = |_: &str| None;
+        assert_eq!(
+            kfd_gfx_targets_in(&dir, none),
+            ["gfx90a", "gfx1100", "gfx90a"]
+        );
+        // Overrides, per node first, as libhsakmt applies them.
+        let env = |name: &str| match name {
+            "HSA_OVERRIDE_GFX_VERSION_2" => Some("10.3.0".to_string()),
+            "HSA_OVERRIDE_GFX_VERSION" => Some("9.4.2".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            kfd_gfx_targets_in(&dir, env),
+            ["gfx942", "gfx1030", "gfx942", "gfx942"],
+            "the node without a version of its own takes the override too"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(kfd_gfx_targets_in(&dir, none).is_empty(), "no topology");
+    }
+
+    #[test]
+    fn this_machines_offload_arch_is_unambiguous_or_none() {
+        let targets = kfd_gfx_targets();
+        match kfd_offload_arch() {
+            Some(arch) => assert!(targets.iter().all(|t| *t == arch), "{targets:?}"),
+            None => assert!(targets.windows(2).any(|w| w[0] != w[1]) || targets.is_empty()),
+        }
+        eprintln!("KFD gfx targets: {targets:?}");
+    }
+
+    #[test]
     fn compile_errors_carry_the_compiler_log() {
         let Some(rtc) = rtc() else { return };
         let e = rtc
@@ -391,6 +595,7 @@ mod tests {
         assert_eq!(e.code(), StatusCode::InvalidArgument);
         assert!(e.message().contains("HIPRTC_ERROR_COMPILATION (6)"), "{e}");
         assert!(e.message().contains("error:"), "{e}");
+        assert!(!is_missing_architecture(&e), "{e}");
         let e = rtc.compile("\0", "nul.hip", &[]).unwrap_err();
         assert!(e.message().contains("NUL"), "{e}");
     }

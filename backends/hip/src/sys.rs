@@ -136,9 +136,14 @@ pub const hipStreamNonBlocking: c_uint = 0x1;
 
 /// `hipEventDefault` flag.
 pub const hipEventDefault: c_uint = 0x0;
-/// `hipEventBlockingSync`: `hipEventSynchronize` yields the CPU instead of spinning.
+/// `hipEventBlockingSync`: `hipEventSynchronize` yields the CPU instead of spinning. HIP
+/// through ROCm 6.2 ignores it (the device's scheduling flags, `hipSetDeviceFlags`, decide
+/// for every event); later ROCm/clr honours it, and the newest only for an event whose
+/// flags are exactly `hipEventBlockingSync` (clr `hip_event.cpp`: `flags_ ==
+/// hipEventBlockingSync`), so combine it with no other flag where it must take effect.
 pub const hipEventBlockingSync: c_uint = 0x1;
-/// `hipEventDisableTiming`: cheaper events with no timestamps.
+/// `hipEventDisableTiming`: no timestamps for `hipEventElapsedTime` (cheaper with CUDA; AMD's
+/// runtime records the same timestamped marker either way).
 pub const hipEventDisableTiming: c_uint = 0x2;
 
 /// `hipHostMallocDefault` flag.
@@ -169,6 +174,13 @@ pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = 16;
 pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t = 23;
 /// `hipDeviceAttributeManagedMemory`: `hipMallocManaged` is supported.
 pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = 24;
+/// `hipDeviceAttributeMaxGridDimX`: most blocks in x (`INT32_MAX` on AMD).
+pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = 29;
+/// `hipDeviceAttributeMaxGridDimY`: most blocks in y (65536 on AMD from ROCm 5.7 on; HIP 5.2
+/// reports `INT32_MAX`).
+pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = 30;
+/// `hipDeviceAttributeMaxGridDimZ`: most blocks in z (as for y).
+pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = 31;
 /// `hipDeviceAttributeMaxThreadsPerBlock`.
 pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = 56;
 /// `hipDeviceAttributeComputeCapabilityMinor`.
@@ -286,8 +298,16 @@ impl Default for hipMemPoolProps {
     }
 }
 
-/// The sonames [`HipApi::load_default`] tries, in order.
-pub const DEFAULT_SONAMES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
+/// The sonames [`HipApi::load_default`] tries, in order: the unversioned development link
+/// (a full ROCm install, or `LD_LIBRARY_PATH` pointing at one), then the runtime sonames of
+/// ROCm 7 (`libamdhip64.so.7`; TheRock's installs ship only the versioned names), ROCm 6 and
+/// ROCm 5 (Debian's `libamdhip64-5`).
+pub const DEFAULT_SONAMES: &[&str] = &[
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
 
 /// Why the HIP runtime could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,9 +1,13 @@
 //! The conformance suite on `hip://0`, once per completion strategy, with the standard kernels
 //! written in HIP C++ (`tests/data/conformance.hip`) and compiled at test time with hiprtc for
-//! the device's architecture (`HALCYON_HIP_OFFLOAD_ARCH=gfxNNN` overrides it).
+//! the device's architecture: `HALCYON_HIP_OFFLOAD_ARCH=gfxNNN` if set, else the one all of the
+//! machine's GPUs share according to the kernel driver ([`rtc::kfd_offload_arch`]), else
+//! whatever hiprtc finds for the current device.
 //!
 //! Without an AMD GPU (or without the HIP runtime) the device is `Unavailable` and every case
-//! prints why and passes; with a GPU but no kernel compiler (no hiprtc), likewise, saying so.
+//! prints why and passes; with a GPU but no kernel compiler (no hiprtc), or a hiprtc that
+//! cannot tell the architecture (the stand-alone hiprtc asks `libamdhip64.so`, a name that
+//! installs with only versioned runtime libraries lack; see [`rtc`]), likewise, saying so.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -11,7 +15,7 @@ use std::time::Duration;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Error, Executable, Result, StatusCode};
 use halcyon_conformance::kernels;
-use halcyon_hip::rtc::HipRtc;
+use halcyon_hip::rtc::{self, HipRtc};
 use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
 
 const SOURCE: &str = include_str!("data/conformance.hip");
@@ -29,14 +33,32 @@ fn code_object() -> Result<Vec<u8>> {
         })?;
         let arch = std::env::var("HALCYON_HIP_OFFLOAD_ARCH")
             .ok()
-            .map(|arch| format!("--offload-arch={arch}"));
+            .filter(|arch| !arch.is_empty())
+            .or_else(rtc::kfd_offload_arch);
+        let option = arch.as_ref().map(|arch| format!("--offload-arch={arch}"));
         let mut options = vec!["-O3"];
-        // Without --offload-arch hiprtc compiles for the current device.
-        options.extend(arch.as_deref());
-        let code = rtc.compile(SOURCE, "conformance.hip", &options)?;
+        // Without --offload-arch hiprtc compiles for the current device, if it can find it.
+        options.extend(option.as_deref());
+        let code = match rtc.compile(SOURCE, "conformance.hip", &options) {
+            Ok(code) => code,
+            Err(e) if arch.is_none() && rtc::is_missing_architecture(&e) => {
+                return Err(Error::new(
+                    StatusCode::Unavailable,
+                    format!(
+                        "hiprtc ({}) cannot tell which architecture to compile the HIP \
+                         conformance kernels for, and neither could the KFD topology (GPUs: \
+                         {:?}): set HALCYON_HIP_OFFLOAD_ARCH=gfxNNN; {e}",
+                        rtc.soname(),
+                        rtc::kfd_gfx_targets()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
         eprintln!(
-            "compiled the conformance kernels with hiprtc ({}): {} bytes",
+            "compiled the conformance kernels with hiprtc ({}) for {}: {} bytes",
             rtc.soname(),
+            arch.as_deref().unwrap_or("the current device"),
             code.len()
         );
         Ok(code)
@@ -62,7 +84,7 @@ impl halcyon_conformance::Kernels for HipKernels {
 
     /// A HIP kernel fails its dispatch through a status word (an `unsigned int*` after its
     /// constants, set nonzero; the stream device checks it on completion), never a trap
-    /// (`abort()`, `__builtin_trap()`), which is a device fault that kills the whole context:
+    /// (`abort()`, `__builtin_trap()`), a device fault on which ROCm aborts the whole process:
     /// `fail` in data/conformance.hip takes one.
     fn can_fail(&self) -> bool {
         true

@@ -2,12 +2,20 @@
 //! GPU (CI: Debian's libamdhip64-5), or a GPU. Each test finds out which case applies by
 //! opening the sonames itself, and checks exactly what that case allows.
 
-use halcyon::stream::{CompletionStrategy, MemoryPlacement, StreamApi};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halcyon::stream::{CompletionStrategy, EventFlags, MemoryPlacement, StreamApi};
 use halcyon::{Driver, DriverRegistry, StatusCode};
 use halcyon_hip::result::{status_code, Hip};
 use halcyon_hip::{sys, HipDeviceOptions, HipDriver, HipStreamApi, HostVisibleMemory};
 
-const SONAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
+const SONAMES: [&str; 4] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
 
 /// The first soname this machine can open, if any.
 fn hip_soname() -> Option<&'static str> {
@@ -329,6 +337,94 @@ fn with_a_gpu_pinned_memory_round_trips() {
     api.free(pinned).unwrap();
     assert!(api.free(pinned).is_err(), "freed once");
     api.destroy_stream(stream).unwrap();
+}
+
+/// A stream wait and a query on an event return at once while another thread is blocked in
+/// `synchronize_event` on it. HIP holds an event's lock for the whole of `hipEventSynchronize`,
+/// so this holds only because a blocking-sync event synchronises on a private HIP event (see
+/// `HipStreamApi`'s docs, "Events"). The event stays pending behind a host function that the
+/// test releases; it lets go by itself after `HOLD`, so the test cannot hang.
+#[test]
+fn with_a_gpu_stream_waits_and_queries_do_not_wait_for_a_synchronize() {
+    let Ok(hip) = Hip::load_default() else {
+        eprintln!("skipped: no libamdhip64 on this machine");
+        return;
+    };
+    if hip.init().is_err() || hip.device_count().map_or(true, |n| n == 0) {
+        eprintln!("skipped: no AMD GPU");
+        return;
+    }
+    const HOLD: Duration = Duration::from_secs(10);
+    const PROMPT: Duration = Duration::from_secs(2);
+    let api = Arc::new(HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap());
+    let (busy, other) = (api.create_stream().unwrap(), api.create_stream().unwrap());
+    let event = api
+        .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+        .unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    api.launch_host_func(
+        busy,
+        Box::new(move || {
+            let _ = released.recv_timeout(HOLD);
+        }),
+    )
+    .unwrap();
+    api.record_event(event, busy).unwrap();
+    assert!(
+        !api.query_event(event).unwrap(),
+        "pending behind the host function"
+    );
+
+    let synchronizing = {
+        let api = api.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            (api.synchronize_event(event), start.elapsed())
+        })
+    };
+    // Give the thread time to block in hipEventSynchronize.
+    std::thread::sleep(Duration::from_millis(300));
+    let blocked = !synchronizing.is_finished();
+
+    let start = Instant::now();
+    let waited = api.stream_wait_event(other, event);
+    let wait_took = start.elapsed();
+    let start = Instant::now();
+    let queried = api.query_event(event);
+    let query_took = start.elapsed();
+
+    let _ = release.send(()); // fails only if the host function already gave up
+    let (synchronized, synchronize_took) = synchronizing.join().unwrap();
+    eprintln!("stream wait {wait_took:?}, query {query_took:?}, synchronize {synchronize_took:?}");
+    synchronized.unwrap();
+    assert!(
+        api.query_event(event).unwrap(),
+        "complete after the synchronisation"
+    );
+    api.synchronize_stream(other).unwrap();
+    api.synchronize_stream(busy).unwrap();
+
+    assert!(
+        blocked,
+        "synchronize_event returned while the event was pending"
+    );
+    waited.unwrap();
+    assert!(
+        wait_took < PROMPT,
+        "stream_wait_event took {wait_took:?} while a synchronisation was blocked"
+    );
+    assert!(!queried.unwrap(), "pending until released");
+    assert!(
+        query_took < PROMPT,
+        "query_event took {query_took:?} while a synchronisation was blocked"
+    );
+    assert!(
+        synchronize_took < HOLD,
+        "the host function was never released"
+    );
+    api.destroy_event(event).unwrap();
+    api.destroy_stream(busy).unwrap();
+    api.destroy_stream(other).unwrap();
 }
 
 #[test]
