@@ -115,6 +115,30 @@ impl StagingPool {
         Some(idle.swap_remove(best))
     }
 
+    /// The smallest unused buffer of at least `len` bytes, idle or retired. Retired buffers are
+    /// unused too, only waiting for a call that may block to free them: reusing them before
+    /// allocating keeps the pinned memory bounded by what the most copies in flight at once
+    /// needed, while the frees wait for such a call. The caller trims the pool afterwards,
+    /// which retires the excess again.
+    pub fn take_unused(&self, len: usize) -> Option<Pinned> {
+        if let Some(buffer) = self.take(len) {
+            return Some(buffer);
+        }
+        let mut buffers = self.buffers();
+        let Buffers { idle, retired, .. } = &mut *buffers;
+        if retired.is_empty() {
+            return None;
+        }
+        idle.append(retired);
+        let best = idle
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.capacity >= len)
+            .min_by_key(|(_, p)| p.capacity)
+            .map(|(i, _)| i)?;
+        Some(idle.swap_remove(best))
+    }
+
     /// Returns an unused buffer to the idle buffers (from host functions too: no driver call).
     pub fn give(&self, buffer: Pinned) {
         self.buffers().idle.push(buffer);
@@ -315,6 +339,31 @@ mod tests {
         assert_eq!(retired[0].capacity, MAX_BYTES);
         assert!(pool.take_retired().is_empty());
         assert_eq!(pool.drain().len(), MAX_BUFFERS);
+    }
+
+    #[test]
+    fn retired_buffers_are_reused_before_anything_is_allocated() {
+        let pool = StagingPool::default();
+        assert!(pool.take_unused(1).is_none(), "an empty pool");
+        // Nine idle buffers: trimming retires the largest beyond the limit of eight.
+        for i in 0..9 {
+            pool.give(fake(MIN_BUFFER << i));
+        }
+        pool.trim();
+        assert_eq!(pool.counts(), (8, 1, 0));
+        // Only the retired buffer is large enough: it is handed out instead of a new one.
+        let big = pool
+            .take_unused(MIN_BUFFER << 8)
+            .expect("the retired buffer");
+        assert_eq!(big.capacity, MIN_BUFFER << 8);
+        assert_eq!(pool.counts(), (8, 0, 0));
+        // Nothing fits: none, and the retired buffers stay unused in the pool.
+        pool.give(big);
+        pool.trim();
+        assert!(pool.take_unused(MIN_BUFFER << 9).is_none());
+        pool.trim();
+        assert_eq!(pool.counts(), (8, 1, 0));
+        assert_eq!(pool.drain().len(), 9);
     }
 
     #[test]

@@ -59,6 +59,11 @@
 //! fault into errors on the affected fences. A pinned staging buffer held by such a host
 //! function (a read's or a write's) never returns to the pool: it is dropped with the closure,
 //! not freed (the copy may still use it), and reclaimed when the context is destroyed.
+//!
+//! **Freeing staging.** `cuMemFreeHost` may wait for the device, so staging buffers beyond the
+//! pool's limits are only *retired* on the copy paths (the issuing thread, which must not block)
+//! and reused by later copies before anything new is allocated; they are freed in
+//! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -468,14 +473,17 @@ impl CudaApi {
         }
     }
 
-    /// Frees the idle staging buffers beyond the pool's limits, at once (on the issuing thread).
-    fn free_excess(&self) {
-        self.staging.trim();
+    /// Frees the staging buffers retired beyond the pool's limits. `cuMemFreeHost` may wait for
+    /// the device, so only where the API may block: `synchronize_stream`, `free` and drop, never
+    /// on the copy paths (the issuing thread) or in event waits (completion threads).
+    fn free_retired(&self) {
         self.free_pinned(self.staging.take_retired());
     }
 
+    /// A pinned staging buffer of at least `len` bytes: an unused one (idle, or retired and not
+    /// yet freed), else a new one. The caller trims the pool once it took it.
     fn pinned(&self, len: usize) -> Result<Pinned> {
-        if let Some(buffer) = self.staging.take(len) {
+        if let Some(buffer) = self.staging.take_unused(len) {
             return Ok(buffer);
         }
         let capacity = capacity_for(len);
@@ -679,9 +687,11 @@ impl StreamApi for CudaApi {
     fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
         self.bind()?;
         // SAFETY: a live stream of this context.
-        check(unsafe { sys::cuStreamSynchronize(stream(handle)) }, || {
+        let synchronized = check(unsafe { sys::cuStreamSynchronize(stream(handle)) }, || {
             format!("cuStreamSynchronize({handle:?})")
-        })
+        });
+        self.free_retired(); // this method may block
+        synchronized
     }
 
     // ---------------------------------------------------------------- events
@@ -809,6 +819,7 @@ impl StreamApi for CudaApi {
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         self.bind()?;
+        self.free_retired(); // this method may block
         if self.mapped.remove(ptr.0) {
             // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
             // forgotten, so freed exactly once; the stream layer frees only after the work
@@ -934,7 +945,7 @@ impl StreamApi for CudaApi {
         // staging, enqueue the copy from there, and return the staging to the pool from a host
         // function once the stream has passed the copy (see halcyon::stream::staging).
         let pinned = self.pinned(bytes)?;
-        self.free_excess();
+        self.staging.trim();
         // SAFETY: the caller guarantees `src..src+len` is readable now; `pinned` holds at least
         // `bytes` bytes and, taken out of the pool, is used by nothing else.
         unsafe { pinned.fill_from(src, bytes) };
@@ -986,7 +997,7 @@ impl StreamApi for CudaApi {
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
         // stream reached and finished it (see halcyon::stream::staging).
         let pinned = self.pinned(bytes)?;
-        self.free_excess();
+        self.staging.trim();
         let staging = pinned.ptr.as_ptr();
         // SAFETY: `staging` holds at least `bytes` bytes of pinned memory that nothing else
         // uses until the host function below returns it to the pool.

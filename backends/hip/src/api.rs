@@ -148,8 +148,6 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-#[cfg(test)]
-use halcyon::stream::staging::MIN_BUFFER;
 use halcyon::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
@@ -670,24 +668,6 @@ unsafe extern "C" fn host_fn(user_data: *mut c_void) {
     unsafe { consume_host_func(user_data, true) }
 }
 
-/// The smallest unused staging buffer of at least `len` bytes in `pool`, idle or retired.
-/// Retired buffers are unused too, only waiting for a call that may block to free them (see
-/// the module docs): reusing them before allocating keeps the pinned memory bounded meanwhile.
-/// The caller trims the pool afterwards, which retires the excess again.
-pub(crate) fn unused_staging(pool: &StagingPool, len: usize) -> Option<Pinned> {
-    if let Some(buffer) = pool.take(len) {
-        return Some(buffer);
-    }
-    let retired = pool.take_retired();
-    if retired.is_empty() {
-        return None;
-    }
-    for buffer in retired {
-        pool.give(buffer);
-    }
-    pool.take(len)
-}
-
 /// A host address moved into a host function.
 struct HostPtr(*mut u8);
 
@@ -953,7 +933,7 @@ impl HipStreamApi {
 
     /// A pinned staging buffer of at least `len` bytes: an idle or retired one, else a new one.
     fn pinned(&self, len: usize) -> Result<Lease> {
-        let buffer = match unused_staging(&self.staging, len) {
+        let buffer = match self.staging.take_unused(len) {
             Some(buffer) => buffer,
             None => {
                 let capacity = capacity_for(len);
@@ -1746,29 +1726,6 @@ mod tests {
             let e = check_grid("k", grid, [1, 1024, 1024], wide).unwrap_err();
             assert!(e.message().contains("work-items"), "{e}");
         }
-    }
-
-    #[test]
-    fn retired_staging_is_reused_before_anything_is_allocated() {
-        let pool = StagingPool::default();
-        assert!(unused_staging(&pool, 1).is_none(), "an empty pool");
-        // Nine idle buffers: trimming retires the largest beyond the limit of eight.
-        for i in 0..9 {
-            pool.give(fake_pinned(MIN_BUFFER << i, 0));
-        }
-        pool.trim();
-        let (idle, retired, _) = pool.counts();
-        assert_eq!((idle, retired), (8, 1));
-        // Only the retired buffer is large enough: it is handed out instead of a new one.
-        let big = unused_staging(&pool, MIN_BUFFER << 8).expect("the retired buffer");
-        assert_eq!(big.capacity, MIN_BUFFER << 8);
-        assert_eq!(pool.counts(), (8, 0, 0));
-        // Nothing fits: none, and the retired buffers stay unused in the pool.
-        pool.give(big);
-        pool.trim();
-        assert!(unused_staging(&pool, MIN_BUFFER << 9).is_none());
-        pool.trim();
-        assert_eq!(free_fake(&pool), 9);
     }
 
     #[test]
