@@ -361,3 +361,36 @@ fn eventually_blocking(condition: impl Fn() -> bool, strategy: CompletionStrateg
         eventually(&format!("{strategy:?}: every allocation freed"), condition).await
     })
 }
+
+/// Idle pinned buffers beyond the pool's limit (64 MiB) are handed to the device's reclaimer
+/// thread to be freed, not freed on the issuing thread: after 70 reads of 1 MiB in flight at
+/// once, the next lease leaves 64 MiB idle besides itself and the reclaimer frees the rest.
+#[test]
+fn idle_pinned_memory_beyond_the_limit_goes_to_the_reclaimer() -> Result<()> {
+    const MIB: usize = 1 << 20;
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(0)?;
+    block_on(async {
+        let x = upload(&queue, BufferParams::DEVICE, &vec![5u8; MIB]).await?;
+        let hold = api.hold();
+        let reads: Vec<_> = (0..70)
+            .map(|_| queue.read(Timepoints::default(), &x.whole()))
+            .collect();
+        drop(hold);
+        for read in reads {
+            assert!(done("read", read).await?.iter().all(|&b| b == 5));
+        }
+        assert_eq!(stat(&device, keys::PINNED_IDLE), 70);
+        assert_eq!(stat(&device, keys::DEFERRED_FREES), 0);
+        let live = api.stats().allocations;
+        // The next lease takes one of the 70 and trims the other 69 to 64: five go.
+        download(&queue, Fence::new(), &x.whole()).await?;
+        assert_eq!(stat(&device, keys::PINNED_IDLE), 65, "64 and the lease back");
+        assert_eq!(stat(&device, keys::DEFERRED_FREES), 5);
+        eventually("the reclaimer freed them", || {
+            api.stats().allocations == live - 5
+        })
+        .await
+    })
+}

@@ -126,6 +126,7 @@ impl<A: StreamApi> Core<A> {
         probe_interval: Duration,
     ) -> Self {
         let capabilities = api.info().capabilities;
+        let reclaim = Arc::new(Reclaim::default());
         Core {
             api,
             graphs: capabilities.contains(Capabilities::GRAPHS),
@@ -135,9 +136,9 @@ impl<A: StreamApi> Core<A> {
             queues,
             events,
             timepoints: TimepointPool::default(),
-            pinned: PinnedMemory::default(),
+            pinned: PinnedMemory::new(reclaim.clone()),
             streams_finished: AtomicBool::new(false),
-            reclaim: Arc::default(),
+            reclaim,
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),

@@ -23,11 +23,11 @@
 //! [`PinnedMemory::KEEP_BYTES`] (64 MiB) of idle buffers are kept whatever their number, so a
 //! pipeline of many submissions in flight reaches a steady state that allocates and frees
 //! nothing. Allocating and freeing pinned memory calls the API, which may block (a pinned free
-//! may wait for the device), so it happens only where a submission is issued (the submitting
-//! task, or the reactor for a parked one) when it takes a lease, which allocates when no idle
-//! buffer fits and frees the idle buffers beyond the limit (only after more than 64 MiB of
-//! leases were in flight at once), and when the device is dropped; never where a submission
-//! completes.
+//! may wait for the device). A lease allocates where a submission is issued (the submitting
+//! task, or the reactor for a parked one) when no idle buffer fits; the idle buffers beyond the
+//! limit (only after more than 64 MiB of leases were in flight at once) are handed to the
+//! device's reclaimer thread to be freed (see `reclaim.rs`), and the rest are freed when the
+//! device is dropped: no free on an issuing or completing thread.
 //!
 //! A lease goes back to the pool when its submission is settled after its completion event
 //! completed. If the stream may still be using it (the event reported an error, whose cause
@@ -46,12 +46,15 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi};
+use crate::stream::device::reclaim::Reclaim;
 use crate::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
 
 /// Pinned host memory leased to submissions (see the [module docs](self)).
-#[derive(Default)]
 pub(crate) struct PinnedMemory {
     pool: Arc<StagingPool>,
+    /// Where idle buffers beyond the limit go to be freed (a pinned free may wait for the
+    /// device; the issuing thread must not).
+    reclaim: Arc<Reclaim>,
     /// Set once the API answered `Unimplemented` to a pinned allocation.
     refused: AtomicBool,
     /// Buffers allocated so far.
@@ -59,6 +62,16 @@ pub(crate) struct PinnedMemory {
 }
 
 impl PinnedMemory {
+    /// An empty pool whose excess buffers are freed through `reclaim`.
+    pub(crate) fn new(reclaim: Arc<Reclaim>) -> Self {
+        PinnedMemory {
+            pool: Arc::default(),
+            reclaim,
+            refused: AtomicBool::new(false),
+            allocated: AtomicU64::new(0),
+        }
+    }
+
     /// The most update or read-back bytes a submission stages in a lease (larger transfers go
     /// through the API's own copies).
     pub(crate) const LEASE_MAX: usize = 1 << 20;
@@ -75,7 +88,9 @@ impl PinnedMemory {
         };
         self.pool.trim_to(usize::MAX, Self::KEEP_BYTES);
         for retired in self.pool.take_retired() {
-            let _ = api.free(address(&retired));
+            if !self.reclaim.hand_over(address(&retired)) {
+                let _ = api.free(address(&retired));
+            }
         }
         Ok(Lease::new(buffer, self.pool.clone()))
     }

@@ -87,18 +87,7 @@ impl Reclaim {
     /// Hands `ptr` to the reclaimer if the calling thread is settling a submission and the
     /// reclaimer still runs; `false`: the caller frees it itself.
     pub(crate) fn defer(&self, ptr: DevicePtr) -> bool {
-        if !deferring() {
-            return false;
-        }
-        {
-            let mut counts = self.counts();
-            if counts.closed {
-                return false;
-            }
-            counts.pushed += 1;
-        }
-        self.queue.push(ptr);
-        true
+        deferring() && self.hand_over(ptr)
     }
 
     /// The reclaimer thread's loop: frees each pointer with `free`, in order, until
@@ -109,6 +98,20 @@ impl Reclaim {
             self.counts().freed += 1;
             self.freed.notify_all();
         }
+    }
+
+    /// Hands `ptr` (memory no device work uses) to the reclaimer wherever the caller runs;
+    /// `false` once the reclaimer stopped: the caller frees it itself.
+    pub(crate) fn hand_over(&self, ptr: DevicePtr) -> bool {
+        {
+            let mut counts = self.counts();
+            if counts.closed {
+                return false;
+            }
+            counts.pushed += 1;
+        }
+        self.queue.push(ptr);
+        true
     }
 
     /// Waits until every free handed over so far was made.
