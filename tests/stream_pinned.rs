@@ -386,7 +386,11 @@ fn idle_pinned_memory_beyond_the_limit_goes_to_the_reclaimer() -> Result<()> {
         let live = api.stats().allocations;
         // The next lease takes one of the 70 and trims the other 69 to 64: five go.
         download(&queue, Fence::new(), &x.whole()).await?;
-        assert_eq!(stat(&device, keys::PINNED_IDLE), 65, "64 and the lease back");
+        assert_eq!(
+            stat(&device, keys::PINNED_IDLE),
+            65,
+            "64 and the lease back"
+        );
         assert_eq!(stat(&device, keys::DEFERRED_FREES), 5);
         eventually("the reclaimer freed them", || {
             api.stats().allocations == live - 5
