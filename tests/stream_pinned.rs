@@ -6,37 +6,21 @@
 //! the device is gone, after a fault too.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use halcyon::stream::host::{HostModule, HostStreamApi, LaunchArgs};
-use halcyon::stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
+use halcyon::stream::{keys, CompletionStrategy};
 use halcyon::{
-    Binding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, Fence, Result,
-    StatusCode, Timepoints,
+    Binding, BufferParams, CommandBuffer, CommandBufferMode, EntryPoint, Fence, Result, StatusCode,
+    Timepoints,
 };
 use halcyon_conformance::harness::{
     assert_error, block_on, bytes_u32, done, download, eventually, u32_bytes, upload, within,
 };
 
-const STRATEGIES: [CompletionStrategy; 2] = [
-    CompletionStrategy::HostCallback,
-    CompletionStrategy::CompletionThread,
-];
+#[path = "common/stream.rs"]
+mod stream_device;
 
-fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
-    create_device(
-        api.clone(),
-        StreamDeviceOptions {
-            completion,
-            probe_interval: Duration::from_millis(5),
-            ..StreamDeviceOptions::default()
-        },
-    )
-}
-
-fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
-}
+use stream_device::{device, stat, STRATEGIES};
 
 /// Several updates of odd sizes in one list share one lease (each piece at its own offset:
 /// an overlap would corrupt the data), a read lands in one, and sequential submissions reuse

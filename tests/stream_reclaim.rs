@@ -5,29 +5,14 @@
 use std::time::Duration;
 
 use halcyon::stream::host::HostStreamApi;
-use halcyon::stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
-use halcyon::{BufferParams, Device, Result, StatusCode, Timepoints};
+use halcyon::stream::keys;
+use halcyon::{BufferParams, Result, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, done, eventually};
 
-const STRATEGIES: [CompletionStrategy; 2] = [
-    CompletionStrategy::HostCallback,
-    CompletionStrategy::CompletionThread,
-];
+#[path = "common/stream.rs"]
+mod stream_device;
 
-fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
-    create_device(
-        api.clone(),
-        StreamDeviceOptions {
-            completion,
-            probe_interval: Duration::from_millis(5),
-            ..StreamDeviceOptions::default()
-        },
-    )
-}
-
-fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
-}
+use stream_device::{device, stat, STRATEGIES};
 
 /// A buffer the application drops while a submission uses it is freed when the submission is
 /// settled, by the reclaimer; one dropped by the application with nothing in flight is freed

@@ -370,7 +370,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
             keys::STATUS_CHECKS => stat(&stats.status_checks),
             keys::PINNED_LEASES => stat(&stats.pinned_leases),
-            keys::PINNED_IDLE => core.pinned.counts().0 as i64,
+            keys::PINNED_IDLE => core.pinned.idle() as i64,
             keys::PINNED_ALLOCATED => core.pinned.allocated() as i64,
             keys::DEFERRED_FREES => core.reclaim.deferred() as i64,
             keys::GRAPH_LAUNCHES => stat(&stats.graph_launches),

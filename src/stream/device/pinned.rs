@@ -152,10 +152,10 @@ impl PinnedMemory {
         }
     }
 
-    /// Pinned buffers `(idle, orphaned)`, for tests and statistics.
-    pub(crate) fn counts(&self) -> (usize, usize) {
-        let (idle, retired, orphaned) = self.pool.counts();
-        (idle + retired, orphaned)
+    /// Pinned buffers not leased (idle, or retired and not yet freed).
+    pub(crate) fn idle(&self) -> usize {
+        let (idle, retired, _) = self.pool.counts();
+        idle + retired
     }
 
     /// Pinned buffers allocated so far.
