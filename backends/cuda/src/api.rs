@@ -1,12 +1,12 @@
 //! [`CudaApi`]: halcyon's [`StreamApi`] as a translation table over the CUDA driver API.
 //!
 //! Every method binds the device's context to the calling thread (see below), makes one or two
-//! driver calls through cudarc's raw bindings (`cudarc::driver::sys`), and turns a failing
-//! `CUresult` into a [`halcyon::Error`] ([`crate::error`]). No policy lives here: ordering,
+//! driver calls ([`crate::raw`]: cudarc's declarations, results as numbers), and turns a
+//! failing result into a [`halcyon::Error`] ([`crate::error`]). No policy lives here: ordering,
 //! timelines, completion and fault handling are the stream layer's ([`halcyon::stream`]).
 //! cudarc's safe layer is not used at all (its per-slice event tracking would duplicate what
-//! halcyon's timelines do); like cudarc itself, this crate layers `sys` → checked calls → the
-//! table.
+//! halcyon's timelines do); like cudarc itself, this crate layers raw calls ([`crate::raw`]) →
+//! checked calls ([`crate::error::check`]) → the table.
 //!
 //! | core vocabulary ([`StreamApi`])     | CUDA driver call                                               |
 //! |-------------------------------------|----------------------------------------------------------------|
@@ -38,8 +38,8 @@
 //!
 //! Every call above exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
 //! which is made only when the driver supports [`PARAM_INFO_VERSION`]
-//! ([`Probe::supports`]): cudarc resolves each symbol on first use and panics if the driver
-//! lacks it, and the probe admits drivers from CUDA 12.0.
+//! ([`Probe::supports`]): the probe admits drivers from CUDA 12.0 (were the symbol missing
+//! anyway, [`Code::MISSING_SYMBOL`] would skip the check, not panic).
 //!
 //! Handles are the CUDA pointers (`CUstream`, `CUevent`, `CUmodule`, `CUfunction`,
 //! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is.
@@ -87,6 +87,7 @@ use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, ptx_status_word, CudaImage, CudaModule, FORMAT_CUDA};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
+use crate::raw::{self, Code};
 use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
@@ -229,14 +230,14 @@ impl CudaApi {
         let name = crate::describe_device(probe, ordinal)?;
         let mut device: CUdevice = 0;
         // SAFETY: valid out-pointer; the probe initialised the driver.
-        check(unsafe { sys::cuDeviceGet(&mut device, ordinal) }, || {
+        check(unsafe { raw::cuDeviceGet(&mut device, ordinal) }, || {
             format!("cuDeviceGet({ordinal})")
         })?;
         let attribute = |a: Attr| -> i32 {
             let mut value: c_int = 0;
             // SAFETY: valid out-pointer and device.
-            let r = unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) };
-            if r == CUresult::CUDA_SUCCESS {
+            let r = unsafe { raw::cuDeviceGetAttribute(&mut value, a, device) };
+            if r.is_success() {
                 value
             } else {
                 0
@@ -257,7 +258,7 @@ impl CudaApi {
         // SAFETY: valid out-pointer and device. Balanced by cuDevicePrimaryCtxRelease in Drop
         // (or just below on failure).
         check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
+            unsafe { raw::cuDevicePrimaryCtxRetain(&mut context, device) },
             || format!("cuDevicePrimaryCtxRetain(device {ordinal})"),
         )?;
         let api = CudaApi {
@@ -307,7 +308,7 @@ impl CudaApi {
         props.location.id = self.ordinal;
         let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: valid out-pointer and properties; destroyed in Drop.
-        check(unsafe { sys::cuMemPoolCreate(&mut pool, &props) }, || {
+        check(unsafe { raw::cuMemPoolCreate(&mut pool, &props) }, || {
             format!("cuMemPoolCreate(device {})", self.ordinal)
         })?;
         Ok(MemPool(pool))
@@ -329,7 +330,7 @@ impl CudaApi {
         // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
         check(
             unsafe {
-                sys::cuMemPoolSetAttribute(
+                raw::cuMemPoolSetAttribute(
                     pool.0,
                     sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&mut value as *mut u64).cast(),
@@ -381,7 +382,7 @@ impl CudaApi {
         // Read as a plain integer: an out-of-range value must not become an enum.
         let mut status: u32 = 0;
         // SAFETY: a live stream; the out-pointer is valid for the 4-byte enum.
-        let r = unsafe { sys::cuStreamIsCapturing(stream(s), (&mut status as *mut u32).cast()) };
+        let r = unsafe { raw::cuStreamIsCapturing(stream(s), (&mut status as *mut u32).cast()) };
         check(r, || format!("cuStreamIsCapturing({s:?})"))?;
         Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
     }
@@ -411,8 +412,8 @@ impl CudaApi {
         let user_data = callback::register(self.id, func);
         // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
         // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
-        let r = unsafe { sys::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
-        if r != CUresult::CUDA_SUCCESS {
+        let r = unsafe { raw::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
+        if !r.is_success() {
             // Not enqueued: CUDA will never call it.
             callback::cancel(user_data);
         } else {
@@ -455,7 +456,7 @@ impl CudaApi {
             return Ok(());
         }
         // SAFETY: the context is retained for as long as `self` lives.
-        check(unsafe { sys::cuCtxSetCurrent(self.context) }, || {
+        check(unsafe { raw::cuCtxSetCurrent(self.context) }, || {
             format!(
                 "cuCtxSetCurrent(primary context of device {})",
                 self.ordinal
@@ -469,7 +470,7 @@ impl CudaApi {
         for buffer in buffers {
             // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
             // idle in the pool).
-            let _ = unsafe { sys::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
+            let _ = unsafe { raw::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
         }
     }
 
@@ -490,7 +491,7 @@ impl CudaApi {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is bound.
         check(
-            unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
+            unsafe { raw::cuMemAllocHost_v2(&mut ptr, capacity) },
             || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
         )?;
         let ptr = NonNull::new(ptr.cast()).ok_or_else(|| {
@@ -511,7 +512,7 @@ impl CudaApi {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is bound; the flags are documented ones.
         check(
-            unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
+            unsafe { raw::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
             || {
                 format!(
                     "cuMemHostAlloc({bytes} bytes, CU_MEMHOSTALLOC_DEVICEMAP | \
@@ -528,15 +529,15 @@ impl CudaApi {
         let mut device: CUdeviceptr = 0;
         // SAFETY: valid out-pointer; `host` was just returned by cuMemHostAlloc with
         // CU_MEMHOSTALLOC_DEVICEMAP and is not freed; the flags must be 0.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        let r = unsafe { raw::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
         let base = host as usize as u64;
-        if r == CUresult::CUDA_SUCCESS && device == base {
+        if r.is_success() && device == base {
             self.mapped.insert(base, bytes as u64);
             return Ok(device);
         }
         // SAFETY: allocated just above by cuMemHostAlloc, freed once; nothing used it.
-        let _ = unsafe { sys::cuMemFreeHost(host) };
-        let why = if r == CUresult::CUDA_SUCCESS {
+        let _ = unsafe { raw::cuMemFreeHost(host) };
+        let why = if r.is_success() {
             format!("its device address {device:#x} differs from its host address {base:#x}")
         } else {
             cuda_error("cuMemHostGetDevicePointer", r)
@@ -573,7 +574,7 @@ impl CudaApi {
         let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
-        check(unsafe { sys::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
+        check(unsafe { raw::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
             format!("cuMemAllocHost({bytes} bytes) for a captured host-to-device copy")
         })?;
         let ptr: NonNull<u8> = NonNull::new(ptr.cast()).ok_or_else(|| {
@@ -593,7 +594,7 @@ impl CudaApi {
         // SAFETY: a pinned copy kept until the API is dropped, which outlives the graph's use
         // of it (graphs are this API's).
         check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, stream(s)) },
+            unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, stream(s)) },
             || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
         )
     }
@@ -613,20 +614,20 @@ impl Drop for CudaApi {
                 // SAFETY: a pinned allocation of this API (cuMemHostAlloc) nobody freed,
                 // forgotten by the drain, so freed once; the API is going away, and the stream
                 // layer keeps it alive until the work using its memory completed.
-                let _ = unsafe { sys::cuMemFreeHost(base as usize as *mut c_void) };
+                let _ = unsafe { raw::cuMemFreeHost(base as usize as *mut c_void) };
             }
         }
         if let Some(pool) = self.pool.take() {
             // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
             // yet completed) keep it alive in the driver until they are gone.
-            let _ = unsafe { sys::cuMemPoolDestroy(pool.0) };
+            let _ = unsafe { raw::cuMemPoolDestroy(pool.0) };
         }
         if BOUND.with(Cell::get) == self.id {
             forget_bound_context();
         }
         // SAFETY: balances the retain in `new`. Other users of the primary context keep it
         // alive; the last release destroys it, with everything still allocated in it.
-        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+        let _ = unsafe { raw::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }
 
@@ -659,7 +660,7 @@ impl StreamApi for CudaApi {
         let mut s: CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
         // SAFETY: valid out-pointer; context bound.
-        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, || {
+        check(unsafe { raw::cuStreamCreate(&mut s, flags) }, || {
             "cuStreamCreate(CU_STREAM_NON_BLOCKING)".into()
         })?;
         let handle = StreamHandle(s as usize as u64);
@@ -679,7 +680,7 @@ impl StreamApi for CudaApi {
         }
         // SAFETY: a stream this API created; enqueued work still completes (cuStreamDestroy
         // releases the stream's resources once it is done).
-        check(unsafe { sys::cuStreamDestroy_v2(stream(handle)) }, || {
+        check(unsafe { raw::cuStreamDestroy_v2(stream(handle)) }, || {
             format!("cuStreamDestroy({handle:?})")
         })
     }
@@ -687,7 +688,7 @@ impl StreamApi for CudaApi {
     fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
         self.bind()?;
         // SAFETY: a live stream of this context.
-        let synchronized = check(unsafe { sys::cuStreamSynchronize(stream(handle)) }, || {
+        let synchronized = check(unsafe { raw::cuStreamSynchronize(stream(handle)) }, || {
             format!("cuStreamSynchronize({handle:?})")
         });
         self.free_retired(); // this method may block
@@ -707,7 +708,7 @@ impl StreamApi for CudaApi {
         }
         let mut e: CUevent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context bound.
-        check(unsafe { sys::cuEventCreate(&mut e, cu_flags) }, || {
+        check(unsafe { raw::cuEventCreate(&mut e, cu_flags) }, || {
             format!("cuEventCreate({flags:?})")
         })?;
         Ok(EventHandle(e as usize as u64))
@@ -717,7 +718,7 @@ impl StreamApi for CudaApi {
         self.bind()?;
         // SAFETY: an event this API created; a pending record completes harmlessly (CUDA
         // defers the release until it has).
-        check(unsafe { sys::cuEventDestroy_v2(event(handle)) }, || {
+        check(unsafe { raw::cuEventDestroy_v2(event(handle)) }, || {
             format!("cuEventDestroy({handle:?})")
         })
     }
@@ -725,7 +726,7 @@ impl StreamApi for CudaApi {
     fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
         self.bind()?;
         // SAFETY: a live event and stream of this context.
-        check(unsafe { sys::cuEventRecord(event(e), stream(s)) }, || {
+        check(unsafe { raw::cuEventRecord(event(e), stream(s)) }, || {
             format!("cuEventRecord({e:?}, {s:?})")
         })
     }
@@ -733,9 +734,9 @@ impl StreamApi for CudaApi {
     fn query_event(&self, e: EventHandle) -> Result<bool> {
         self.bind()?;
         // SAFETY: a live event of this context.
-        match unsafe { sys::cuEventQuery(event(e)) } {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        match unsafe { raw::cuEventQuery(event(e)) } {
+            Code::SUCCESS => Ok(true),
+            Code::NOT_READY => Ok(false),
             code => Err(cuda_error(&format!("cuEventQuery({e:?})"), code)),
         }
     }
@@ -743,7 +744,7 @@ impl StreamApi for CudaApi {
     fn synchronize_event(&self, e: EventHandle) -> Result<()> {
         self.bind()?;
         // SAFETY: a live event of this context. With CU_EVENT_BLOCKING_SYNC the thread sleeps.
-        check(unsafe { sys::cuEventSynchronize(event(e)) }, || {
+        check(unsafe { raw::cuEventSynchronize(event(e)) }, || {
             format!("cuEventSynchronize({e:?})")
         })
     }
@@ -752,7 +753,7 @@ impl StreamApi for CudaApi {
         self.bind()?;
         // SAFETY: a live stream and event of this context; flags 0 (CU_EVENT_WAIT_DEFAULT).
         check(
-            unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) },
+            unsafe { raw::cuStreamWaitEvent(stream(s), event(e), 0) },
             || format!("cuStreamWaitEvent({s:?}, {e:?})"),
         )
     }
@@ -780,14 +781,14 @@ impl StreamApi for CudaApi {
         match placement {
             MemoryPlacement::Device => {
                 // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
-                let mut r = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+                let mut r = unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) };
                 if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                     if let Some(pool) = &self.pool {
                         // Give back what the stream-ordered pool keeps, then try again.
                         // SAFETY: a live pool; trimming only releases unused memory.
-                        let _ = unsafe { sys::cuMemPoolTrimTo(pool.0, 0) };
+                        let _ = unsafe { raw::cuMemPoolTrimTo(pool.0, 0) };
                         // SAFETY: as above.
-                        r = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+                        r = unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) };
                     }
                 }
                 check(r, || format!("cuMemAlloc({size} bytes)"))?;
@@ -808,7 +809,7 @@ impl StreamApi for CudaApi {
                 let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
                 // SAFETY: valid out-pointer; context bound.
                 check(
-                    unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, flags) },
+                    unsafe { raw::cuMemAllocManaged(&mut ptr, bytes, flags) },
                     || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
                 )?;
             }
@@ -825,13 +826,13 @@ impl StreamApi for CudaApi {
             // forgotten, so freed exactly once; the stream layer frees only after the work
             // using it completed.
             return check(
-                unsafe { sys::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
+                unsafe { raw::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
                 || format!("cuMemFreeHost({ptr:?})"),
             );
         }
         // SAFETY: an allocation of this API; the stream layer frees only after the work using
         // it completed.
-        check(unsafe { sys::cuMemFree_v2(ptr.0) }, || {
+        check(unsafe { raw::cuMemFree_v2(ptr.0) }, || {
             format!("cuMemFree({ptr:?})")
         })
     }
@@ -850,13 +851,13 @@ impl StreamApi for CudaApi {
         let mut managed: u64 = 0;
         // SAFETY: the out-pointer is valid for 8 bytes, more than the attribute's size.
         let r = unsafe {
-            sys::cuPointerGetAttribute(
+            raw::cuPointerGetAttribute(
                 (&mut managed as *mut u64).cast(),
                 sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
                 ptr.0,
             )
         };
-        if r != CUresult::CUDA_SUCCESS || managed == 0 {
+        if !r.is_success() || managed == 0 {
             return None;
         }
         // Managed memory has one address, valid on the host and the device (unified addressing).
@@ -887,10 +888,10 @@ impl StreamApi for CudaApi {
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
             Some(pool) => unsafe {
-                sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, stream(s))
+                raw::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, stream(s))
             },
             // SAFETY: valid out-pointer; a live stream of this context.
-            None => unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
+            None => unsafe { raw::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
         };
         check(r, || {
             let call = if self.pool.is_some() {
@@ -907,7 +908,7 @@ impl StreamApi for CudaApi {
         self.bind()?;
         let _live = self.live(s)?;
         // SAFETY: an allocation of this API, freed once the stream reaches this point.
-        check(unsafe { sys::cuMemFreeAsync(ptr.0, stream(s)) }, || {
+        check(unsafe { raw::cuMemFreeAsync(ptr.0, stream(s)) }, || {
             format!("cuMemFreeAsync({ptr:?}, {s:?})")
         })
     }
@@ -935,7 +936,7 @@ impl StreamApi for CudaApi {
             // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
             // keeps valid and unmodified until the copy completed on `s`.
             return check(
-                unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
+                unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
                 || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes from pinned memory, {s:?})"),
             );
         }
@@ -952,8 +953,8 @@ impl StreamApi for CudaApi {
         let staging = pinned.ptr.as_ptr();
         // SAFETY: `staging` holds `bytes` bytes of pinned memory that nothing else uses until
         // the host function below returns it to the pool.
-        let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, staging.cast(), bytes, stream(s)) };
-        if r != CUresult::CUDA_SUCCESS {
+        let r = unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, staging.cast(), bytes, stream(s)) };
+        if !r.is_success() {
             self.staging.give(pinned); // nothing was enqueued
             return Err(cuda_error(
                 &format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes, {s:?})"),
@@ -990,7 +991,7 @@ impl StreamApi for CudaApi {
             // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
             // keeps valid and untouched by anything else until the copy completed on `s`.
             return check(
-                unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, stream(s)) },
+                unsafe { raw::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, stream(s)) },
                 || format!("cuMemcpyDtoHAsync({src:?}, {len} bytes into pinned memory, {s:?})"),
             );
         }
@@ -1001,8 +1002,8 @@ impl StreamApi for CudaApi {
         let staging = pinned.ptr.as_ptr();
         // SAFETY: `staging` holds at least `bytes` bytes of pinned memory that nothing else
         // uses until the host function below returns it to the pool.
-        let r = unsafe { sys::cuMemcpyDtoHAsync_v2(staging.cast(), src.0, bytes, stream(s)) };
-        if r != CUresult::CUDA_SUCCESS {
+        let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), src.0, bytes, stream(s)) };
+        if !r.is_success() {
             self.staging.give(pinned); // nothing was enqueued
             return Err(cuda_error(
                 &format!("cuMemcpyDtoHAsync({src:?}, {len} bytes, {s:?})"),
@@ -1041,7 +1042,7 @@ impl StreamApi for CudaApi {
         // SAFETY: device addresses only; invalid ones are reported by the driver, never touch
         // host memory.
         check(
-            unsafe { sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
+            unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
             || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
         )
     }
@@ -1074,15 +1075,15 @@ impl StreamApi for CudaApi {
         let (r, call) = unsafe {
             match pattern_len {
                 1 => (
-                    sys::cuMemsetD8Async(d, pattern as u8, count, st),
+                    raw::cuMemsetD8Async(d, pattern as u8, count, st),
                     "cuMemsetD8Async",
                 ),
                 2 => (
-                    sys::cuMemsetD16Async(d, pattern as u16, count, st),
+                    raw::cuMemsetD16Async(d, pattern as u16, count, st),
                     "cuMemsetD16Async",
                 ),
                 _ => (
-                    sys::cuMemsetD32Async(d, pattern, count, st),
+                    raw::cuMemsetD32Async(d, pattern, count, st),
                     "cuMemsetD32Async",
                 ),
             }
@@ -1127,7 +1128,7 @@ impl StreamApi for CudaApi {
         // checked to lie within its bytes (validate); it, `log`, `options` and `values` outlive
         // the call; the option count matches both arrays.
         let r = unsafe {
-            sys::cuModuleLoadDataEx(
+            raw::cuModuleLoadDataEx(
                 &mut handle,
                 image,
                 options.len() as c_uint,
@@ -1135,7 +1136,7 @@ impl StreamApi for CudaApi {
                 values.as_mut_ptr(),
             )
         };
-        if r != CUresult::CUDA_SUCCESS {
+        if !r.is_success() {
             let bytes: Vec<u8> = log
                 .iter()
                 .map(|&c| c as u8)
@@ -1232,7 +1233,7 @@ impl StreamApi for CudaApi {
         // SAFETY: a module this API loaded; the stream layer unloads only after the work using
         // it completed.
         check(
-            unsafe { sys::cuModuleUnload(module.0 as usize as CUmodule) },
+            unsafe { raw::cuModuleUnload(module.0 as usize as CUmodule) },
             || format!("cuModuleUnload({module:?})"),
         )
     }
@@ -1248,7 +1249,7 @@ impl StreamApi for CudaApi {
         let mut f: CUfunction = std::ptr::null_mut();
         // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
         let r = unsafe {
-            sys::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
+            raw::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
         };
         check(r, || {
             format!(
@@ -1353,7 +1354,7 @@ impl StreamApi for CudaApi {
         // ones, than `args` points at; `pointers` and the constants outlive the call; `extra`
         // is null.
         let r = unsafe {
-            sys::cuLaunchKernel(
+            raw::cuLaunchKernel(
                 function.0 as usize as CUfunction,
                 grid[0],
                 grid[1],
@@ -1393,7 +1394,7 @@ impl StreamApi for CudaApi {
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: a live stream of this context.
         check(
-            unsafe { sys::cuStreamBeginCapture_v2(stream(s), mode) },
+            unsafe { raw::cuStreamBeginCapture_v2(stream(s), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
         )
     }
@@ -1403,14 +1404,14 @@ impl StreamApi for CudaApi {
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: a stream in capture; valid out-pointer.
         check(
-            unsafe { sys::cuStreamEndCapture(stream(s), &mut graph) },
+            unsafe { raw::cuStreamEndCapture(stream(s), &mut graph) },
             || format!("cuStreamEndCapture({s:?})"),
         )?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
-        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        let r = unsafe { raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
         // SAFETY: the executable graph does not depend on the graph it was instantiated from.
-        let _ = unsafe { sys::cuGraphDestroy(graph) };
+        let _ = unsafe { raw::cuGraphDestroy(graph) };
         check(r, || "cuGraphInstantiateWithFlags".into())?;
         Ok(GraphHandle(exec as usize as u64))
     }
@@ -1419,7 +1420,7 @@ impl StreamApi for CudaApi {
         self.bind()?;
         // SAFETY: an executable graph of this API and a live stream.
         check(
-            unsafe { sys::cuGraphLaunch(graph.0 as usize as CUgraphExec, stream(s)) },
+            unsafe { raw::cuGraphLaunch(graph.0 as usize as CUgraphExec, stream(s)) },
             || format!("cuGraphLaunch({graph:?}, {s:?})"),
         )
     }
@@ -1429,7 +1430,7 @@ impl StreamApi for CudaApi {
         // SAFETY: an executable graph of this API; runs in flight finish first (CUDA frees it
         // asynchronously on completion).
         check(
-            unsafe { sys::cuGraphExecDestroy(graph.0 as usize as CUgraphExec) },
+            unsafe { raw::cuGraphExecDestroy(graph.0 as usize as CUgraphExec) },
             || format!("cuGraphExecDestroy({graph:?})"),
         )
     }
@@ -1461,10 +1462,10 @@ fn kernel_params(probe: &Probe, f: FunctionHandle) -> Option<Vec<(usize, usize)>
     for index in 0..=crate::module::MAX_PARAM_BYTES as usize {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: a function of a loaded module; valid out-pointers.
-        match unsafe { sys::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
-            CUresult::CUDA_SUCCESS => params.push((offset, size)),
+        match unsafe { raw::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
+            Code::SUCCESS => params.push((offset, size)),
             // Past the last parameter.
-            CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            Code::INVALID_VALUE => break,
             // The driver cannot say (e.g. not supported).
             _ => return None,
         }

@@ -1,10 +1,12 @@
 //! `CUresult` → [`halcyon::Error`]: the status code a CUDA error maps to, and messages such as
 //! `cuMemAlloc(1048576 bytes) failed: CUDA_ERROR_OUT_OF_MEMORY (2)`.
 //!
-//! The error's name is the `CUresult`'s C name (`CUDA_ERROR_OUT_OF_MEMORY`), which is exactly
-//! what `cuGetErrorName` returns; it is taken from the bindings' enum so that formatting an error
-//! never calls back into the driver (which may be the thing that is broken) and works in unit
-//! tests without one.
+//! Results arrive as [`Code`]s, the driver's number (see [`crate::raw`]). The error's name is
+//! the `CUresult`'s C name (`CUDA_ERROR_OUT_OF_MEMORY`), which is exactly what `cuGetErrorName`
+//! returns; for the codes cudarc's bindings have it is taken from them, so formatting an error
+//! does not call back into the driver (which may be the thing that is broken) and works in unit
+//! tests without one. Only a code newer than the bindings is named by the driver's
+//! `cuGetErrorName`, and maps to `Internal` unless its number says more (below).
 //!
 //! | CUDA error                                             | [`StatusCode`]        |
 //! |--------------------------------------------------------|-----------------------|
@@ -17,17 +19,24 @@
 //! | not permitted                                          | `PermissionDenied`    |
 //! | timeout                                                | `DeadlineExceeded`    |
 //! | **sticky device faults**: illegal address, launch failed, trap/assert, illegal or misaligned instruction/address, invalid PC, hardware stack error, launch timeout, uncorrectable ECC / NVLink, context destroyed | `Aborted` (the message says the context is dead) |
-//! | anything else                                          | `Internal`            |
+//! | a function the driver does not export ([`Code::MISSING_SYMBOL`]) | `Unimplemented` |
+//! | anything else, and codes newer than the bindings       | `Internal`            |
 
-use std::ffi::c_int;
+use std::ffi::{c_char, CStr};
+use std::sync::OnceLock;
 
 use cudarc::driver::sys::CUresult;
 use halcyon::{Error, StatusCode};
 
+use crate::raw::Code;
+
 /// Whether `code` is a sticky error: once it happened the CUDA context is unusable and every
 /// later call in it fails with the same error (host functions enqueued in it never run).
-pub fn is_sticky(code: CUresult) -> bool {
+pub fn is_sticky(code: Code) -> bool {
     use CUresult as R;
+    let Some(code) = code.known() else {
+        return false;
+    };
     matches!(
         code,
         R::CUDA_ERROR_ILLEGAL_ADDRESS
@@ -49,12 +58,19 @@ pub fn is_sticky(code: CUresult) -> bool {
 }
 
 /// The [`StatusCode`] for a CUDA error (see the [module docs](self) for the table).
-pub fn status_code(code: CUresult) -> StatusCode {
+pub fn status_code(code: Code) -> StatusCode {
     use CUresult as R;
     if is_sticky(code) {
         return StatusCode::Aborted;
     }
-    match code {
+    let Some(known) = code.known() else {
+        return if code == Code::MISSING_SYMBOL {
+            StatusCode::Unimplemented
+        } else {
+            StatusCode::Internal
+        };
+    };
+    match known {
         R::CUDA_ERROR_OUT_OF_MEMORY
         | R::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
         | R::CUDA_ERROR_TOO_MANY_PEERS
@@ -114,14 +130,58 @@ pub fn status_code(code: CUresult) -> StatusCode {
 }
 
 /// `CUDA_ERROR_OUT_OF_MEMORY (2)`: the C name (what `cuGetErrorName` returns) and the number.
-pub fn describe(code: CUresult) -> String {
-    // The bindings' enum variants carry the C names, so `Debug` prints exactly them.
-    format!("{code:?} ({})", code as c_int)
+/// A code newer than the bindings is named by the driver if it can
+/// (`CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER (36)`), else shown as `CUDA error 36`; a missing
+/// symbol says so.
+pub fn describe(code: Code) -> String {
+    if code == Code::MISSING_SYMBOL {
+        return "the driver does not export this function (it is older than the call needs; \
+                update the NVIDIA driver)"
+            .into();
+    }
+    let number = code.number();
+    match code.known() {
+        // The bindings' enum variants carry the C names, so `Debug` prints exactly them.
+        Some(known) => format!("{known:?} ({number})"),
+        None => match driver_error_name(code) {
+            Some(name) => format!("{name} ({number})"),
+            None => format!("CUDA error {number}"),
+        },
+    }
+}
+
+/// The driver's name for a code the bindings lack, from `cuGetErrorName`; `None` before a
+/// successful probe (no driver to ask) or when the driver does not know it either.
+fn driver_error_name(code: Code) -> Option<String> {
+    type GetErrorName = unsafe extern "C" fn(u32, *mut *const c_char) -> u32;
+    static FUNCTION: OnceLock<Option<GetErrorName>> = OnceLock::new();
+    if !crate::probe::succeeded() {
+        return None;
+    }
+    // SAFETY: `CUresult cuGetErrorName(CUresult, const char**)`, with the enum passed and
+    // returned as its `repr(u32)` number; the probe succeeded, so cudarc's library opens.
+    let function = FUNCTION.get_or_init(|| unsafe {
+        cudarc::driver::sys::culib()
+            .get::<GetErrorName>(b"cuGetErrorName\0")
+            .ok()
+            .map(|s| *s)
+    });
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: the out-pointer is valid; cuGetErrorName only reads a static table (it answers
+    // CUDA_ERROR_INVALID_VALUE for a code it does not know).
+    let ok =
+        (*function).is_some_and(|f| unsafe { f(code.number(), &mut name) } == 0 && !name.is_null());
+    // SAFETY: on success the driver points at a static NUL-terminated string.
+    ok.then(|| {
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }
 
 /// The error for `call` failing with `code`: `"{call} failed: CUDA_ERROR_X (n)"`, plus, for a
 /// sticky fault, what it means for the device.
-pub fn cuda_error(call: &str, code: CUresult) -> Error {
+pub fn cuda_error(call: &str, code: Code) -> Error {
     let mut message = format!("{call} failed: {}", describe(code));
     if is_sticky(code) {
         message.push_str(
@@ -134,10 +194,11 @@ pub fn cuda_error(call: &str, code: CUresult) -> Error {
 }
 
 /// `Ok` for `CUDA_SUCCESS`, else [`cuda_error`] naming `call` (built only on failure).
-pub fn check(code: CUresult, call: impl FnOnce() -> String) -> halcyon::Result<()> {
-    match code {
-        CUresult::CUDA_SUCCESS => Ok(()),
-        _ => Err(cuda_error(&call(), code)),
+pub fn check(code: Code, call: impl FnOnce() -> String) -> halcyon::Result<()> {
+    if code.is_success() {
+        Ok(())
+    } else {
+        Err(cuda_error(&call(), code))
     }
 }
 
@@ -149,7 +210,7 @@ mod tests {
     fn messages_name_the_call_the_error_and_its_number() {
         let e = cuda_error(
             "cuMemAlloc(1048576 bytes)",
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY.into(),
         );
         assert_eq!(e.code(), StatusCode::ResourceExhausted);
         assert_eq!(
@@ -166,11 +227,11 @@ mod tests {
             CUresult::CUDA_ERROR_ECC_UNCORRECTABLE,
             CUresult::CUDA_ERROR_ASSERT,
         ] {
-            let e = cuda_error("cuEventQuery", code);
+            let e = cuda_error("cuEventQuery", code.into());
             assert_eq!(e.code(), StatusCode::Aborted, "{e}");
             assert!(e.message().contains("sticky CUDA device fault"), "{e}");
         }
-        let e = cuda_error("cuEventQuery", CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        let e = cuda_error("cuEventQuery", CUresult::CUDA_ERROR_ILLEGAL_ADDRESS.into());
         assert!(
             e.message()
                 .starts_with("cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
@@ -199,21 +260,46 @@ mod tests {
             (R::CUDA_ERROR_UNKNOWN, StatusCode::Unknown),
         ];
         for (code, status) in cases {
-            assert_eq!(status_code(code), status, "{code:?}");
-            assert!(!is_sticky(code), "{code:?}");
+            assert_eq!(status_code(code.into()), status, "{code:?}");
+            assert!(!is_sticky(code.into()), "{code:?}");
         }
     }
 
     #[test]
     fn check_builds_the_message_only_on_failure() {
-        check(CUresult::CUDA_SUCCESS, || unreachable!()).unwrap();
-        let e = check(CUresult::CUDA_ERROR_INVALID_HANDLE, || {
+        check(Code::SUCCESS, || unreachable!()).unwrap();
+        let e = check(CUresult::CUDA_ERROR_INVALID_HANDLE.into(), || {
             "cuStreamSynchronize".into()
         })
         .unwrap_err();
         assert_eq!(
             e.message(),
             "cuStreamSynchronize failed: CUDA_ERROR_INVALID_HANDLE (400)"
+        );
+    }
+
+    #[test]
+    fn codes_newer_than_the_bindings_and_missing_symbols() {
+        // No driver here (or not probed in this test): the number is all there is.
+        let newer = Code::from_number(36);
+        assert!(!is_sticky(newer));
+        let e = cuda_error("cuMemAlloc(64 bytes)", newer);
+        assert_eq!(e.code(), StatusCode::Internal);
+        assert!(
+            e.message().starts_with("cuMemAlloc(64 bytes) failed: "),
+            "{e}"
+        );
+        assert!(
+            e.message().contains("(36)") || e.message().ends_with("CUDA error 36"),
+            "{e}"
+        );
+
+        let e = cuda_error("cuFuncGetParamInfo", Code::MISSING_SYMBOL);
+        assert_eq!(e.code(), StatusCode::Unimplemented);
+        assert_eq!(
+            e.message(),
+            "cuFuncGetParamInfo failed: the driver does not export this function (it is older \
+             than the call needs; update the NVIDIA driver)"
         );
     }
 }

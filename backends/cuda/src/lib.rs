@@ -41,8 +41,13 @@
 //!
 //! Modules, bottom up (cudarc's own layering, `sys` → checked calls → safe API):
 //!
-//! * [`probe`]: the gate in front of cudarc (libcuda present, CUDA 12.0 or newer, initialised).
-//! * [`error`]: `CUresult` → [`halcyon::Error`] with the call, the error's name and number.
+//! * [`probe`]: the gate in front of the driver (libcuda present, CUDA 12.0 or newer,
+//!   initialised).
+//! * [`raw`]: the driver calls this crate makes, resolved from the library cudarc opened, with
+//!   cudarc's parameter types and the result as a plain number ([`raw::Code`]), so codes from a
+//!   driver newer than the bindings and missing symbols are errors, not undefined behaviour or
+//!   panics.
+//! * [`error`]: a [`raw::Code`] → [`halcyon::Error`] with the call, the error's name and number.
 //! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
 //! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX or cubin plus entry-point
 //!   metadata, native or as bytes with a header), validation, [`CudaModule::compile`].
@@ -106,12 +111,13 @@ pub mod error;
 pub mod module;
 pub mod nvrtc;
 pub mod probe;
+pub mod raw;
 
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{result as cu, sys};
+use cudarc::driver::sys;
 use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
@@ -124,7 +130,11 @@ pub const DRIVER_ID: &str = "cuda";
 
 /// The number of devices (`cuDeviceGetCount`); `Unavailable` when it is 0.
 pub(crate) fn device_count(probe: &Probe) -> Result<i32> {
-    let count = cu::device::get_count().map_err(|e| error::cuda_error("cuDeviceGetCount", e.0))?;
+    let mut count: c_int = 0;
+    // SAFETY: a valid out-pointer; the probe initialised the driver.
+    error::check(unsafe { raw::cuDeviceGetCount(&mut count) }, || {
+        "cuDeviceGetCount".into()
+    })?;
     if count <= 0 {
         return Err(Error::new(
             StatusCode::Unavailable,
@@ -139,19 +149,28 @@ pub(crate) fn device_count(probe: &Probe) -> Result<i32> {
 
 /// Device `ordinal`'s name with its compute capability, multiprocessors and memory.
 pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
-    let device = cu::device::get(ordinal)
-        .map_err(|e| error::cuda_error(&format!("cuDeviceGet({ordinal})"), e.0))?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: a valid out-pointer; the probe initialised the driver.
+    error::check(unsafe { raw::cuDeviceGet(&mut device, ordinal) }, || {
+        format!("cuDeviceGet({ordinal})")
+    })?;
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; `device` came from cuDeviceGet; the probe
     // guarantees libcuda is loaded and initialised.
-    let e = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, device) };
+    let e = unsafe { raw::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, device) };
     error::check(e, || format!("cuDeviceGetName({ordinal})"))?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let mut name = String::from_utf8_lossy(&buf[..end]).into_owned();
 
     use sys::CUdevice_attribute as A;
     // SAFETY: `device` came from cuDeviceGet (after a successful probe).
-    let attr = |a| unsafe { cu::device::get_attribute(device, a) }.ok();
+    let attr = |a| {
+        let mut value: c_int = 0;
+        // SAFETY: a valid out-pointer and a device from cuDeviceGet.
+        unsafe { raw::cuDeviceGetAttribute(&mut value, a, device) }
+            .is_success()
+            .then_some(value)
+    };
     let mut details = Vec::new();
     if let (Some(major), Some(minor)) = (
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
@@ -162,8 +181,9 @@ pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
     if let Some(sms) = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) {
         details.push(format!("{sms} SMs"));
     }
-    // SAFETY: as above.
-    if let Ok(bytes) = unsafe { cu::device::total_mem(device) } {
+    let mut bytes = 0usize;
+    // SAFETY: a valid out-pointer and a device from cuDeviceGet.
+    if unsafe { raw::cuDeviceTotalMem_v2(&mut bytes, device) }.is_success() {
         details.push(format!("{} MiB", bytes >> 20));
     }
     if !details.is_empty() {

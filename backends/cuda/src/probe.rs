@@ -1,24 +1,26 @@
-//! The gate in front of cudarc.
+//! The gate in front of the CUDA driver.
 //!
-//! cudarc (with `dynamic-loading`) panics when libcuda is missing, on every call, and when a
-//! symbol its bindings expect is missing from an older driver. halcyon must never panic for
-//! "no GPU" (and under `panic = "abort"` a panic is fatal), so before any cudarc function runs,
-//! [`probe`] opens libcuda itself with [`libloading`], reads `cuDriverGetVersion`, compares it
-//! with the oldest CUDA version this crate supports ([`MIN_DRIVER_VERSION`], CUDA 12.0), and
-//! calls `cuInit(0)`. Only a successful probe yields a [`Probe`], and every function of this
-//! crate that calls cudarc takes one; the result is cached for the process.
+//! cudarc (with `dynamic-loading`) panics when libcuda is missing, on every call. halcyon must
+//! never panic for "no GPU" (and under `panic = "abort"` a panic is fatal), so before any
+//! driver function runs through cudarc's library, [`probe`] opens libcuda itself with
+//! [`libloading`], reads `cuDriverGetVersion`, compares it with the oldest CUDA version this
+//! crate supports ([`MIN_DRIVER_VERSION`], CUDA 12.0), and calls `cuInit(0)`. Only a
+//! successful probe yields a [`Probe`], and every function of this crate that calls the driver
+//! takes one; the result is cached for the process.
 //!
 //! **Driver versions.** The bindings are CUDA 12.8's ([`BINDINGS_VERSION`]), but the driver
-//! need not be that new: cudarc resolves each driver symbol lazily, by name, the first time it
-//! is called (and panics then if the driver lacks it), so an older driver works as long as
-//! nothing calls a function it does not have. Every driver function this crate calls exists
-//! in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4), which is called only when
-//! [`Probe::supports`] says the driver has it ([`PARAM_INFO_VERSION`]); on CUDA 12.0 to 12.3
-//! drivers, loading a module skips the kernel-signature check it provides. The minimum is
-//! CUDA 12.0 (driver R525) rather than 11.4 because the bindings are CUDA 12 headers: NVIDIA's
-//! minor-version compatibility covers CUDA 12.x on any 12.x driver, and nothing is tested
-//! against CUDA 11 drivers. When adding a driver call, check the version that introduced it
-//! and gate it like `cuFuncGetParamInfo` if it is newer than [`MIN_DRIVER_VERSION`].
+//! need not be that new: [`crate::raw`] resolves each driver symbol by name the first time it
+//! is called (and fails that call with `Unimplemented` if the driver lacks it), so an older
+//! driver works as long as nothing calls a function it does not have. Every driver function
+//! this crate calls exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
+//! which is called only when [`Probe::supports`] says the driver has it
+//! ([`PARAM_INFO_VERSION`]); on CUDA 12.0 to 12.3 drivers, loading a module skips the
+//! kernel-signature check it provides. The minimum is CUDA 12.0 (driver R525) rather than 11.4
+//! because the bindings are CUDA 12 headers: NVIDIA's minor-version compatibility covers CUDA
+//! 12.x on any 12.x driver, and nothing is tested against CUDA 11 drivers. When adding a
+//! driver call, check the version that introduced it and gate it like `cuFuncGetParamInfo` if
+//! it is newer than [`MIN_DRIVER_VERSION`]. A driver newer than the bindings is fine too: its
+//! new error codes stay numbers ([`crate::raw::Code`]).
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::OnceLock;
@@ -43,7 +45,7 @@ pub const MIN_DRIVER_VERSION: i32 = 12000;
 pub const PARAM_INFO_VERSION: i32 = 12040;
 
 /// A successful probe: libcuda is loaded, new enough, and initialised. Only [`probe`] makes
-/// one, so holding a `&Probe` proves cudarc may be called.
+/// one, so holding a `&Probe` proves the driver may be called.
 #[derive(Debug)]
 pub struct Probe {
     soname: String,
@@ -62,7 +64,7 @@ impl Probe {
     }
 
     /// Whether the driver supports CUDA `version` (for example [`PARAM_INFO_VERSION`]), so
-    /// functions introduced in it may be called: cudarc panics on a symbol the driver lacks.
+    /// functions introduced in it may be called (on an older driver they fail as missing).
     pub fn supports(&self, version: i32) -> bool {
         self.driver_version >= version
     }
@@ -78,10 +80,18 @@ pub fn version_string(version: i32) -> String {
     format!("{}.{}", version / 1000, (version % 1000) / 10)
 }
 
+/// The cached outcome of [`probe`].
+static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
+
+/// Whether [`probe`] has already run and succeeded (without probing, and without waiting for a
+/// probe under way): the driver may then be asked, for example for an error's name.
+pub(crate) fn succeeded() -> bool {
+    PROBE.get().is_some_and(|p| p.is_ok())
+}
+
 /// Probes once per process and caches the outcome: `Unavailable` with the reason when libcuda
 /// is missing, older than [`MIN_DRIVER_VERSION`], or fails to initialise (no device).
 pub fn probe() -> Result<&'static Probe> {
-    static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
             let probe = probe_with(LIBCUDA_SONAMES, MIN_DRIVER_VERSION)?;
@@ -100,11 +110,12 @@ pub fn probe() -> Result<&'static Probe> {
             }
             // cudarc may open another file than the probe did (it tries `libcuda.so` first,
             // which can be a toolkit's stub library on the loader path): initialise through
-            // cudarc too (cuInit is idempotent), so every later call reaches a working driver.
-            // SAFETY: cudarc found a libcuda above, so resolving cuInit does not panic (every
-            // libcuda, stubs included, exports it); the flags must be 0.
-            let r = unsafe { cudarc::driver::sys::cuInit(0) };
-            if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            // cudarc's library too (cuInit is idempotent), so every later call reaches a
+            // working driver.
+            // SAFETY: cudarc found a libcuda above, so `raw` can resolve from it; the flags
+            // must be 0.
+            let r = unsafe { crate::raw::cuInit(0) };
+            if !r.is_success() {
                 return Err(Error::new(
                     StatusCode::Unavailable,
                     format!(
