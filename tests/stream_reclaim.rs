@@ -1,12 +1,13 @@
-//! Frees of buffer memory whose last reference goes while a submission is settled: they are
-//! made by the device's reclaimer thread, not on the completion path (a GPU free may wait for
-//! the device), and an allocation that follows never fails for memory whose free is pending.
+//! Frees of buffer memory and unloads of modules whose last reference goes while a submission
+//! is settled: they are made by the device's reclaimer thread, not on the completion path (a
+//! GPU free or unload may wait for the device), and an allocation that follows never fails for
+//! memory whose free is pending.
 
 use std::time::Duration;
 
-use halcyon::stream::host::HostStreamApi;
+use halcyon::stream::host::{HostModule, HostStreamApi, LaunchArgs};
 use halcyon::stream::keys;
-use halcyon::{BufferParams, Result, StatusCode, Timepoints};
+use halcyon::{BufferParams, EntryPoint, Result, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, done, eventually};
 
 #[path = "common/stream.rs"]
@@ -84,6 +85,47 @@ fn an_allocation_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
             }
             assert_eq!(stat(&device, keys::DEFERRED_FREES), 50, "{strategy:?}");
             Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// An executable the application drops while a dispatch of it is in flight is unloaded when
+/// that submission is settled, by the reclaimer (an unload may wait for the device, like a
+/// free); one dropped with nothing in flight is unloaded at once.
+#[test]
+fn executables_released_while_settling_are_unloaded_by_the_reclaimer() -> Result<()> {
+    let entry = EntryPoint {
+        name: "noop".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    };
+    let spec = || {
+        HostModule::new()
+            .kernel(entry.clone(), |_: &LaunchArgs<'_>| Ok(()))
+            .spec()
+    };
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        block_on(async {
+            let idle = device.load_executable(&spec())?;
+            assert_eq!(api.stats().modules, 1);
+            drop(idle);
+            assert_eq!(api.stats().modules, 0, "{strategy:?}: unloaded at once");
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 0);
+
+            let executable = device.load_executable(&spec())?;
+            let hold = api.hold();
+            let run = queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[], &[]);
+            drop(executable); // the submission holds the module now
+            assert_eq!(api.stats().modules, 1);
+            drop(hold);
+            done("dispatch", run).await?;
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 1, "{strategy:?}");
+            eventually("the reclaimer unloaded it", || api.stats().modules == 0).await
         })?;
     }
     Ok(())

@@ -7,11 +7,15 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::executable::{EntryPoint, ExecutableBackend, ExecutableSpec};
 use crate::stream::api::{FunctionHandle, ModuleHandle, StreamApi};
+use crate::stream::device::reclaim::{Reclaim, Reclaimed};
 
 /// A module loaded through [`StreamApi::load_module`], unloaded when the last handle and the
-/// last submission dispatching it are gone.
+/// last submission dispatching it are gone: by the device's reclaimer when that is a
+/// submission being settled (an unload may wait for the device; see
+/// [`crate::stream::device::reclaim`]), else at once.
 pub(crate) struct StreamExecutable<A: StreamApi> {
     api: Arc<A>,
+    reclaim: Arc<Reclaim>,
     /// The device that loaded it.
     pub(crate) owner: u64,
     module: ModuleHandle,
@@ -25,7 +29,12 @@ pub(crate) struct StreamExecutable<A: StreamApi> {
 
 impl<A: StreamApi> StreamExecutable<A> {
     /// Loads `spec` and looks up every entry point's function.
-    pub(crate) fn load(api: &Arc<A>, owner: u64, spec: &ExecutableSpec) -> Result<Self> {
+    pub(crate) fn load(
+        api: &Arc<A>,
+        reclaim: &Arc<Reclaim>,
+        owner: u64,
+        spec: &ExecutableSpec,
+    ) -> Result<Self> {
         let loaded = api.load_module(spec)?;
         let functions = loaded
             .entry_points
@@ -44,6 +53,7 @@ impl<A: StreamApi> StreamExecutable<A> {
             .collect();
         Ok(StreamExecutable {
             api: api.clone(),
+            reclaim: reclaim.clone(),
             owner,
             module: loaded.module,
             entry_points: loaded.entry_points,
@@ -66,6 +76,8 @@ impl<A: StreamApi> ExecutableBackend for StreamExecutable<A> {
 impl<A: StreamApi> Drop for StreamExecutable<A> {
     fn drop(&mut self) {
         // Submissions dispatching it hold the executable until their fences settled.
-        let _ = self.api.unload_module(self.module);
+        if !self.reclaim.defer(Reclaimed::Module(self.module)) {
+            let _ = self.api.unload_module(self.module);
+        }
     }
 }

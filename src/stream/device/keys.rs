@@ -59,6 +59,7 @@ pub const PINNED_IDLE: &str = "stream.pinned_idle";
 /// Pinned host buffers the device allocated so far (steady once its pool covers the
 /// submissions in flight).
 pub const PINNED_ALLOCATED: &str = "stream.pinned_allocated";
-/// Buffer frees handed to the device's reclaimer thread because the last reference went while
-/// a submission was settled (a free may wait for the device; completion paths must not).
+/// Buffer frees and module unloads handed to the device's reclaimer thread because the last
+/// reference went while a submission was settled (both may wait for the device; completion
+/// paths must not).
 pub const DEFERRED_FREES: &str = "stream.deferred_frees";

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi, StreamHandle};
-use crate::stream::device::reclaim::Reclaim;
+use crate::stream::device::reclaim::{Reclaim, Reclaimed};
 
 /// What orders work on one queue's stream: the lock held while a submission is enqueued (and
 /// while a command list is captured into a graph), and stream-ordered frees that found it held.
@@ -199,7 +199,7 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
         }
         // While a submission is settled, the free goes to the reclaimer (it may wait for the
         // device); elsewhere it is made here.
-        if !self.reclaim.defer(self.ptr) {
+        if !self.reclaim.defer(Reclaimed::Memory(self.ptr)) {
             let _ = self.api.free(self.ptr);
         }
     }

@@ -65,6 +65,7 @@ use self::completion::{completion_thread, Fifo, ProbeParker};
 use self::core::{Core, QueueStreams, Stats};
 use self::executable::StreamExecutable;
 use self::memory::StreamMemory;
+use self::reclaim::Reclaimed;
 
 /// How a [`StreamDevice`] observes completions (see the completion module docs in the source).
 ///
@@ -262,8 +263,11 @@ impl<A: StreamApi> StreamDevice<A> {
         let reclaimer = std::thread::Builder::new()
             .name(format!("halcyon-{}{}-free", api_info.driver, options.index))
             .spawn(move || {
-                reclaim.run(|ptr| {
-                    let _ = api.free(ptr);
+                reclaim.run(|item| {
+                    let _ = match item {
+                        Reclaimed::Memory(ptr) => api.free(ptr),
+                        Reclaimed::Module(module) => api.unload_module(module),
+                    };
                 })
             })
             .map_err(|e| {
@@ -434,6 +438,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>> {
         Ok(Box::new(StreamExecutable::load(
             &self.core.api,
+            &self.core.reclaim,
             self.core.id,
             spec,
         )?))

@@ -46,7 +46,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi};
-use crate::stream::device::reclaim::Reclaim;
+use crate::stream::device::reclaim::{Reclaim, Reclaimed};
 use crate::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
 
 /// Pinned host memory leased to submissions (see the [module docs](self)).
@@ -88,7 +88,7 @@ impl PinnedMemory {
         };
         self.pool.trim_to(usize::MAX, Self::KEEP_BYTES);
         for retired in self.pool.take_retired() {
-            if !self.reclaim.hand_over(address(&retired)) {
+            if !self.reclaim.hand_over(Reclaimed::Memory(address(&retired))) {
                 let _ = api.free(address(&retired));
             }
         }

@@ -1,4 +1,5 @@
-//! Frees of buffer memory that must not run where a submission completes.
+//! Frees of buffer memory, and unloads of modules, that must not run where a submission
+//! completes.
 //!
 //! A submission holds the memory of every buffer it uses until it is settled, so the last
 //! reference to a buffer the application already dropped goes away while the submission is
@@ -15,6 +16,10 @@
 //! last reference, the device's own shutdown) memory is freed at once, as before. Stream-ordered
 //! memory (queue `alloca`) is freed in stream order with no wait and never goes through here.
 //!
+//! The same holds for modules: `cuModuleUnload` and `hipModuleUnload` synchronise with the
+//! device too, and the last reference to an executable the application dropped may be the one
+//! a dispatching submission holds, so its unload goes the same way ([`Reclaimed::Module`]).
+//!
 //! An allocation that runs out of memory waits for the reclaimer's pending frees
 //! ([`Reclaim::flush`]) and tries once more, so deferring a free never turns into a spurious
 //! out-of-memory error. When the device is dropped the reclaimer takes what is left, and memory
@@ -23,16 +28,25 @@
 use std::cell::Cell;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::stream::api::DevicePtr;
+use crate::stream::api::{DevicePtr, ModuleHandle};
 use crate::stream::handoff::Handoff;
+
+/// What the reclaimer releases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reclaimed {
+    /// Memory no device work uses any more ([`crate::stream::StreamApi::free`]).
+    Memory(DevicePtr),
+    /// A module no submission dispatches any more ([`crate::stream::StreamApi::unload_module`]).
+    Module(ModuleHandle),
+}
 
 thread_local! {
     /// Set while this thread settles a submission ([`defer_frees`]).
     static DEFERRING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks the calling thread as settling a submission until the guard drops: buffer memory
-/// dropped meanwhile goes to the device's reclaimer.
+/// Marks the calling thread as settling a submission until the guard drops: buffer memory and
+/// modules dropped meanwhile go to the device's reclaimer.
 pub(crate) fn defer_frees() -> DeferGuard {
     DeferGuard {
         was: DEFERRING.with(|d| d.replace(true)),
@@ -64,7 +78,7 @@ struct Counts {
 
 /// The queue to a device's reclaimer thread (see the [module docs](self)).
 pub(crate) struct Reclaim {
-    queue: Handoff<DevicePtr>,
+    queue: Handoff<Reclaimed>,
     counts: Mutex<Counts>,
     freed: Condvar,
 }
@@ -84,25 +98,25 @@ impl Reclaim {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hands `ptr` to the reclaimer if the calling thread is settling a submission and the
-    /// reclaimer still runs; `false`: the caller frees it itself.
-    pub(crate) fn defer(&self, ptr: DevicePtr) -> bool {
-        deferring() && self.hand_over(ptr)
+    /// Hands `item` to the reclaimer if the calling thread is settling a submission and the
+    /// reclaimer still runs; `false`: the caller releases it itself.
+    pub(crate) fn defer(&self, item: Reclaimed) -> bool {
+        deferring() && self.hand_over(item)
     }
 
-    /// The reclaimer thread's loop: frees each pointer with `free`, in order, until
+    /// The reclaimer thread's loop: releases each item with `release`, in order, until
     /// [`Reclaim::close`].
-    pub(crate) fn run(&self, free: impl Fn(DevicePtr)) {
-        while let Some(ptr) = self.queue.next() {
-            free(ptr);
+    pub(crate) fn run(&self, release: impl Fn(Reclaimed)) {
+        while let Some(item) = self.queue.next() {
+            release(item);
             self.counts().freed += 1;
             self.freed.notify_all();
         }
     }
 
-    /// Hands `ptr` (memory no device work uses) to the reclaimer wherever the caller runs;
-    /// `false` once the reclaimer stopped: the caller frees it itself.
-    pub(crate) fn hand_over(&self, ptr: DevicePtr) -> bool {
+    /// Hands `item` (which no device work uses) to the reclaimer wherever the caller runs;
+    /// `false` once the reclaimer stopped: the caller releases it itself.
+    pub(crate) fn hand_over(&self, item: Reclaimed) -> bool {
         {
             let mut counts = self.counts();
             if counts.closed {
@@ -110,11 +124,11 @@ impl Reclaim {
             }
             counts.pushed += 1;
         }
-        self.queue.push(ptr);
+        self.queue.push(item);
         true
     }
 
-    /// Waits until every free handed over so far was made.
+    /// Waits until everything handed over so far was released.
     pub(crate) fn flush(&self) {
         let mut counts = self.counts();
         let target = counts.pushed;
@@ -129,13 +143,13 @@ impl Reclaim {
         self.queue.stop();
     }
 
-    /// Frees handed over and not yet made.
+    /// Items handed over and not yet released.
     pub(crate) fn pending(&self) -> u64 {
         let counts = self.counts();
         counts.pushed - counts.freed
     }
 
-    /// Frees handed over so far.
+    /// Items handed over so far.
     pub(crate) fn deferred(&self) -> u64 {
         self.counts().pushed
     }
@@ -149,30 +163,35 @@ mod tests {
     #[test]
     fn only_frees_under_the_mark_are_deferred_and_all_are_made_in_order() {
         let reclaim = Arc::new(Reclaim::default());
-        assert!(!reclaim.defer(DevicePtr(1)), "not settling: freed at once");
+        let memory = |n| Reclaimed::Memory(DevicePtr(n));
+        assert!(!reclaim.defer(memory(1)), "not settling: freed at once");
         let freed = Arc::new(StdMutex::new(Vec::new()));
         let thread = {
             let (reclaim, freed) = (reclaim.clone(), freed.clone());
-            std::thread::spawn(move || reclaim.run(|ptr| freed.lock().unwrap().push(ptr.0)))
+            std::thread::spawn(move || reclaim.run(|item| freed.lock().unwrap().push(item)))
         };
         {
             let _mark = defer_frees();
             {
                 let _nested = defer_frees();
-                assert!(reclaim.defer(DevicePtr(2)));
+                assert!(reclaim.defer(memory(2)));
+                assert!(reclaim.defer(Reclaimed::Module(ModuleHandle(7))));
             }
             assert!(
-                reclaim.defer(DevicePtr(3)),
+                reclaim.defer(memory(3)),
                 "still marked after a nested guard"
             );
         }
-        assert!(!reclaim.defer(DevicePtr(4)), "the mark is gone");
+        assert!(!reclaim.defer(memory(4)), "the mark is gone");
         reclaim.flush();
-        assert_eq!(*freed.lock().unwrap(), [2, 3]);
+        assert_eq!(
+            *freed.lock().unwrap(),
+            [memory(2), Reclaimed::Module(ModuleHandle(7)), memory(3)]
+        );
         assert_eq!(reclaim.pending(), 0);
         reclaim.close();
         let _mark = defer_frees();
-        assert!(!reclaim.defer(DevicePtr(5)), "closed: freed at once");
+        assert!(!reclaim.defer(memory(5)), "closed: freed at once");
         thread.join().unwrap();
     }
 }

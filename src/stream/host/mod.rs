@@ -102,6 +102,8 @@ pub struct HostApiStats {
     pub events: u64,
     /// Allocations alive.
     pub allocations: u64,
+    /// Modules loaded and not unloaded.
+    pub modules: u64,
 }
 
 /// Function id → (module id, module, kernel index).
@@ -330,6 +332,7 @@ impl HostStreamApi {
             streams: lock(&shared.streams).len() as u64,
             events: lock(&shared.events).len() as u64,
             allocations: shared.memory.len() as u64,
+            modules: lock(&shared.modules).len() as u64,
         }
     }
 
