@@ -72,6 +72,18 @@ if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nv
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 nvidia-smi -L >"$out/summary" 2>&1 || echo "no nvidia-smi" >"$out/summary"
+# NVRTC (for the tests that compile CUDA C): the image's toolkit or pip wheels may be off the
+# loader path; halcyon-cuda opens libnvrtc.so, .so.13 or .so.12 by name.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+    for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+        /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
+        /opt/torch/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib; do
+        if ls "$dir"/libnvrtc.so* >/dev/null 2>&1; then
+            export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        fi
+    done
+fi
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$out/summary"
 cd "$here"
 while read -r kind name; do
     case "$kind" in
