@@ -217,12 +217,19 @@ const KNOWN: &[CUresult] = {
 ///
 /// # Safety
 ///
-/// `F` must be the function's C signature, and [`crate::probe::probe`] must have succeeded
-/// (cudarc's `culib` panics when no library opens; the probe checks that one does).
+/// `F` must be the function's C signature, and [`crate::probe::probe`] should have succeeded
+/// (without a library, or before the probe initialised the driver, calls fail).
 unsafe fn resolve<F: Copy>(name: &'static str) -> Option<F> {
-    // SAFETY: the caller's contract; libcuda stays loaded for the process (the probe leaks
-    // its handle, and cudarc keeps its own in a static).
-    unsafe { sys::culib().get::<F>(name.as_bytes()).ok().map(|s| *s) }
+    // SAFETY: the caller's contract. Checking that cudarc's loader finds a library first keeps
+    // even a call made without the probe from panicking (once per function: it is cached).
+    // libcuda stays loaded for the process (the probe leaks its handle, and cudarc keeps its
+    // own in a static).
+    unsafe {
+        if !sys::is_culib_present() {
+            return None;
+        }
+        sys::culib().get::<F>(name.as_bytes()).ok().map(|s| *s)
+    }
 }
 
 /// Declares each driver function with cudarc's parameter types and a [`Code`] result.
@@ -415,5 +422,17 @@ mod tests {
         numbers.dedup();
         assert_eq!(numbers.len(), KNOWN.len());
         assert!(numbers.iter().all(|&n| n < 1000));
+    }
+
+    #[test]
+    fn calls_without_a_driver_fail_instead_of_panicking() {
+        // SAFETY: cuInit(0) is valid at any time; without a libcuda nothing is called.
+        let r = unsafe { cuInit(0) };
+        // SAFETY: only tries dlopen.
+        if unsafe { sys::is_culib_present() } {
+            assert_ne!(r, Code::MISSING_SYMBOL, "every libcuda exports cuInit");
+        } else {
+            assert_eq!(r, Code::MISSING_SYMBOL);
+        }
     }
 }
