@@ -64,7 +64,9 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUTPUT_DIR}
 mkdir -p "$out"
-if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1' && ls "$here"/deb/*.deb >/dev/null 2>&1; then
+# (grep without -q reads all of ldconfig's output: with -q, ldconfig may die of SIGPIPE and,
+# under pipefail, the library would read as missing.)
+if ! ldconfig -p 2>/dev/null | grep 'libvulkan.so.1' >/dev/null && ls "$here"/deb/*.deb >/dev/null 2>&1; then
     for f in "$here"/deb/*.deb; do dpkg -x "$f" /; done
     ldconfig
 fi
@@ -74,7 +76,7 @@ fi
 nvidia-smi -L >"$out/summary" 2>&1 || echo "no nvidia-smi" >"$out/summary"
 # NVRTC (for the tests that compile CUDA C): the image's toolkit or pip wheels may be off the
 # loader path; halcyon-cuda opens libnvrtc.so, .so.13 or .so.12 by name.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+if ! ldconfig -p 2>/dev/null | grep 'libnvrtc\.so' >/dev/null; then
     for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
         /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
         /opt/torch/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib; do

@@ -1,5 +1,6 @@
-//! Benchmarks of the CUDA device against the CUDA driver API used raw, in the same run. Without
-//! libcuda or a device the benchmark prints why and exits successfully.
+//! Benchmarks of the CUDA device against the CUDA driver API used raw, in the same run (the
+//! raw calls go through `halcyon_cuda::raw`: the driver's own functions, with the result read
+//! as a number). Without libcuda or a device the benchmark prints why and exits successfully.
 //!
 //! Run with `cargo bench -p halcyon-cuda --bench cuda`. The kernel is `empty` from
 //! `tests/kernels/standard.ptx` (one block of one thread, no parameters), so every figure is
@@ -48,10 +49,11 @@ use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUfunction, CUgraphExec, CUresult, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUfunction, CUgraphExec, CUstream};
 use futures::executor::block_on;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
+use halcyon_cuda::raw::{self, Code};
 use halcyon_cuda::{create_device_with, probe, CudaDeviceOptions, CudaModule};
 
 const STANDARD_PTX: &str = include_str!("../tests/kernels/standard.ptx");
@@ -67,8 +69,8 @@ fn empty_entry() -> EntryPoint {
 }
 
 /// Panics with the call's name on a CUDA error (a benchmark has nothing better to do).
-fn ok(r: CUresult, call: &str) {
-    assert_eq!(r, CUresult::CUDA_SUCCESS, "{call} failed");
+fn ok(r: Code, call: &str) {
+    assert!(r.is_success(), "{call} failed: {r:?}");
 }
 
 /// The driver API used directly: the primary context, a stream, a blocking-sync event and the
@@ -89,12 +91,12 @@ impl Raw {
         // (see main), every out-pointer is valid, every handle was created above and is live,
         // and the PTX is NUL-terminated.
         unsafe {
-            ok(sys::cuDeviceGet(&mut device, 0), "cuDeviceGet");
+            ok(raw::cuDeviceGet(&mut device, 0), "cuDeviceGet");
             ok(
-                sys::cuDevicePrimaryCtxRetain(&mut context, device),
+                raw::cuDevicePrimaryCtxRetain(&mut context, device),
                 "cuDevicePrimaryCtxRetain",
             );
-            ok(sys::cuCtxSetCurrent(context), "cuCtxSetCurrent");
+            ok(raw::cuCtxSetCurrent(context), "cuCtxSetCurrent");
         }
         let mut raw = Raw {
             device,
@@ -111,19 +113,19 @@ impl Raw {
         // SAFETY: as above.
         unsafe {
             ok(
-                sys::cuStreamCreate(&mut raw.stream, non_blocking),
+                raw::cuStreamCreate(&mut raw.stream, non_blocking),
                 "cuStreamCreate",
             );
             ok(
-                sys::cuEventCreate(&mut raw.event, event_flags),
+                raw::cuEventCreate(&mut raw.event, event_flags),
                 "cuEventCreate",
             );
             ok(
-                sys::cuModuleLoadData(&mut raw.module, ptx.as_ptr().cast()),
+                raw::cuModuleLoadData(&mut raw.module, ptx.as_ptr().cast()),
                 "cuModuleLoadData",
             );
             ok(
-                sys::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
+                raw::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
                 "cuModuleGetFunction",
             );
         }
@@ -135,7 +137,7 @@ impl Raw {
         // SAFETY: as in `new`; the kernel takes no parameters (null kernelParams and extra).
         unsafe {
             ok(
-                sys::cuLaunchKernel(
+                raw::cuLaunchKernel(
                     self.function,
                     1,
                     1,
@@ -156,7 +158,7 @@ impl Raw {
     fn stream_sync(&self) {
         // SAFETY: a live stream.
         ok(
-            unsafe { sys::cuStreamSynchronize(self.stream) },
+            unsafe { raw::cuStreamSynchronize(self.stream) },
             "cuStreamSynchronize",
         );
     }
@@ -164,8 +166,8 @@ impl Raw {
     fn event_sync(&self) {
         // SAFETY: a live event and stream.
         unsafe {
-            ok(sys::cuEventRecord(self.event, self.stream), "cuEventRecord");
-            ok(sys::cuEventSynchronize(self.event), "cuEventSynchronize");
+            ok(raw::cuEventRecord(self.event, self.stream), "cuEventRecord");
+            ok(raw::cuEventSynchronize(self.event), "cuEventSynchronize");
         }
     }
 
@@ -178,21 +180,21 @@ impl Raw {
         // does not depend on it).
         unsafe {
             ok(
-                sys::cuStreamBeginCapture_v2(self.stream, mode),
+                raw::cuStreamBeginCapture_v2(self.stream, mode),
                 "cuStreamBeginCapture",
             );
             for _ in 0..REPLAYED {
                 self.launch();
             }
             ok(
-                sys::cuStreamEndCapture(self.stream, &mut graph),
+                raw::cuStreamEndCapture(self.stream, &mut graph),
                 "cuStreamEndCapture",
             );
             ok(
-                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+                raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
                 "cuGraphInstantiateWithFlags",
             );
-            ok(sys::cuGraphDestroy(graph), "cuGraphDestroy");
+            ok(raw::cuGraphDestroy(graph), "cuGraphDestroy");
         }
         exec
     }
@@ -200,7 +202,7 @@ impl Raw {
     fn launch_graph(&self, exec: CUgraphExec) {
         // SAFETY: an instantiated graph and a live stream.
         ok(
-            unsafe { sys::cuGraphLaunch(exec, self.stream) },
+            unsafe { raw::cuGraphLaunch(exec, self.stream) },
             "cuGraphLaunch",
         );
     }
@@ -210,10 +212,10 @@ impl Drop for Raw {
     fn drop(&mut self) {
         // SAFETY: handles created in `new`, idle (every iteration synchronised).
         unsafe {
-            sys::cuModuleUnload(self.module);
-            sys::cuEventDestroy_v2(self.event);
-            sys::cuStreamDestroy_v2(self.stream);
-            sys::cuDevicePrimaryCtxRelease_v2(self.device);
+            raw::cuModuleUnload(self.module);
+            raw::cuEventDestroy_v2(self.event);
+            raw::cuStreamDestroy_v2(self.stream);
+            raw::cuDevicePrimaryCtxRelease_v2(self.device);
         }
     }
 }
@@ -235,15 +237,15 @@ impl RawRead {
         // SAFETY: valid out-pointers; the context was made current by `Raw::new`.
         unsafe {
             ok(
-                sys::cuMemAlloc_v2(&mut read.device_memory, Self::BYTES),
+                raw::cuMemAlloc_v2(&mut read.device_memory, Self::BYTES),
                 "cuMemAlloc",
             );
             ok(
-                sys::cuMemsetD8_v2(read.device_memory, 7, Self::BYTES),
+                raw::cuMemsetD8_v2(read.device_memory, 7, Self::BYTES),
                 "cuMemsetD8",
             );
             ok(
-                sys::cuMemAllocHost_v2(&mut read.pinned, Self::BYTES),
+                raw::cuMemAllocHost_v2(&mut read.pinned, Self::BYTES),
                 "cuMemAllocHost",
             );
         }
@@ -255,7 +257,7 @@ impl RawRead {
         // synchronised right after.
         unsafe {
             ok(
-                sys::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, Self::BYTES, raw.stream),
+                raw::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, Self::BYTES, raw.stream),
                 "cuMemcpyDtoHAsync",
             );
         }
@@ -267,7 +269,7 @@ impl RawRead {
         // SAFETY: `bytes` holds BYTES writable bytes; the copy is synchronous.
         ok(
             unsafe {
-                sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, Self::BYTES)
+                raw::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, Self::BYTES)
             },
             "cuMemcpyDtoH",
         );
@@ -279,8 +281,8 @@ impl Drop for RawRead {
     fn drop(&mut self) {
         // SAFETY: allocated in `new`, idle (every copy synchronised).
         unsafe {
-            sys::cuMemFree_v2(self.device_memory);
-            sys::cuMemFreeHost(self.pinned);
+            raw::cuMemFree_v2(self.device_memory);
+            raw::cuMemFreeHost(self.pinned);
         }
     }
 }
@@ -491,7 +493,7 @@ fn replay(c: &mut Criterion, raw: &Raw) {
     });
     // SAFETY: an instantiated graph whose launches were all synchronised.
     ok(
-        unsafe { sys::cuGraphExecDestroy(exec) },
+        unsafe { raw::cuGraphExecDestroy(exec) },
         "cuGraphExecDestroy",
     );
     for (name, graphs) in [("halcyon", false), ("halcyon_graphs", true)] {

@@ -6,7 +6,7 @@
 //! returns; for the codes cudarc's bindings have it is taken from them, so formatting an error
 //! does not call back into the driver (which may be the thing that is broken) and works in unit
 //! tests without one. Only a code newer than the bindings is named by the driver's
-//! `cuGetErrorName`, and maps to `Internal` unless its number says more (below).
+//! `cuGetErrorName`; it maps to `Internal`, except those listed below by number.
 //!
 //! | CUDA error                                             | [`StatusCode`]        |
 //! |--------------------------------------------------------|-----------------------|
@@ -19,7 +19,7 @@
 //! | not permitted                                          | `PermissionDenied`    |
 //! | timeout                                                | `DeadlineExceeded`    |
 //! | **sticky device faults**: illegal address, launch failed, trap/assert, illegal or misaligned instruction/address, invalid PC, hardware stack error, launch timeout, uncorrectable ECC / NVLink, context destroyed | `Aborted` (the message says the context is dead) |
-//! | a function the driver does not export ([`Code::MISSING_SYMBOL`]) | `Unimplemented` |
+//! | a function the driver does not export ([`Code::MISSING_SYMBOL`]); CUDA 13's `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER` (36) | `Unimplemented` |
 //! | anything else, and codes newer than the bindings       | `Internal`            |
 
 use std::ffi::{c_char, CStr};
@@ -57,6 +57,9 @@ pub fn is_sticky(code: Code) -> bool {
     )
 }
 
+/// `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER` (CUDA 13.0), which CUDA 12.8's bindings lack.
+const CALL_REQUIRES_NEWER_DRIVER: Code = Code::from_number(36);
+
 /// The [`StatusCode`] for a CUDA error (see the [module docs](self) for the table).
 pub fn status_code(code: Code) -> StatusCode {
     use CUresult as R;
@@ -64,7 +67,7 @@ pub fn status_code(code: Code) -> StatusCode {
         return StatusCode::Aborted;
     }
     let Some(known) = code.known() else {
-        return if code == Code::MISSING_SYMBOL {
+        return if code == Code::MISSING_SYMBOL || code == CALL_REQUIRES_NEWER_DRIVER {
             StatusCode::Unimplemented
         } else {
             StatusCode::Internal
@@ -135,8 +138,8 @@ pub fn status_code(code: Code) -> StatusCode {
 /// symbol says so.
 pub fn describe(code: Code) -> String {
     if code == Code::MISSING_SYMBOL {
-        return "the driver does not export this function (it is older than the call needs; \
-                update the NVIDIA driver)"
+        return "the function could not be resolved: the NVIDIA driver does not export it (it \
+                is older than the call needs: update it), or no libcuda is loaded"
             .into();
     }
     let number = code.number();
@@ -284,7 +287,7 @@ mod tests {
         let newer = Code::from_number(36);
         assert!(!is_sticky(newer));
         let e = cuda_error("cuMemAlloc(64 bytes)", newer);
-        assert_eq!(e.code(), StatusCode::Internal);
+        assert_eq!(e.code(), StatusCode::Unimplemented);
         assert!(
             e.message().starts_with("cuMemAlloc(64 bytes) failed: "),
             "{e}"
@@ -293,13 +296,16 @@ mod tests {
             e.message().contains("(36)") || e.message().ends_with("CUDA error 36"),
             "{e}"
         );
+        let e = cuda_error("cuMemAlloc(64 bytes)", Code::from_number(990));
+        assert_eq!(e.code(), StatusCode::Internal);
 
         let e = cuda_error("cuFuncGetParamInfo", Code::MISSING_SYMBOL);
         assert_eq!(e.code(), StatusCode::Unimplemented);
         assert_eq!(
             e.message(),
-            "cuFuncGetParamInfo failed: the driver does not export this function (it is older \
-             than the call needs; update the NVIDIA driver)"
+            "cuFuncGetParamInfo failed: the function could not be resolved: the NVIDIA driver \
+             does not export it (it is older than the call needs: update it), or no libcuda is \
+             loaded"
         );
     }
 }

@@ -1,17 +1,18 @@
 //! # halcyon-cuda
 //!
-//! halcyon's CUDA backend, built on [cudarc]'s raw driver bindings with libcuda opened at run
+//! halcyon's CUDA backend, built on [cudarc]'s driver bindings with libcuda opened at run
 //! time: nothing from CUDA is needed to build it. With no NVIDIA driver, a driver older than
 //! CUDA 12.0, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
 //! which, and never panic.
 //!
-//! cudarc itself panics in those cases, so no cudarc function is called before
+//! cudarc's loader panics in those cases, so no driver function is called before
 //! [`probe::probe`] has succeeded: it opens libcuda with libloading, checks
 //! `cuDriverGetVersion` against [`probe::MIN_DRIVER_VERSION`] (CUDA 12.0, driver R525; the
-//! bindings are CUDA 12.8's, but cudarc resolves symbols one at a time on first use, and calls
+//! bindings are CUDA 12.8's, but symbols are resolved one at a time on first use, and calls
 //! newer than 12.0 are made only where the driver has them: see [`probe`]) and runs
-//! `cuInit(0)`. Every function here that calls cudarc takes the resulting
-//! [`probe::Probe`] as proof. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
+//! `cuInit(0)`. Every function here that calls the driver takes the resulting
+//! [`probe::Probe`] as proof, except the [`raw`] calls themselves, which fail (never panic)
+//! without a driver. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
 //! `catch_unwind`, so this holds under `panic = "abort"` too.
 //!
 //! A device is halcyon's generic stream device ([`halcyon::stream::StreamDevice`]) over

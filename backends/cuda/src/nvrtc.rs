@@ -5,10 +5,11 @@
 //! or a symbol is missing; on a CUDA 13 system NVRTC would be missing. So [`probe`] opens NVRTC
 //! itself, once per process: every name of [`LIBNVRTC_SONAMES`] that opens and has every symbol
 //! this module calls is a candidate, asked for its version (`nvrtcVersion`), and the newest is
-//! kept, preferring one no newer than the CUDA driver when the driver probe succeeds. The PTX
-//! NVRTC writes has its CUDA release's PTX ISA version, which a driver older than that release
-//! cannot load (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`), so with CUDA 12 and 13 NVRTCs installed
-//! and a CUDA 12 driver, NVRTC 12 is used. A missing or unusable libnvrtc is `Unavailable`,
+//! kept, preferring one no newer than the CUDA driver when there is one (its version is read
+//! with `cuDriverGetVersion`, without initialising CUDA). The PTX NVRTC writes has its CUDA
+//! release's PTX ISA version, which a driver older than that release cannot load
+//! (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`), so with CUDA 12.8 and 13.0 NVRTCs installed and a
+//! CUDA 12.8 driver, NVRTC 12.8 is used. A missing or unusable libnvrtc is `Unavailable`,
 //! never a panic. NVRTC's API is the same in CUDA 12 and 13 for the calls made here.
 //!
 //! The calls go through a `raw` layer: cudarc's declarations (checked at compile time) with the
@@ -158,16 +159,16 @@ fn open(soname: &'static str) -> std::result::Result<Candidate, String> {
     })
 }
 
-/// Which candidate to keep: the newest no newer than `driver_major` (the CUDA driver's major
-/// version, when known), else the newest. `None` for no candidates.
-fn choose(versions: &[(i32, i32)], driver_major: Option<i32>) -> Option<usize> {
+/// Which candidate to keep: the newest no newer than `driver` (the CUDA version the driver
+/// supports, `(major, minor)`, when known), else the newest. `None` for no candidates.
+fn choose(versions: &[(i32, i32)], driver: Option<(i32, i32)>) -> Option<usize> {
     let newest = |fits: &dyn Fn(&(i32, i32)) -> bool| {
         (0..versions.len())
             .filter(|&i| fits(&versions[i]))
             .max_by_key(|&i| versions[i])
     };
-    driver_major
-        .and_then(|major| newest(&|v| v.0 <= major))
+    driver
+        .and_then(|driver| newest(&|v| *v <= driver))
         .or_else(|| newest(&|_| true))
 }
 
@@ -186,10 +187,9 @@ pub fn probe() -> Result<&'static Nvrtc> {
                 }
             }
             let versions: Vec<_> = candidates.iter().map(|c| c.version).collect();
-            let driver_major = crate::probe::probe()
-                .ok()
-                .map(|p| p.driver_version() / 1000);
-            let Some(index) = choose(&versions, driver_major) else {
+            let driver =
+                crate::probe::driver_version_without_init().map(|v| (v / 1000, (v % 1000) / 10));
+            let Some(index) = choose(&versions, driver) else {
                 return Err(Error::new(
                     StatusCode::Unavailable,
                     format!(
@@ -381,15 +381,24 @@ mod tests {
     fn the_newest_nvrtc_no_newer_than_the_driver_is_chosen() {
         let both = [(12, 8), (13, 0)];
         assert_eq!(choose(&both, None), Some(1), "no driver: the newest");
-        assert_eq!(choose(&both, Some(13)), Some(1));
+        assert_eq!(choose(&both, Some((13, 0))), Some(1));
         assert_eq!(
-            choose(&both, Some(12)),
+            choose(&both, Some((12, 9))),
             Some(0),
-            "a CUDA 12 driver cannot load 13's PTX"
+            "12 cannot load 13's PTX"
         );
-        assert_eq!(choose(&[(13, 0)], Some(12)), Some(0), "better than none");
-        assert_eq!(choose(&[(12, 4), (12, 8), (12, 8)], Some(12)), Some(2));
-        assert_eq!(choose(&[], Some(12)), None);
+        assert_eq!(
+            choose(&[(12, 4), (12, 8)], Some((12, 6))),
+            Some(0),
+            "nor 12.6 12.8's"
+        );
+        assert_eq!(
+            choose(&[(13, 0)], Some((12, 8))),
+            Some(0),
+            "better than none"
+        );
+        assert_eq!(choose(&[(12, 4), (12, 8), (12, 8)], Some((13, 0))), Some(2));
+        assert_eq!(choose(&[], Some((12, 8))), None);
     }
 
     #[test]

@@ -89,6 +89,33 @@ pub(crate) fn succeeded() -> bool {
     PROBE.get().is_some_and(|p| p.is_ok())
 }
 
+/// The CUDA version the driver supports, for example `12040`, found without initialising CUDA:
+/// the probe's, if it already succeeded, else `cuDriverGetVersion` (which needs no `cuInit`)
+/// from a libcuda opened for the question (and kept loaded). `None` without a usable driver.
+/// For choosing an NVRTC ([`crate::nvrtc`]) without making compilation initialise CUDA in the
+/// process (which, for one, a process that forks afterwards must not have done).
+pub(crate) fn driver_version_without_init() -> Option<i32> {
+    if let Some(Ok(probe)) = PROBE.get() {
+        return Some(probe.driver_version);
+    }
+    LIBCUDA_SONAMES.iter().find_map(|&soname| {
+        // SAFETY: opening libcuda runs its initialisers, which are sound at any time.
+        let library = unsafe { Library::new(soname) }.ok()?;
+        let mut version: c_int = 0;
+        // SAFETY: `CUresult cuDriverGetVersion(int*)`, with the result read as its number;
+        // the out-pointer is valid; the function needs no cuInit.
+        let r = unsafe {
+            let get_version = library
+                .get::<CuDriverGetVersion>(b"cuDriverGetVersion\0")
+                .ok()?;
+            get_version(&mut version)
+        };
+        // Never unloaded (see `probe_with`).
+        std::mem::forget(library);
+        (r == 0).then_some(version)
+    })
+}
+
 /// Probes once per process and caches the outcome: `Unavailable` with the reason when libcuda
 /// is missing, older than [`MIN_DRIVER_VERSION`], or fails to initialise (no device).
 pub fn probe() -> Result<&'static Probe> {

@@ -45,8 +45,9 @@ impl Code {
     pub const NOT_READY: Code = Code::of(CUresult::CUDA_ERROR_NOT_READY);
     /// `CUDA_ERROR_INVALID_VALUE`.
     pub const INVALID_VALUE: Code = Code::of(CUresult::CUDA_ERROR_INVALID_VALUE);
-    /// Not a CUDA code: the driver library does not export the function called (an older
-    /// driver than the call needs). CUDA's codes stay below 1000.
+    /// Not a CUDA code: the function called could not be resolved, because the driver does
+    /// not export it (an older driver than the call needs) or no libcuda opened at all.
+    /// CUDA's codes stay below 1000.
     pub const MISSING_SYMBOL: Code = Code(u32::MAX);
 
     /// The code of a `CUresult` the bindings name.
@@ -220,16 +221,17 @@ const KNOWN: &[CUresult] = {
 /// `F` must be the function's C signature, and [`crate::probe::probe`] should have succeeded
 /// (without a library, or before the probe initialised the driver, calls fail).
 unsafe fn resolve<F: Copy>(name: &'static str) -> Option<F> {
-    // SAFETY: the caller's contract. Checking that cudarc's loader finds a library first keeps
-    // even a call made without the probe from panicking (once per function: it is cached).
-    // libcuda stays loaded for the process (the probe leaks its handle, and cudarc keeps its
-    // own in a static).
-    unsafe {
-        if !sys::is_culib_present() {
-            return None;
-        }
-        sys::culib().get::<F>(name.as_bytes()).ok().map(|s| *s)
+    // Checking (once) that cudarc's loader finds a library keeps even a call made without the
+    // probe from panicking.
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries dlopen on cudarc's candidate names.
+    if !*PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+        return None;
     }
+    // SAFETY: the caller's contract; a library opens (checked above), and libcuda stays
+    // loaded for the process (the probe leaks its handle, and cudarc keeps its own in a
+    // static).
+    unsafe { sys::culib().get::<F>(name.as_bytes()).ok().map(|s| *s) }
 }
 
 /// Declares each driver function with cudarc's parameter types and a [`Code`] result.
@@ -336,6 +338,10 @@ driver_calls! {
     fn cuMemAllocFromPoolAsync(pointer: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream);
     /// `cuMemFreeAsync`.
     fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream);
+    /// `cuMemcpyDtoH` (`_v2`): synchronous, for benchmarks' raw baselines.
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    /// `cuMemsetD8` (`_v2`): synchronous, for benchmarks' raw baselines.
+    fn cuMemsetD8_v2(dst: CUdeviceptr, value: c_uchar, count: usize);
     /// `cuMemcpyHtoDAsync` (`_v2`).
     fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream);
     /// `cuMemcpyDtoHAsync` (`_v2`).
@@ -348,6 +354,8 @@ driver_calls! {
     fn cuMemsetD16Async(dst: CUdeviceptr, value: c_ushort, count: usize, stream: CUstream);
     /// `cuMemsetD32Async`.
     fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
+    /// `cuModuleLoadData`.
+    fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
     /// `cuModuleLoadDataEx`.
     fn cuModuleLoadDataEx(
         module: *mut CUmodule,

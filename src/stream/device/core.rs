@@ -99,7 +99,8 @@ pub(crate) struct Core<A: StreamApi> {
     /// Set by [`Core::drain`]: whether every stream synchronised cleanly when the device was
     /// dropped (then no orphaned pinned lease can still be in use).
     pub(crate) streams_finished: AtomicBool,
-    /// Frees of buffer memory dropped while a submission is settled, for the reclaimer thread.
+    /// Frees of buffer memory and unloads of modules dropped while a submission is settled,
+    /// for the reclaimer thread.
     pub(crate) reclaim: Arc<Reclaim>,
     in_flight: Mutex<HashMap<u64, Timepoint>>,
     /// `in_flight.len()`, readable without the lock (the probe parker's decision).

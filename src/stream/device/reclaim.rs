@@ -117,13 +117,13 @@ impl Reclaim {
     /// Hands `item` (which no device work uses) to the reclaimer wherever the caller runs;
     /// `false` once the reclaimer stopped: the caller releases it itself.
     pub(crate) fn hand_over(&self, item: Reclaimed) -> bool {
-        {
-            let mut counts = self.counts();
-            if counts.closed {
-                return false;
-            }
-            counts.pushed += 1;
+        let mut counts = self.counts();
+        if counts.closed {
+            return false;
         }
+        counts.pushed += 1;
+        // Under the lock, so [`Reclaim::close`] cannot stop the queue in between: what was
+        // counted is always in the queue before it stops, and the thread releases it.
         self.queue.push(item);
         true
     }
