@@ -1,0 +1,111 @@
+//! The test's side: loading the fake before anything opens libcuda, and reading what it saw.
+
+use std::ffi::{c_int, c_uint};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+use crate::FakeStats;
+
+/// The file cargo builds the fake into (beside the test executables that depend on it).
+pub const FILE_NAME: &str = "libhalcyon_fake_cuda.so";
+
+/// The loaded fake driver.
+pub struct Fake {
+    library: Library,
+}
+
+static LOADED: OnceLock<Result<Fake, String>> = OnceLock::new();
+
+impl Fake {
+    /// Loads the fake (once per process) from beside the running executable (cargo puts a
+    /// dependency's `cdylib` in `target/<profile>/deps`, with the test executables), so that
+    /// every later `dlopen("libcuda.so.1")` in the process gets it. Call it before anything
+    /// opens libcuda. `Err` says why the fake cannot stand in for libcuda here: it was not
+    /// built, or a real `libcuda.so` on the loader path comes first in cudarc's search.
+    pub fn load() -> Result<&'static Fake, String> {
+        LOADED
+            .get_or_init(|| {
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let dir = exe.parent().ok_or("the executable has no directory")?;
+                let candidates: Vec<PathBuf> = [Some(dir), dir.parent()]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.join(FILE_NAME))
+                    .collect();
+                let path = candidates.iter().find(|p| p.exists()).ok_or_else(|| {
+                    format!("the fake CUDA driver was not built (looked for {candidates:?})")
+                })?;
+                // SAFETY: the fake's initialisers are Rust statics with no side effects.
+                let library = unsafe { Library::new(path) }
+                    .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+                // SAFETY: only tries dlopen on cudarc's candidate names, the last of which,
+                // libcuda.so.1, is the fake's SONAME.
+                let cudarc_finds_it = unsafe {
+                    cudarc::driver::sys::is_culib_present()
+                        && cudarc::driver::sys::culib()
+                            .get::<unsafe extern "C" fn()>(b"halcyon_fake_cuda_stats\0")
+                            .is_ok()
+                };
+                if !cudarc_finds_it {
+                    return Err(
+                        "cudarc opens another libcuda than the fake (a real libcuda.so on the \
+                         loader path comes first in its search)"
+                            .into(),
+                    );
+                }
+                Ok(Fake { library })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn function<T: Copy>(&self, name: &[u8]) -> T {
+        // SAFETY: the fake exports each control function with the signature its caller names.
+        unsafe { *self.library.get::<T>(name).expect("the fake exports it") }
+    }
+
+    /// What is alive in the driver and what it ran.
+    pub fn stats(&self) -> FakeStats {
+        let mut stats = FakeStats::default();
+        let f: unsafe extern "C" fn(*mut FakeStats) = self.function(b"halcyon_fake_cuda_stats\0");
+        // SAFETY: a valid out-pointer.
+        unsafe { f(&mut stats) };
+        stats
+    }
+
+    /// Every contract violation so far.
+    pub fn violations(&self) -> Vec<String> {
+        let f: unsafe extern "C" fn(*mut u8, usize) -> usize =
+            self.function(b"halcyon_fake_cuda_violations\0");
+        // SAFETY: a null buffer asks for the length only.
+        let len = unsafe { f(std::ptr::null_mut(), 0) };
+        let mut buffer = vec![0u8; len];
+        // SAFETY: the buffer holds `len` bytes.
+        let len = unsafe { f(buffer.as_mut_ptr(), buffer.len()) }.min(buffer.len());
+        String::from_utf8_lossy(&buffer[..len])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Makes violations recorded only instead of aborting the process.
+    pub fn record_only(&self, record_only: bool) {
+        let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_cuda_record_only\0");
+        f(c_int::from(record_only));
+    }
+
+    /// Makes the next kernel that runs fault the device with CUDA error `code` (700,
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`, or 719, `CUDA_ERROR_LAUNCH_FAILED`).
+    pub fn fault_next_kernel(&self, code: u32) {
+        let f: extern "C" fn(c_uint) = self.function(b"halcyon_fake_cuda_fault_next_kernel\0");
+        f(code);
+    }
+
+    /// The device's sticky error (0: it has not faulted).
+    pub fn sticky_error(&self) -> u32 {
+        let f: extern "C" fn() -> c_uint = self.function(b"halcyon_fake_cuda_sticky_error\0");
+        f()
+    }
+}

@@ -1,0 +1,149 @@
+//! The caller's side of the contract: violations, and the checks every call starts with.
+
+use std::cell::Cell;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use cudarc::driver::sys::CUresult;
+
+use crate::driver::{driver, PRIMARY_CONTEXT};
+
+/// What a call returns to its export: `Err` is the `CUresult` to return.
+pub(crate) type Ret = Result<(), CUresult>;
+
+/// Violations so far.
+static VIOLATIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Record violations without aborting.
+static RECORD_ONLY: AtomicBool = AtomicBool::new(false);
+/// The sticky error of the current context.
+static STICKY: Mutex<Option<CUresult>> = Mutex::new(None);
+
+thread_local! {
+    /// The context current on this thread (`cuCtxSetCurrent`), as its handle value.
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+    /// Set while this thread runs a host function.
+    static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Locks `mutex`, ignoring poisoning (a panic inside the fake aborts anyway).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reports a broken rule of the driver API: printed, recorded, and (unless record-only) the
+/// process aborts with a backtrace.
+pub(crate) fn violation(message: String) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "halcyon-fake-cuda: contract violation: {message}");
+    lock(&VIOLATIONS).push(message);
+    if RECORD_ONLY.load(Ordering::Relaxed)
+        || std::env::var_os("HALCYON_FAKE_CUDA_RECORD_ONLY").is_some()
+    {
+        return;
+    }
+    let _ = writeln!(
+        err,
+        "{}\nhalcyon-fake-cuda: aborting (set HALCYON_FAKE_CUDA_RECORD_ONLY=1 to only record)",
+        std::backtrace::Backtrace::force_capture()
+    );
+    drop(err);
+    std::process::abort();
+}
+
+/// Makes violations recorded only (`true`) or fatal (`false`).
+pub(crate) fn set_record_only(record_only: bool) {
+    RECORD_ONLY.store(record_only, Ordering::Relaxed);
+}
+
+/// Every violation so far, one per line.
+pub(crate) fn violations() -> Vec<String> {
+    lock(&VIOLATIONS).clone()
+}
+
+/// The context's sticky error, if the device faulted.
+pub(crate) fn sticky() -> Option<CUresult> {
+    *lock(&STICKY)
+}
+
+/// Faults the device with `code` (the first fault wins) and says why on stderr.
+pub(crate) fn fault(code: CUresult, why: &str) {
+    let mut sticky = lock(&STICKY);
+    if sticky.is_none() {
+        *sticky = Some(code);
+        let _ = writeln!(
+            std::io::stderr(),
+            "halcyon-fake-cuda: device fault {code:?}: {why}"
+        );
+    }
+}
+
+/// Clears the sticky error (the context was destroyed).
+pub(crate) fn clear_fault() {
+    *lock(&STICKY) = None;
+}
+
+/// Sets the calling thread's current context.
+pub(crate) fn set_current(context: usize) {
+    CURRENT.with(|c| c.set(context));
+}
+
+/// Runs `f` as a host function on this thread: every driver call inside it is a violation.
+pub(crate) fn in_host_function(f: impl FnOnce()) {
+    IN_HOST_FUNCTION.with(|h| h.set(true));
+    f();
+    IN_HOST_FUNCTION.with(|h| h.set(false));
+}
+
+/// What a call needs before it may run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Needs {
+    /// Nothing (`cuDriverGetVersion`, `cuGetErrorName`, `cuInit`).
+    Nothing,
+    /// `cuInit` (device queries, the primary context calls).
+    Init,
+    /// The primary context current on the thread; fails with the sticky error after a fault.
+    Context,
+    /// The primary context current on the thread; works after a fault too (destroying and
+    /// freeing things).
+    ContextEvenFaulted,
+}
+
+/// The checks every call starts with.
+pub(crate) fn enter(call: &str, needs: Needs) -> Ret {
+    if IN_HOST_FUNCTION.with(Cell::get) {
+        violation(format!(
+            "{call} called from inside a host function (CUDA forbids any driver call there)"
+        ));
+        return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
+    }
+    if needs == Needs::Nothing {
+        return Ok(());
+    }
+    let (initialized, retains) = {
+        let d = driver();
+        (d.initialized, d.retains)
+    };
+    if !initialized {
+        violation(format!("{call} called before cuInit"));
+        return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+    }
+    if needs == Needs::Init {
+        return Ok(());
+    }
+    let current = CURRENT.with(Cell::get);
+    if current != PRIMARY_CONTEXT || retains == 0 {
+        violation(format!(
+            "{call} on thread {:?} without a usable current context (current: {current:#x}, \
+             primary context references: {retains})",
+            std::thread::current().name().unwrap_or("<unnamed>")
+        ));
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    if needs == Needs::Context {
+        if let Some(code) = sticky() {
+            return Err(code);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+#![deny(unsafe_op_in_unsafe_fn)]
+//! A fake CUDA driver: a `libcuda.so.1` that runs the driver API on host threads and checks
+//! that its caller keeps the API's contract, so halcyon-cuda's translation table
+//! (`halcyon_cuda::CudaApi`) and everything above it run in CI on machines without a GPU.
+//!
+//! It is a test instrument, not a CUDA implementation. What it is for:
+//!
+//! * **Every call halcyon-cuda makes runs.** Streams are worker threads executing their
+//!   operations in order; events are record generations; `cuStreamWaitEvent` makes a worker
+//!   wait; host functions run on the worker; memory is host memory behind an allocation table;
+//!   stream capture records operations into graphs that launch again. PTX modules are parsed
+//!   for their entry points and parameters (`.entry`, `.param`); kernels whose name and
+//!   parameters match one of halcyon's standard kernels (`add_one_u32`, `saxpy_f32`, `fail`,
+//!   `empty`, and `trap`, which faults the device) run natively. A cubin, or launching any
+//!   other kernel, is `CUDA_ERROR_NOT_SUPPORTED`.
+//! * **The contract is checked where CUDA would not say.** On a real driver a broken rule is
+//!   undefined behaviour that may pass by luck; here each one is a *violation*:
+//!   - a call on a thread with no current context, or with the primary context released;
+//!   - any call from inside a host function (CUDA forbids it);
+//!   - a destroyed or unknown stream, event, module, function, graph or pool handle, or the
+//!     legacy default stream (halcyon only uses its own non-blocking streams);
+//!   - device memory a queued kernel, copy or fill reaches that was freed before the device got
+//!     to it (memory must outlive the work using it), a double free;
+//!   - resources still alive when the last primary-context reference goes (a leak), unless the
+//!     device faulted in that context (after a fault, CUDA drops host functions with what they
+//!     hold, by design).
+//!
+//!   A violation is printed to stderr with a backtrace and aborts the process, unless
+//!   `HALCYON_FAKE_CUDA_RECORD_ONLY` is set or [`client::Fake::record_only`] was called, in which
+//!   case it is only recorded ([`client::Fake::violations`]).
+//! * **Faults.** [`client::Fake::fault_next_kernel`] (or a `trap` kernel) makes a kernel fault
+//!   the device: from then on every call in the context returns that error (a *sticky* error,
+//!   as in CUDA), queued work and host functions are dropped, and event waits return the
+//!   error, until the primary context is released by everyone.
+//!
+//! Loading: the library's `SONAME` is `libcuda.so.1`. [`client::Fake::load`] opens it by path
+//! before anything else in the process opens libcuda; later `dlopen("libcuda.so.1")` calls (the
+//! probe's, and cudarc's, which reaches that name on a machine without a `libcuda.so`) match
+//! the loaded library by `SONAME` and get it. [`client::Fake::load`] checks that cudarc's
+//! library is the fake (a real `libcuda.so` on the loader path would come first).
+//!
+//! ```
+//! // In a test of a crate that depends on halcyon-fake-cuda (cargo builds the library next to
+//! // the test executables); anywhere else `load` says why not.
+//! match halcyon_fake_cuda::client::Fake::load() {
+//!     Ok(fake) => println!("the fake driver stands in for libcuda: {:?}", fake.stats()),
+//!     Err(why) => println!("no fake driver here: {why}"),
+//! }
+//! ```
+//!
+//! The device: one, `cuda://0`, compute capability 9.0, 1 GiB of device memory, memory pools,
+//! concurrent managed access, driver version 13.0 (so halcyon takes its CUDA 12.4+ paths, such
+//! as `cuFuncGetParamInfo`).
+
+mod contract;
+mod driver;
+mod exports;
+mod kernels;
+mod memory;
+mod stream;
+
+pub mod client;
+
+#[cfg(test)]
+mod tests;
+
+/// Counts of what is alive in the fake driver and what it ran, from
+/// [`client::Fake::stats`] (`halcyon_fake_cuda_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FakeStats {
+    /// References to the primary context (`cuDevicePrimaryCtxRetain` minus releases).
+    pub context_retains: u64,
+    /// Times the primary context was destroyed (its last reference released).
+    pub contexts_destroyed: u64,
+    /// Streams created and not destroyed.
+    pub streams: u64,
+    /// Events created and not destroyed.
+    pub events: u64,
+    /// Modules loaded and not unloaded.
+    pub modules: u64,
+    /// Graphs and executable graphs not destroyed.
+    pub graphs: u64,
+    /// Memory pools created and not destroyed.
+    pub pools: u64,
+    /// Allocations (device, managed, pinned, stream-ordered) not freed.
+    pub allocations: u64,
+    /// Kernels run.
+    pub kernels_run: u64,
+    /// Host functions run.
+    pub host_funcs_run: u64,
+    /// Graphs launched.
+    pub graph_launches: u64,
+    /// Contract violations so far.
+    pub violations: u64,
+}

@@ -1,0 +1,361 @@
+//! Streams (a worker thread each, running its operations in order), events (record
+//! generations), stream capture, and the operations themselves.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use cudarc::driver::sys::CUresult;
+
+use crate::contract::{fault, in_host_function, lock, sticky, violation, Ret};
+use crate::driver::HOST_FUNCS_RUN;
+use crate::kernels::{self, Launch};
+use crate::memory::{memory, Kind};
+
+/// How often a blocked wait looks at the sticky error.
+const FAULT_POLL: Duration = Duration::from_millis(5);
+
+/// How long every kernel takes (`HALCYON_FAKE_CUDA_KERNEL_US`, default 100 µs): long enough
+/// that work is still in flight when the host goes on, as on a GPU, so that memory freed or
+/// results read too early are caught rather than hidden by an instant device.
+fn kernel_latency() -> Duration {
+    static LATENCY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LATENCY.get_or_init(|| {
+        let micros = std::env::var("HALCYON_FAKE_CUDA_KERNEL_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100);
+        Duration::from_micros(micros)
+    })
+}
+
+/// An event: the generation of its latest record and of the latest one the device completed.
+pub(crate) struct Event {
+    state: Mutex<(u64, u64)>,
+    completed: Condvar,
+}
+
+impl Event {
+    pub(crate) fn new() -> Arc<Event> {
+        Arc::new(Event {
+            state: Mutex::new((0, 0)),
+            completed: Condvar::new(),
+        })
+    }
+
+    /// A new record: its generation.
+    pub(crate) fn next_generation(&self) -> u64 {
+        let mut state = lock(&self.state);
+        state.0 += 1;
+        state.0
+    }
+
+    /// The latest record's generation (0: never recorded).
+    pub(crate) fn latest(&self) -> u64 {
+        lock(&self.state).0
+    }
+
+    fn complete(&self, generation: u64) {
+        let mut state = lock(&self.state);
+        state.1 = state.1.max(generation);
+        self.completed.notify_all();
+    }
+
+    /// `cuEventQuery`: whether the latest record completed.
+    pub(crate) fn query(&self) -> bool {
+        let state = lock(&self.state);
+        state.1 >= state.0
+    }
+
+    /// Blocks until record `generation` completed: the sticky error if the device faults.
+    pub(crate) fn wait(&self, generation: u64) -> Ret {
+        let mut state = lock(&self.state);
+        while state.1 < generation {
+            if let Some(code) = sticky() {
+                return Err(code);
+            }
+            state = self
+                .completed
+                .wait_timeout(state, FAULT_POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+}
+
+/// Where a copy reads.
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// Device-reachable memory, checked when the device gets to it.
+    Checked(u64),
+    /// Pageable host bytes, taken when the call was made.
+    Bytes(Arc<Vec<u8>>),
+}
+
+/// One operation in a stream (or a graph).
+#[derive(Clone)]
+pub(crate) enum Op {
+    /// Wait until `event`'s record `generation` completed.
+    Wait { event: Arc<Event>, generation: u64 },
+    /// Complete `event`'s record `generation` (0 in a graph: a new record at each launch).
+    Record { event: Arc<Event>, generation: u64 },
+    /// Run a kernel.
+    Kernel(Arc<Launch>),
+    /// Copy `len` bytes; `dst_checked`: the destination is device-reachable memory (else the
+    /// caller's pageable memory, which it keeps valid while it waits for the copy).
+    Copy {
+        dst: u64,
+        dst_checked: bool,
+        src: Source,
+        len: usize,
+        call: &'static str,
+    },
+    /// Fill `count` elements of `width` bytes with `value`.
+    Memset {
+        dst: u64,
+        value: u32,
+        width: usize,
+        count: usize,
+    },
+    /// A host function.
+    Host {
+        func: unsafe extern "C" fn(*mut c_void),
+        data: usize,
+    },
+    /// Free a stream-ordered allocation.
+    FreeAsync { ptr: u64 },
+}
+
+impl Op {
+    fn run(&self, stream: u64) {
+        match self {
+            Op::Wait { event, generation } => {
+                let _ = event.wait(*generation);
+            }
+            Op::Record { event, generation } => event.complete(*generation),
+            Op::Kernel(launch) => {
+                std::thread::sleep(kernel_latency());
+                if let Err((code, why, broken)) = kernels::run(launch) {
+                    let why = format!("kernel {} on stream {stream:#x}: {why}", launch.name());
+                    if broken {
+                        violation(why.clone());
+                    }
+                    fault(code, &why);
+                }
+            }
+            Op::Copy {
+                dst,
+                dst_checked,
+                src,
+                len,
+                call,
+            } => {
+                let mut memory = memory();
+                let mut checked = if *dst_checked {
+                    memory.check(*dst, *len)
+                } else {
+                    Ok(())
+                };
+                if let (Ok(()), Source::Checked(src)) = (&checked, src) {
+                    checked = memory.check(*src, *len);
+                }
+                if let Err(why) = checked {
+                    drop(memory);
+                    let why =
+                        format!("{call} on stream {stream:#x}, when the device got to it: {why}");
+                    violation(why.clone());
+                    fault(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+                    return;
+                }
+                let from = match src {
+                    Source::Checked(src) => *src,
+                    Source::Bytes(bytes) => bytes.as_ptr() as usize as u64,
+                };
+                // SAFETY: both ranges were checked against live allocations under this lock,
+                // or are the call's own bytes, or caller memory it keeps valid while it waits.
+                unsafe { memory.copy(*dst, from, *len) };
+            }
+            Op::Memset {
+                dst,
+                value,
+                width,
+                count,
+            } => {
+                let mut memory = memory();
+                let len = width * count;
+                if let Err(why) = memory.check(*dst, len) {
+                    drop(memory);
+                    let why =
+                        format!("a memset on stream {stream:#x}, when the device got to it: {why}");
+                    violation(why.clone());
+                    fault(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+                    return;
+                }
+                memory.fill(*dst, *value, *width, *count);
+            }
+            Op::Host { func, data } => {
+                HOST_FUNCS_RUN.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the function and its user data were passed to cuLaunchHostFunc, whose
+                // caller promised it may be called with them once the stream gets here.
+                in_host_function(|| unsafe { func(*data as *mut c_void) });
+            }
+            Op::FreeAsync { ptr } => {
+                let _ = memory().free(*ptr, |k| matches!(k, Kind::Pool(_)), "cuMemFreeAsync");
+            }
+        }
+    }
+}
+
+/// An ongoing stream capture.
+pub(crate) struct Capture {
+    pub ops: Vec<Op>,
+    /// Set when something invalidated it.
+    pub error: Option<CUresult>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Op>,
+    enqueued: u64,
+    completed: u64,
+    capture: Option<Capture>,
+    destroyed: bool,
+}
+
+/// A stream: a worker thread running its operations in order.
+pub(crate) struct Stream {
+    pub handle: u64,
+    state: Mutex<State>,
+    work: Condvar,
+    done: Condvar,
+}
+
+impl Stream {
+    /// A new stream and its worker thread (which lives until the stream is destroyed and
+    /// drained).
+    pub(crate) fn spawn(handle: u64) -> Result<Arc<Stream>, CUresult> {
+        let stream = Arc::new(Stream {
+            handle,
+            state: Mutex::default(),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let worker = stream.clone();
+        std::thread::Builder::new()
+            .name(format!("fake-cuda-stream-{handle:#x}"))
+            .spawn(move || worker.run())
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        Ok(stream)
+    }
+
+    fn run(&self) {
+        loop {
+            let op = {
+                let mut state = lock(&self.state);
+                loop {
+                    if let Some(op) = state.queue.pop_front() {
+                        break op;
+                    }
+                    if state.destroyed {
+                        return;
+                    }
+                    state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            // After a fault the device runs nothing more (host functions included).
+            if sticky().is_none() {
+                op.run(self.handle);
+            }
+            drop(op);
+            let mut state = lock(&self.state);
+            state.completed += 1;
+            self.done.notify_all();
+        }
+    }
+
+    /// Enqueues `op`, or adds it to the capture: the position it will complete at, or `None`
+    /// when captured.
+    pub(crate) fn enqueue(&self, op: Op) -> Option<u64> {
+        let mut state = lock(&self.state);
+        if let Some(capture) = &mut state.capture {
+            capture.ops.push(op);
+            return None;
+        }
+        state.queue.push_back(op);
+        state.enqueued += 1;
+        self.work.notify_one();
+        Some(state.enqueued)
+    }
+
+    /// Blocks until the operation at `position` completed: the sticky error after a fault.
+    pub(crate) fn wait_for(&self, position: u64) -> Ret {
+        let mut state = lock(&self.state);
+        while state.completed < position {
+            if let Some(code) = sticky() {
+                return Err(code);
+            }
+            state = self
+                .done
+                .wait_timeout(state, FAULT_POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// `cuStreamSynchronize`.
+    pub(crate) fn synchronize(&self) -> Ret {
+        let position = lock(&self.state).enqueued;
+        self.wait_for(position)?;
+        sticky().map_or(Ok(()), Err)
+    }
+
+    /// `cuStreamDestroy`: the worker finishes what is queued, then exits.
+    pub(crate) fn destroy(&self) {
+        let mut state = lock(&self.state);
+        state.destroyed = true;
+        state.capture = None;
+        self.work.notify_one();
+    }
+
+    /// Whether a capture is under way (valid or invalidated).
+    pub(crate) fn capture_status(&self) -> Option<Option<CUresult>> {
+        lock(&self.state).capture.as_ref().map(|c| c.error)
+    }
+
+    /// Starts capturing: `CUDA_ERROR_ILLEGAL_STATE` if already capturing.
+    pub(crate) fn begin_capture(&self) -> Ret {
+        let mut state = lock(&self.state);
+        if state.capture.is_some() {
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        }
+        state.capture = Some(Capture {
+            ops: Vec::new(),
+            error: None,
+        });
+        Ok(())
+    }
+
+    /// Marks the capture under way invalid with `code` (what its `cuStreamEndCapture` reports
+    /// as `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
+    pub(crate) fn invalidate_capture(&self, code: CUresult) {
+        if let Some(capture) = &mut lock(&self.state).capture {
+            capture.error.get_or_insert(code);
+        }
+    }
+
+    /// Ends the capture: its operations, `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, or
+    /// `CUDA_ERROR_ILLEGAL_STATE` if none was under way.
+    pub(crate) fn end_capture(&self) -> Result<Vec<Op>, CUresult> {
+        match lock(&self.state).capture.take() {
+            None => Err(CUresult::CUDA_ERROR_ILLEGAL_STATE),
+            Some(Capture { error: Some(_), .. }) => {
+                Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+            }
+            Some(Capture { ops, .. }) => Ok(ops),
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! The fake's own checks: each rule it enforces catches a caller that breaks it, and what it
+//! models (streams, events, graphs, faults) behaves as CUDA documents. Violations are recorded
+//! here, not fatal; tests run one at a time (the driver is the process's).
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use cudarc::driver::sys::CUresult;
+
+use crate::contract::{set_record_only, violations};
+use crate::exports::*;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const PTX: &str = "//\n.version 8.0\n.target sm_52\n.address_size 64\n\
+    .visible .entry add_one_u32(\n\t.param .u64 p0,\n\t.param .u32 p1\n)\n{\n\tret;\n}\n\0";
+
+/// The driver initialised and the primary context retained and current on this thread, for
+/// one test; released (destroying the context) when dropped.
+struct Session {
+    _serial: MutexGuard<'static, ()>,
+    violations: usize,
+}
+
+impl Session {
+    fn new() -> Session {
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        set_record_only(true);
+        let mut context = null_mut();
+        // SAFETY: valid out-pointers; CUDA's call order.
+        unsafe {
+            assert_eq!(cuInit(0), CUresult::CUDA_SUCCESS);
+            assert_eq!(
+                cuDevicePrimaryCtxRetain(&mut context, 0),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(cuCtxSetCurrent(context), CUresult::CUDA_SUCCESS);
+        }
+        Session {
+            _serial: serial,
+            violations: violations().len(),
+        }
+    }
+
+    /// The violations recorded since the session began.
+    fn new_violations(&self) -> Vec<String> {
+        violations()[self.violations..].to_vec()
+    }
+
+    fn stream(&self) -> *mut c_void {
+        let mut s = null_mut();
+        // SAFETY: a valid out-pointer.
+        assert_eq!(unsafe { cuStreamCreate(&mut s, 1) }, CUresult::CUDA_SUCCESS);
+        s
+    }
+
+    fn add_one(&self) -> (*mut c_void, *mut c_void) {
+        let (mut module, mut function) = (null_mut(), null_mut());
+        // SAFETY: NUL-terminated PTX and name; valid out-pointers.
+        unsafe {
+            assert_eq!(
+                cuModuleLoadData(&mut module, PTX.as_ptr().cast()),
+                CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                cuModuleGetFunction(&mut function, module, c"add_one_u32".as_ptr()),
+                CUresult::CUDA_SUCCESS
+            );
+        }
+        (module, function)
+    }
+
+    fn launch_add_one(&self, function: *mut c_void, x: u64, n: u32, s: *mut c_void) -> CUresult {
+        let mut args = [
+            (&x as *const u64).cast_mut().cast::<c_void>(),
+            (&n as *const u32).cast_mut().cast(),
+        ];
+        // SAFETY: one pointer per parameter, each to a value of its size, alive for the call.
+        unsafe {
+            cuLaunchKernel(
+                function,
+                1,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                s,
+                args.as_mut_ptr(),
+                null_mut(),
+            )
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain.
+        unsafe { cuDevicePrimaryCtxRelease_v2(0) };
+    }
+}
+
+/// Closed: a stream that reaches [`gate`]'s host function waits until [`open_gate`].
+static GATE: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn wait_for_gate(_: *mut c_void) {
+    while !GATE.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Closes the gate and makes `s` wait at it, so that work queued after this is certainly in
+/// flight (not yet run) until [`open_gate`].
+fn gate(s: *mut c_void) {
+    GATE.store(false, Ordering::SeqCst);
+    // SAFETY: a live stream; the function may be called with any pointer.
+    assert_eq!(
+        unsafe { cuLaunchHostFunc(s, Some(wait_for_gate), null_mut()) },
+        CUresult::CUDA_SUCCESS
+    );
+}
+
+fn open_gate() {
+    GATE.store(true, Ordering::SeqCst);
+}
+
+fn alloc(bytes: usize) -> u64 {
+    let mut p = 0;
+    // SAFETY: a valid out-pointer.
+    assert_eq!(
+        unsafe { cuMemAlloc_v2(&mut p, bytes) },
+        CUresult::CUDA_SUCCESS
+    );
+    p
+}
+
+fn read_u32s(src: u64, n: usize) -> Vec<u32> {
+    let mut out = vec![0u32; n];
+    // SAFETY: `out` holds `n` u32s.
+    assert_eq!(
+        unsafe { cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, 4 * n) },
+        CUresult::CUDA_SUCCESS
+    );
+    out
+}
+
+#[test]
+fn a_call_without_a_current_context_is_a_violation() {
+    let session = Session::new();
+    let code = std::thread::spawn(|| {
+        let mut s = null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe { cuStreamCreate(&mut s, 1) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(code, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1 && found[0].contains("without a usable current context"),
+        "{found:?}"
+    );
+}
+
+static FROM_HOST_FUNCTION: AtomicU32 = AtomicU32::new(0);
+
+unsafe extern "C" fn calls_the_driver(_: *mut c_void) {
+    let mut e = null_mut();
+    // SAFETY: a valid out-pointer (the call is the violation under test).
+    let code = unsafe { cuEventCreate(&mut e, 0) };
+    FROM_HOST_FUNCTION.store(code as u32, Ordering::SeqCst);
+}
+
+#[test]
+fn a_driver_call_from_a_host_function_is_a_violation() {
+    let session = Session::new();
+    let s = session.stream();
+    // SAFETY: a live stream and a function that may be called with any pointer.
+    unsafe {
+        assert_eq!(
+            cuLaunchHostFunc(s, Some(calls_the_driver), null_mut()),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(
+        FROM_HOST_FUNCTION.load(Ordering::SeqCst),
+        CUresult::CUDA_ERROR_NOT_PERMITTED as u32
+    );
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1 && found[0].contains("inside a host function"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn memory_freed_before_the_device_used_it_is_a_violation_and_a_fault() {
+    let session = Session::new();
+    let s = session.stream();
+    let (module, add_one) = session.add_one();
+    let x = alloc(256);
+    gate(s);
+    assert_eq!(
+        session.launch_add_one(add_one, x, 64, s),
+        CUresult::CUDA_SUCCESS
+    );
+    // SAFETY: an allocation of this driver (freed while the kernel is queued: the case under
+    // test).
+    assert_eq!(unsafe { cuMemFree_v2(x) }, CUresult::CUDA_SUCCESS);
+    open_gate();
+    // SAFETY: live handles.
+    unsafe {
+        assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        // Sticky: every later call fails the same way, and destroying still works.
+        let mut e = null_mut();
+        assert_eq!(
+            cuEventCreate(&mut e, 0),
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+    }
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1 && found[0].contains("already freed"),
+        "{found:?}"
+    );
+    drop(session);
+    // The context went, and with it the fault.
+    let _session = Session::new();
+    let mut e = null_mut();
+    // SAFETY: a valid out-pointer.
+    unsafe {
+        assert_eq!(cuEventCreate(&mut e, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventDestroy_v2(e), CUresult::CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn stale_handles_and_double_frees_are_violations() {
+    let session = Session::new();
+    let s = session.stream();
+    let x = alloc(64);
+    // SAFETY: handles of this driver, some stale (the case under test).
+    unsafe {
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            cuStreamSynchronize(null_mut()),
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let found = session.new_violations();
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].contains("which was destroyed"), "{found:?}");
+    assert!(found[1].contains("legacy default stream"), "{found:?}");
+    assert!(found[2].contains("double free"), "{found:?}");
+}
+
+#[test]
+fn resources_alive_when_the_context_goes_are_leaks() {
+    let session = Session::new();
+    let _s = session.stream();
+    let _x = alloc(64);
+    let before = session.violations;
+    drop(session);
+    let found = violations()[before..].to_vec();
+    assert!(
+        found.len() == 1 && found[0].contains("1 streams") && found[0].contains("1 allocations"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn events_order_streams_and_graphs_replay() {
+    let session = Session::new();
+    let (a, b) = (session.stream(), session.stream());
+    let (module, add_one) = session.add_one();
+    let x = alloc(256);
+    let mut e = null_mut();
+    // SAFETY: live handles of this driver; valid out-pointers.
+    unsafe {
+        assert_eq!(cuEventCreate(&mut e, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuEventQuery(e),
+            CUresult::CUDA_SUCCESS,
+            "never recorded: complete"
+        );
+        // a (held at the gate): +1, record; b waits for the record, then +1 again.
+        gate(a);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, a),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuEventRecord(e, a), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventQuery(e), CUresult::CUDA_ERROR_NOT_READY);
+        assert_eq!(cuStreamWaitEvent(b, e, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, b),
+            CUresult::CUDA_SUCCESS
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(read_u32s(x, 64), vec![0; 64], "b waits for a's record");
+        open_gate();
+        assert_eq!(cuStreamSynchronize(b), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventQuery(e), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(read_u32s(x, 64), vec![2; 64]);
+    // Captured once, launched twice: +2 per launch.
+    let (mut graph, mut exec) = (null_mut(), null_mut());
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(cuStreamBeginCapture_v2(a, 2), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, a),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, a),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuEventRecord(e, a), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamEndCapture(a, &mut graph), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+        for _ in 0..2 {
+            assert_eq!(cuGraphLaunch(exec, a), CUresult::CUDA_SUCCESS);
+        }
+        assert_eq!(cuEventSynchronize(e), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuGraphExecDestroy(exec), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(read_u32s(x, 64), vec![6; 64]);
+    // SAFETY: live handles, each destroyed once.
+    unsafe {
+        assert_eq!(cuEventDestroy_v2(e), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(a), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(b), CUresult::CUDA_SUCCESS);
+    }
+    assert!(
+        session.new_violations().is_empty(),
+        "{:?}",
+        session.new_violations()
+    );
+}
+
+#[test]
+fn ptx_is_read_for_entry_points_and_rejected_with_a_log() {
+    let session = Session::new();
+    let (module, add_one) = session.add_one();
+    let (mut offset, mut size) = (0, 0);
+    // SAFETY: a live function; valid out-pointers.
+    unsafe {
+        assert_eq!(
+            cuFuncGetParamInfo(add_one, 1, &mut offset, &mut size),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!((offset, size), (8, 4));
+        assert_eq!(
+            cuFuncGetParamInfo(add_one, 2, &mut offset, &mut size),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+    }
+    let bad = ".version 8.0\n.target sm_52\n.visible .entry k()\n{\n\tbogus.u32 %r1;\n}\n\0";
+    let mut log = vec![0u8; 256];
+    let mut options = [5u32, 6]; // CU_JIT_ERROR_LOG_BUFFER, its size
+    let mut values = [
+        log.as_mut_ptr().cast::<c_void>(),
+        std::ptr::without_provenance_mut(log.len()),
+    ];
+    let mut m = null_mut();
+    // SAFETY: NUL-terminated text; option arrays of 2 entries; the log holds 256 bytes.
+    let code = unsafe {
+        cuModuleLoadDataEx(
+            &mut m,
+            bad.as_ptr().cast(),
+            2,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    assert_eq!(code, CUresult::CUDA_ERROR_INVALID_PTX);
+    let log =
+        String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap()]).to_string();
+    assert!(log.contains("Unknown instruction 'bogus.u32'"), "{log}");
+    assert!(session.new_violations().is_empty());
+}

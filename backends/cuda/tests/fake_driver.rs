@@ -1,0 +1,160 @@
+//! halcyon-cuda on the fake CUDA driver (`backends/cuda/fake-driver`): a `libcuda.so.1` that
+//! runs the driver API on host threads and aborts the process, with a backtrace, when the
+//! caller breaks the API's contract (a call without the context current, any call from a host
+//! function, a destroyed handle, memory freed before the device got to work using it, a
+//! resource leaked into the context's destruction; see the crate's docs). It is loaded before
+//! anything opens libcuda, so every driver call in this process reaches it.
+//!
+//! On it run, unchanged: the conformance suite under the four configurations
+//! `tests/conformance.rs` uses on a GPU, and the direct translation-table and device tests of
+//! `tests/gpu/mod.rs`. That executes every line of `CudaApi` that does not depend on a real
+//! GPU's behaviour, in CI. What it cannot show: that CUDA itself behaves as the fake models it
+//! (the GPU run still decides that), or anything about speed.
+//!
+//! Faults are sticky for the context every test shares, so they are tested in
+//! `tests/fake_driver_faults.rs`, a process of their own.
+
+mod common;
+mod gpu;
+
+use std::time::Duration;
+
+use common::CudaKernels;
+use halcyon::stream::CompletionStrategy;
+use halcyon::{Device, Error, StatusCode};
+use halcyon_cuda::{create_device_with, CudaDeviceOptions};
+use halcyon_fake_cuda::client::Fake;
+
+/// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
+/// failure; one a real `libcuda.so` shadows (a GPU machine with the toolkit) skips.
+fn prepare_driver() -> Result<&'static Fake, String> {
+    let fake = Fake::load();
+    if let Err(e) = &fake {
+        assert!(!e.contains("was not built"), "{e}");
+    }
+    fake
+}
+
+/// `cuda://0` on the fake driver.
+fn fake_device(options: CudaDeviceOptions) -> halcyon::Result<Device> {
+    prepare_driver().map_err(|e| Error::new(StatusCode::Unavailable, e))?;
+    create_device_with(0, options)
+}
+
+fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        queue_count: 2,
+        completion,
+        probe_interval: Duration::from_millis(10),
+        ..CudaDeviceOptions::default()
+    }
+}
+
+/// Completion threads blocked in `cuEventSynchronize` (the default).
+mod completion_thread {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || fake_device(options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// Completion threads that poll `cuEventQuery` before they sleep.
+mod completion_thread_spin {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || fake_device(CudaDeviceOptions {
+            completion_spin: Duration::from_micros(100),
+            ..options(CompletionStrategy::CompletionThread)
+        }),
+        CudaKernels
+    );
+}
+
+/// `cuLaunchHostFunc` callbacks posting to the reactor.
+mod host_callback {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || fake_device(options(CompletionStrategy::HostCallback)),
+        CudaKernels
+    );
+}
+
+/// Reusable command lists replayed as CUDA graphs.
+mod graphs {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || fake_device(CudaDeviceOptions {
+            graphs: true,
+            ..options(CompletionStrategy::CompletionThread)
+        }),
+        CudaKernels
+    );
+}
+
+/// The fake really is the driver here: kernels, host functions and graph launches reach it.
+#[test]
+fn work_reaches_the_fake_driver() {
+    let fake = match prepare_driver() {
+        Ok(fake) => fake,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    use halcyon::{CommandBuffer, CommandBufferMode};
+    use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+
+    let before = fake.stats();
+    let device = fake_device(CudaDeviceOptions {
+        graphs: true,
+        ..options(CompletionStrategy::HostCallback)
+    })
+    .unwrap();
+    let executable = device
+        .load_executable(&common::standard_module().spec())
+        .unwrap();
+    let add_one = executable.entry_point_index("add_one_u32").unwrap();
+    let queue = device.queue(0).unwrap();
+    block_on(async {
+        let buffer = upload_u32(&queue, &[1, 2, 3, 4]).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.dispatch(
+            &executable,
+            add_one,
+            [1, 1, 1],
+            &[4],
+            [halcyon::Binding::Buffer(buffer.whole())],
+        )?;
+        let commands = builder.finish();
+        let timeline = queue.timeline()?;
+        for _ in 0..3 {
+            queue.execute(timeline.next(), &commands, None).await?;
+        }
+        let out = download_u32(&queue, halcyon::Fence::new(), &buffer.whole()).await?;
+        assert_eq!(out, [4, 5, 6, 7]);
+        Ok(())
+    })
+    .unwrap();
+    drop(queue);
+    drop(executable);
+    drop(device);
+    let after = fake.stats();
+    assert!(
+        after.kernels_run >= before.kernels_run + 3,
+        "{before:?} → {after:?}"
+    );
+    assert!(
+        after.host_funcs_run > before.host_funcs_run,
+        "{before:?} → {after:?}"
+    );
+    assert!(
+        after.graph_launches >= before.graph_launches + 2,
+        "{before:?} → {after:?}"
+    );
+    assert!(after.violations == 0, "{:?}", fake.violations());
+}

@@ -1,0 +1,143 @@
+//! Device faults on the fake CUDA driver (see `tests/fake_driver.rs`): a kernel that faults
+//! the device makes the context's error sticky, as on a GPU, until every user of the primary
+//! context has released it. So these tests run one at a time, in a process of their own.
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use halcyon::stream::CompletionStrategy;
+use halcyon::{Fence, Timepoints};
+use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+use halcyon_cuda::{create_device_with, CudaDeviceOptions};
+use halcyon_fake_cuda::client::Fake;
+
+/// One test at a time: a fault is the whole process's.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// `CUDA_ERROR_ILLEGAL_ADDRESS`.
+const ILLEGAL_ADDRESS: u32 = 700;
+
+fn fake_or_skip(test: &str) -> Option<&'static Fake> {
+    match Fake::load() {
+        Ok(fake) => Some(fake),
+        Err(e) => {
+            assert!(!e.contains("was not built"), "{e}");
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+    }
+}
+
+fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
+    CudaDeviceOptions {
+        completion,
+        probe_interval: Duration::from_millis(5),
+        ..CudaDeviceOptions::default()
+    }
+}
+
+/// Waits until the fake's context is gone (every device dropped, their threads ended) and so
+/// its sticky error cleared.
+fn wait_for_context_release(fake: &Fake) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fake.stats().context_retains > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the devices never released the context"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fake.sticky_error(), 0);
+}
+
+/// Under both completion strategies: the faulting dispatch fails with the driver's error (the
+/// completion thread's event wait returns it; with host callbacks, which CUDA drops after a
+/// fault, the fault probe finds it), so does everything submitted after it, nothing hangs,
+/// and once the device is dropped a new one works.
+#[test]
+fn a_device_fault_fails_the_work_in_flight_and_after_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(fake) = fake_or_skip("a_device_fault_fails_the_work_in_flight_and_after_it") else {
+        return;
+    };
+    for completion in [
+        CompletionStrategy::CompletionThread,
+        CompletionStrategy::HostCallback,
+    ] {
+        let device = create_device_with(0, options(completion)).unwrap();
+        let executable = device
+            .load_executable(&common::standard_module().spec())
+            .unwrap();
+        let add_one = executable.entry_point_index("add_one_u32").unwrap();
+        let queue = device.queue(0).unwrap();
+        let buffer = block_on(upload_u32(&queue, &[1, 2, 3, 4])).unwrap();
+        let dispatch = || {
+            queue.dispatch(
+                Timepoints::default(),
+                &executable,
+                add_one,
+                [1, 1, 1],
+                &[4],
+                &[buffer.whole()],
+            )
+        };
+        block_on(dispatch()).unwrap();
+
+        fake.fault_next_kernel(ILLEGAL_ADDRESS);
+        let e = block_on(dispatch()).unwrap_err();
+        assert!(
+            e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{completion:?}: {e}"
+        );
+        let e = block_on(dispatch()).unwrap_err();
+        assert!(
+            e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{completion:?}: work after the fault: {e}"
+        );
+        let e = block_on(download_u32(&queue, Fence::new(), &buffer.whole())).unwrap_err();
+        println!("{completion:?}: a read after the fault: {e}");
+
+        drop((buffer, queue, executable, device));
+        wait_for_context_release(fake);
+
+        // A fresh device on a fresh context.
+        let device = create_device_with(0, options(completion)).unwrap();
+        let queue = device.queue(0).unwrap();
+        let buffer = block_on(upload_u32(&queue, &[9, 8])).unwrap();
+        let out = block_on(download_u32(&queue, Fence::new(), &buffer.whole())).unwrap();
+        assert_eq!(out, [9, 8]);
+        drop((buffer, queue, device));
+        wait_for_context_release(fake);
+    }
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A `trap` kernel (PTX of its own) faults the device the same way, and the error names the
+/// launch failure.
+#[test]
+fn a_trapping_kernel_fails_its_dispatch() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(fake) = fake_or_skip("a_trapping_kernel_fails_its_dispatch") else {
+        return;
+    };
+    let device = create_device_with(0, options(CompletionStrategy::CompletionThread)).unwrap();
+    let trap = halcyon_cuda::CudaModule::ptx(
+        ".version 8.0\n.target sm_52\n.address_size 64\n.visible .entry trap()\n{\n\ttrap;\n}\n",
+        vec![halcyon::EntryPoint {
+            name: "trap".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 0,
+            constant_count: 0,
+        }],
+    );
+    let executable = device.load_executable(&trap.spec()).unwrap();
+    let queue = device.queue(0).unwrap();
+    let e = block_on(queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[], &[]))
+        .unwrap_err();
+    assert!(e.message().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
+    drop((queue, executable, device));
+    wait_for_context_release(fake);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

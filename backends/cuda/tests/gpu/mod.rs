@@ -1,0 +1,469 @@
+//! Direct tests of the translation table ([`halcyon_cuda::CudaApi`]) and a device, shared by
+//! `tests/cuda.rs` (whatever driver the machine has) and `tests/fake_driver.rs` (the fake
+//! driver). Each test first calls the including crate's `prepare_driver`, and prints why and
+//! passes when there is no usable CUDA device.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use halcyon::stream::{
+    Capabilities, EventFlags, KernelParams, LaunchConfig, MemoryPlacement, StreamApi,
+};
+use halcyon::{BufferParams, Fence, StatusCode, Timepoints};
+use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+use halcyon_conformance::kernels;
+use halcyon_cuda::{probe, CudaApi, CudaModule};
+
+use super::common;
+
+/// The including crate's driver preparation: `false` (the reason printed) to skip.
+fn prepared(test: &str) -> bool {
+    match super::prepare_driver() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipped {test}: {e}");
+            false
+        }
+    }
+}
+
+fn api_or_skip(test: &str) -> Option<CudaApi> {
+    if !prepared(test) {
+        return None;
+    }
+    let probe = match probe::probe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("skipped {test}: {e}");
+            return None;
+        }
+    };
+    match CudaApi::new(probe, 0) {
+        Ok(api) => Some(api),
+        Err(e) if e.code() == StatusCode::Unavailable => {
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+/// Streams, events, copies, fills, host functions, a kernel and a captured graph, through
+/// the raw table.
+#[test]
+fn translation_table_round_trip() {
+    let Some(api) = api_or_skip("translation_table_round_trip") else {
+        return;
+    };
+    let info = api.info();
+    println!("{info:?}");
+    assert!(info.capabilities.contains(Capabilities::HOST_FUNC));
+    assert!(!info.capabilities.contains(Capabilities::GRAPHS));
+    let s = api.create_stream().unwrap();
+    let e = api
+        .create_event(EventFlags::DISABLE_TIMING | EventFlags::BLOCKING_SYNC)
+        .unwrap();
+    assert!(
+        api.query_event(e).unwrap(),
+        "a new event counts as complete"
+    );
+
+    const N: u32 = 1000;
+    let bytes = u64::from(N) * 4;
+    let buf = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+    assert!(api.host_pointer(buf).is_none());
+    api.memset_async(buf, 7, 4, bytes, s).unwrap();
+    let module = api.load_module(&common::standard_module().spec()).unwrap();
+    let add_one = api.get_function(module.module, "add_one_u32").unwrap();
+    let config = LaunchConfig {
+        grid: [N.div_ceil(64), 1, 1],
+        block: [64, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let bindings = [buf];
+    let constants = [N - 1]; // the last element stays 7
+    let params = KernelParams {
+        bindings: &bindings,
+        constants: &constants,
+        status: None,
+    };
+    // A launch must pass exactly the entry point's signature: nothing reaches the driver.
+    for wrong in [
+        KernelParams {
+            constants: &[],
+            ..params
+        },
+        KernelParams {
+            status: Some(buf),
+            ..params
+        },
+    ] {
+        let err = api.launch_kernel(add_one, &config, &wrong, s).unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
+        assert!(
+            err.message().contains("takes 1 bindings and 1 constants"),
+            "{err}"
+        );
+    }
+    api.launch_kernel(add_one, &config, &params, s).unwrap();
+
+    // Two more increments in a captured graph, launched twice.
+    api.begin_capture(s).unwrap();
+    api.launch_kernel(add_one, &config, &params, s).unwrap();
+    api.launch_kernel(add_one, &config, &params, s).unwrap();
+    // One-shot host functions (and reads, which use one) cannot be replayed by a graph.
+    let err = api.launch_host_func(s, Box::new(|| {})).unwrap_err();
+    assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
+    let graph = api.end_capture(s).unwrap();
+    api.launch_graph(graph, s).unwrap();
+    api.launch_graph(graph, s).unwrap();
+
+    let ran = Arc::new(AtomicU32::new(0));
+    let flag = ran.clone();
+    api.launch_host_func(
+        s,
+        Box::new(move || {
+            flag.fetch_add(1, Ordering::SeqCst);
+        }),
+    )
+    .unwrap();
+    let mut out = vec![0u32; N as usize];
+    // SAFETY: `out` lives, untouched, until the stream is synchronised below.
+    unsafe {
+        api.copy_device_to_host_async(out.as_mut_ptr().cast(), buf, bytes, s)
+            .unwrap()
+    };
+    api.record_event(e, s).unwrap();
+    api.synchronize_event(e).unwrap();
+    assert!(api.query_event(e).unwrap());
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert!(
+        out[..N as usize - 1].iter().all(|&v| v == 12),
+        "{:?}",
+        &out[..8]
+    );
+    assert_eq!(out[N as usize - 1], 7);
+    assert_eq!(api.pending_host_funcs(), 0);
+
+    // Host to device, device to device, 1- and 2-byte fills.
+    let other = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+    let input: Vec<u32> = (0..N).collect();
+    // SAFETY: `input` lives, unmodified, until the stream is synchronised.
+    unsafe {
+        api.copy_host_to_device_async(other, input.as_ptr().cast(), bytes, s)
+            .unwrap()
+    };
+    api.copy_device_to_device_async(buf, other, bytes, s)
+        .unwrap();
+    api.memset_async(buf, 0xab, 1, 4, s).unwrap();
+    api.memset_async(buf.offset(4), 0xcdef, 2, 4, s).unwrap();
+    let mut back = vec![0u32; N as usize];
+    // SAFETY: as above.
+    unsafe {
+        api.copy_device_to_host_async(back.as_mut_ptr().cast(), buf, bytes, s)
+            .unwrap()
+    };
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(back[0], 0xabab_abab);
+    assert_eq!(back[1], 0xcdef_cdef);
+    assert_eq!(&back[2..], &input[2..]);
+    let err = api.memset_async(buf.offset(2), 1, 4, 4, s).unwrap_err();
+    assert_eq!(err.code(), StatusCode::InvalidArgument);
+
+    // Stream-ordered allocation, where the device has memory pools.
+    if info
+        .capabilities
+        .contains(Capabilities::STREAM_ORDERED_ALLOC)
+    {
+        let p = api.allocate_async(4096, s).unwrap();
+        api.memset_async(p, 0, 4, 4096, s).unwrap();
+        api.free_async(p, s).unwrap();
+        api.synchronize_stream(s).unwrap();
+    }
+
+    // Managed memory has one address for host and device.
+    if let Ok(managed) = api.allocate(4096, MemoryPlacement::HostVisible) {
+        let host = api
+            .host_pointer(managed)
+            .expect("managed memory has a host address");
+        assert_eq!(host.as_ptr() as u64, managed.0);
+        api.free(managed).unwrap();
+    }
+
+    api.destroy_graph(graph).unwrap();
+    api.unload_module(module.module).unwrap();
+    api.free(buf).unwrap();
+    api.free(other).unwrap();
+    api.destroy_event(e).unwrap();
+    api.destroy_stream(s).unwrap();
+}
+
+/// Pinned memory: one address for host and device, read and written by kernels over the
+/// bus, and copied to and from device memory as a plain DMA (no staging, no host function):
+/// pinned → device → pinned → device, then read back through ordinary (staged) memory.
+#[test]
+fn pinned_memory_round_trip() {
+    let Some(api) = api_or_skip("pinned_memory_round_trip") else {
+        return;
+    };
+    let err = api.allocate(0, MemoryPlacement::Pinned).unwrap_err();
+    assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
+
+    const N: u32 = 1024;
+    let bytes = u64::from(N) * 4;
+    // Two halves: the source of the first copy, then the destination of the second.
+    let pinned = match api.allocate(2 * bytes, MemoryPlacement::Pinned) {
+        Ok(pinned) => pinned,
+        Err(e) if e.code() == StatusCode::Unimplemented => {
+            eprintln!("skipped pinned_memory_round_trip: {e}");
+            return;
+        }
+        Err(e) => panic!("pinned_memory_round_trip: {e}"),
+    };
+    let host = api
+        .host_pointer(pinned)
+        .expect("pinned memory has a host address");
+    assert_eq!(host.as_ptr() as u64, pinned.0, "the same address");
+    assert_eq!(
+        api.host_pointer(pinned.offset(bytes + 4))
+            .map(|p| p.as_ptr() as u64),
+        Some(pinned.0 + bytes + 4),
+        "inside the allocation too"
+    );
+    let words = host.as_ptr().cast::<u32>();
+    let input: Vec<u32> = (0..N).map(|i| i * 3).collect();
+    // SAFETY: the allocation holds 2 * N words, 4-byte aligned (page-aligned); no device
+    // work uses it yet.
+    unsafe {
+        std::ptr::copy_nonoverlapping(input.as_ptr(), words, N as usize);
+        std::ptr::write_bytes(words.add(N as usize), 0, N as usize);
+    }
+
+    let s = api.create_stream().unwrap();
+    let buf = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+    let other = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+    let module = api.load_module(&common::standard_module().spec()).unwrap();
+    let add_one = api.get_function(module.module, "add_one_u32").unwrap();
+    let config = LaunchConfig {
+        grid: [N.div_ceil(64), 1, 1],
+        block: [64, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let constants = [N];
+
+    let host_funcs = api.host_funcs_enqueued();
+    // SAFETY: the first half of `pinned` stays valid and unmodified until the stream is
+    // synchronised below; the second half is touched by nothing else until then.
+    unsafe {
+        api.copy_host_to_device_async(buf, host.as_ptr(), bytes, s)
+            .unwrap();
+    }
+    let bindings = [buf];
+    let params = KernelParams {
+        bindings: &bindings,
+        constants: &constants,
+        status: None,
+    };
+    api.launch_kernel(add_one, &config, &params, s).unwrap();
+    // A kernel reads and writes the pinned memory itself, at its host address.
+    let bindings = [pinned];
+    let params = KernelParams {
+        bindings: &bindings,
+        constants: &constants,
+        status: None,
+    };
+    api.launch_kernel(add_one, &config, &params, s).unwrap();
+    // SAFETY: as above.
+    unsafe {
+        api.copy_device_to_host_async(host.as_ptr().add(bytes as usize), buf, bytes, s)
+            .unwrap();
+        api.copy_host_to_device_async(other, host.as_ptr().add(bytes as usize), bytes, s)
+            .unwrap();
+    }
+    assert_eq!(
+        api.host_funcs_enqueued(),
+        host_funcs,
+        "copies to and from pinned memory enqueue no host function"
+    );
+    api.synchronize_stream(s).unwrap();
+    let expected: Vec<u32> = input.iter().map(|v| v + 1).collect();
+    // SAFETY: every copy and kernel using `pinned` completed (synchronised above).
+    let (first, second) = unsafe {
+        (
+            std::slice::from_raw_parts(words, N as usize).to_vec(),
+            std::slice::from_raw_parts(words.add(N as usize), N as usize).to_vec(),
+        )
+    };
+    assert_eq!(first, expected, "the kernel incremented the pinned memory");
+    assert_eq!(second, expected, "device to pinned");
+    // Pinned to device: read back through ordinary (pageable, so staged) memory.
+    let mut back = vec![0u32; N as usize];
+    // SAFETY: `back` lives, untouched, until the stream is synchronised.
+    unsafe {
+        api.copy_device_to_host_async(back.as_mut_ptr().cast(), other, bytes, s)
+            .unwrap();
+    }
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(back, expected, "pinned to device");
+
+    // While capturing, a read is refused even into pinned memory.
+    api.begin_capture(s).unwrap();
+    api.memset_async(buf, 0, 4, bytes, s).unwrap();
+    // SAFETY: refused before anything is enqueued.
+    let err =
+        unsafe { api.copy_device_to_host_async(host.as_ptr().add(bytes as usize), buf, bytes, s) }
+            .unwrap_err();
+    assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
+    let graph = api.end_capture(s).unwrap();
+    api.destroy_graph(graph).unwrap();
+
+    api.free(pinned).unwrap();
+    // One left for the API to free when it drops.
+    let kept = api.allocate(4096, MemoryPlacement::Pinned).unwrap();
+    assert!(api.host_pointer(kept).is_some());
+    api.unload_module(module.module).unwrap();
+    api.free(buf).unwrap();
+    api.free(other).unwrap();
+    api.destroy_stream(s).unwrap();
+}
+
+/// Loading reports bad PTX with the JIT log, a signature that does not match the
+/// metadata, and a missing kernel.
+#[test]
+fn module_load_errors() {
+    let Some(api) = api_or_skip("module_load_errors") else {
+        return;
+    };
+    let bad = CudaModule::ptx(
+        ".version 8.0\n.target sm_52\n.address_size 64\n.visible .entry empty()\n{\n\tbogus;\n}\n",
+        vec![common::empty()],
+    );
+    let e = api.load_module(&bad.spec()).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
+    println!("{e}");
+
+    // add_one_u32 takes (pointer, u32); declaring two bindings is refused on every driver:
+    // the PTX's `.param`s say so (and cuFuncGetParamInfo, on CUDA 12.4+ drivers).
+    let mut wrong = kernels::add_one_u32();
+    wrong.binding_count = 2;
+    wrong.constant_count = 0;
+    let wrong = CudaModule::ptx(common::STANDARD_PTX, vec![wrong]).spec();
+    let e = api.load_module(&wrong).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("takes 2 parameters of sizes [8, 4]"),
+        "{e}"
+    );
+
+    // The standard kernels: only `fail` takes a status word, in PTX and as the driver
+    // reports it where it can (CUDA 12.4+).
+    let mut entry_points = common::standard_entry_points();
+    entry_points.push(common::empty());
+    let loaded = api
+        .load_module(&CudaModule::ptx(common::STANDARD_PTX, entry_points).spec())
+        .unwrap();
+    assert_eq!(loaded.status_words, [false, false, true, false]);
+
+    // `fail` writes 1 to the word it is launched with, and nothing else.
+    let fail = api.get_function(loaded.module, "fail").unwrap();
+    let s = api.create_stream().unwrap();
+    let words = api.allocate(16, MemoryPlacement::Device).unwrap();
+    api.memset_async(words, 0, 4, 16, s).unwrap();
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let params = KernelParams {
+        bindings: &[],
+        constants: &[],
+        status: Some(words.offset(8)),
+    };
+    api.launch_kernel(fail, &config, &params, s).unwrap();
+    let mut out = [7u32; 4];
+    // SAFETY: `out` outlives the copy (the stream is synchronised below).
+    unsafe {
+        api.copy_device_to_host_async(out.as_mut_ptr().cast(), words, 16, s)
+            .unwrap()
+    };
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(out, [0, 0, 1, 0]);
+    api.free(words).unwrap();
+    api.destroy_stream(s).unwrap();
+    api.unload_module(loaded.module).unwrap();
+
+    let loaded = api.load_module(&common::standard_module().spec()).unwrap();
+    let e = api.get_function(loaded.module, "nope").unwrap_err();
+    assert_eq!(e.code(), StatusCode::NotFound, "{e}");
+    api.unload_module(loaded.module).unwrap();
+}
+
+/// The device end to end: upload, dispatch with a parked wait released by the host,
+/// download; and host-visible buffers mapped by the host.
+#[test]
+fn device_dispatch_and_mapping() {
+    if !prepared("device_dispatch_and_mapping") {
+        return;
+    }
+    let Some(device) = common::device_or_skip("device_dispatch_and_mapping") else {
+        return;
+    };
+    println!("{}", device.info().name);
+    let executable = device
+        .load_executable(&common::standard_module().spec())
+        .unwrap();
+    let add_one = executable.entry_point_index("add_one_u32").unwrap();
+    let queue = device.queue(0).unwrap();
+    block_on(async {
+        let data: Vec<u32> = (0..4096).collect();
+        let buffer = upload_u32(&queue, &data).await?;
+        let gate = device.create_semaphore(0)?;
+        let mut wait = Fence::new();
+        wait.insert(&gate, 1);
+        let dispatch = queue.dispatch(
+            Timepoints::new(wait, Fence::new()),
+            &executable,
+            add_one,
+            [64, 1, 1],
+            &[4096],
+            &[buffer.whole()],
+        );
+        gate.signal(1)?;
+        dispatch.await?;
+        let out = download_u32(&queue, Fence::new(), &buffer.whole()).await?;
+        assert_eq!(out, data.iter().map(|v| v + 1).collect::<Vec<_>>());
+        Ok(())
+    })
+    .unwrap();
+    // Host-visible (managed) memory: written by the host, incremented by the device, read
+    // back by the host.
+    let buffer = match device.allocator().allocate(256 * 4, BufferParams::HOST) {
+        Ok(buffer) => buffer,
+        Err(e) => {
+            println!("no host-visible buffers: {e}");
+            return;
+        }
+    };
+    {
+        let mut map = buffer.map_write(..).unwrap();
+        for (i, chunk) in map.chunks_exact_mut(4).enumerate() {
+            chunk.copy_from_slice(&(i as u32 * 3).to_le_bytes());
+        }
+    }
+    block_on(queue.dispatch(
+        Timepoints::default(),
+        &executable,
+        add_one,
+        [4, 1, 1],
+        &[256],
+        &[buffer.whole()],
+    ))
+    .unwrap();
+    let map = buffer.map_read(..).unwrap();
+    let values: &[u32] = map.as_slice().unwrap();
+    assert!(values
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == i as u32 * 3 + 1));
+}
