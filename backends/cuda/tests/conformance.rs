@@ -1,7 +1,8 @@
 //! The conformance suite on `cuda://0`, once per completion strategy, with the standard kernels
 //! from checked-in PTX (tests/kernels/standard.ptx: standard.cu by NVRTC 12.8, PTX ISA 8.0).
 //! Without libcuda or a device, every case prints why and passes as skipped (the suite skips
-//! a device factory that returns `Unavailable`).
+//! a device factory that returns `Unavailable`). `tests/fake_driver.rs` runs the same four
+//! instances on the fake CUDA driver, so CI exercises them without a GPU.
 //!
 //! A third instance opts into graph replay ([`CudaDeviceOptions::graphs`]), a fourth into
 //! completion threads that poll before they sleep ([`CudaDeviceOptions::completion_spin`]).

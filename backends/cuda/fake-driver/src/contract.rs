@@ -35,11 +35,12 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// process aborts with a backtrace.
 pub(crate) fn violation(message: String) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "halcyon-fake-cuda: contract violation: {message}");
+    let record_only = RECORD_ONLY.load(Ordering::Relaxed)
+        || std::env::var_os("HALCYON_FAKE_CUDA_RECORD_ONLY").is_some();
+    let how = if record_only { " (recorded)" } else { "" };
+    let _ = writeln!(err, "halcyon-fake-cuda: contract violation{how}: {message}");
     lock(&VIOLATIONS).push(message);
-    if RECORD_ONLY.load(Ordering::Relaxed)
-        || std::env::var_os("HALCYON_FAKE_CUDA_RECORD_ONLY").is_some()
-    {
+    if record_only {
         return;
     }
     let _ = writeln!(
