@@ -156,5 +156,5 @@ fn work_reaches_the_fake_driver() {
         after.graph_launches >= before.graph_launches + 2,
         "{before:?} → {after:?}"
     );
-    assert!(after.violations == 0, "{:?}", fake.violations());
+    // (A contract violation would have aborted the process.)
 }

@@ -1,6 +1,9 @@
 //! Device faults on the fake CUDA driver (see `tests/fake_driver.rs`): a kernel that faults
 //! the device makes the context's error sticky, as on a GPU, until every user of the primary
-//! context has released it. So these tests run one at a time, in a process of their own.
+//! context has released it. So these tests run one at a time, in a process of their own. A
+//! contract violation aborts the process (the fake's default), so none is asserted on; the
+//! fake does not report leaks from a context that faulted (CUDA drops host functions, and what
+//! they hold, after a fault).
 
 mod common;
 
@@ -111,7 +114,6 @@ fn a_device_fault_fails_the_work_in_flight_and_after_it() {
         drop((buffer, queue, device));
         wait_for_context_release(fake);
     }
-    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
 
 /// A `trap` kernel (PTX of its own) faults the device the same way, and the error names the
@@ -139,5 +141,4 @@ fn a_trapping_kernel_fails_its_dispatch() {
     assert!(e.message().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
     drop((queue, executable, device));
     wait_for_context_release(fake);
-    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }

@@ -28,6 +28,14 @@ pub(crate) static HOST_FUNCS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CONTEXTS_DESTROYED: AtomicU64 = AtomicU64::new(0);
 
+/// The primary context's incarnation: work queued in an earlier one never runs.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The current context incarnation.
+pub(crate) fn epoch() -> u64 {
+    EPOCH.load(Ordering::Acquire)
+}
+
 /// Everything the driver knows, under one lock (memory has its own: see [`crate::memory`]).
 #[derive(Default)]
 pub(crate) struct Driver {
@@ -125,6 +133,9 @@ impl Driver {
         self.execs.clear();
         self.pools.clear();
         CONTEXTS_DESTROYED.fetch_add(1, Ordering::Relaxed);
+        // Work still queued (on streams destroyed or not) belongs to the old context: it is
+        // dropped, not run against the next one.
+        EPOCH.fetch_add(1, Ordering::AcqRel);
         clear_fault();
         if !faulted && leaked.iter().any(|(_, n)| *n > 0) {
             let list: Vec<String> = leaked

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 
 use cudarc::driver::sys::{
     CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUhostFn, CUjit_option, CUpointer_attribute,
-    CUresult, CUstreamCaptureStatus, CU_MEMHOSTALLOC_DEVICEMAP,
+    CUresult, CUstreamCaptureMode, CUstreamCaptureStatus, CU_MEMHOSTALLOC_DEVICEMAP,
 };
 
 use crate::contract::{
@@ -40,8 +40,11 @@ use CUresult::{
 };
 
 /// Runs a call: the contract's checks, then `body`.
+/// Calls that release something ([`Needs::ContextEvenFaulted`]) do so after a fault too, and
+/// then report the fault, as CUDA reports an earlier asynchronous error.
 fn call(name: &'static str, needs: Needs, body: impl FnOnce() -> Ret) -> CUresult {
     match enter(name, needs).and_then(|()| body()) {
+        Ok(()) if needs == Needs::ContextEvenFaulted => sticky().unwrap_or(CUDA_SUCCESS),
         Ok(()) => CUDA_SUCCESS,
         Err(code) => code,
     }
@@ -116,6 +119,9 @@ static NAMES: LazyLock<Vec<(u32, &'static CStr)>> = LazyLock::new(|| {
         CUDA_ERROR_NOT_SUPPORTED,
         CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
         CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+        CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+        CUDA_ERROR_CAPTURED_EVENT,
+        CUDA_ERROR_CONTEXT_IS_DESTROYED,
     ]
     .into_iter()
     .map(|code| {
@@ -406,11 +412,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let generation = event.latest();
-        if generation > 0 {
-            stream.enqueue(Op::Wait { event, generation });
-        }
-        Ok(())
+        stream.wait_event(event)
     })
 }
 
@@ -419,9 +421,15 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
 /// # Safety
 /// CUDA's contract for the call.
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: *mut c_void, _mode: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: *mut c_void, mode: c_uint) -> CUresult {
     call("cuStreamBeginCapture", Needs::Context, || {
-        stream(handle(s), "cuStreamBeginCapture")?.begin_capture()
+        let stream = stream(handle(s), "cuStreamBeginCapture")?;
+        // Relaxed mode only: the global and thread-local modes' bans on "unsafe" calls from
+        // other threads are not modelled.
+        if mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as c_uint {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        stream.begin_capture()
     })
 }
 
@@ -500,7 +508,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CUresult {
 }
 
 /// `cuEventRecord`: a new record, completed when the stream gets to it (in a capture: a
-/// record node, a new record at each launch).
+/// captured event, which only orders work within the capture; no graph node).
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -508,13 +516,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuEventRecord(e: *mut c_void, s: *mut c_void) -> CUresult {
     call("cuEventRecord", Needs::Context, || {
         let event = event(handle(e), "cuEventRecord")?;
-        let stream = stream(handle(s), "cuEventRecord")?;
-        let generation = if stream.capture_status().is_some() {
-            0
-        } else {
-            event.next_generation()
-        };
-        stream.enqueue(Op::Record { event, generation });
+        stream(handle(s), "cuEventRecord")?.record(event);
         Ok(())
     })
 }
@@ -526,7 +528,11 @@ pub unsafe extern "C" fn cuEventRecord(e: *mut c_void, s: *mut c_void) -> CUresu
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(e: *mut c_void) -> CUresult {
     call("cuEventQuery", Needs::Context, || {
-        if event(handle(e), "cuEventQuery")?.query() {
+        let event = event(handle(e), "cuEventQuery")?;
+        if event.latest().1 {
+            return Err(CUresult::CUDA_ERROR_CAPTURED_EVENT);
+        }
+        if event.query() {
             Ok(())
         } else {
             Err(CUresult::CUDA_ERROR_NOT_READY)
@@ -542,7 +548,10 @@ pub unsafe extern "C" fn cuEventQuery(e: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuEventSynchronize(e: *mut c_void) -> CUresult {
     call("cuEventSynchronize", Needs::Context, || {
         let event = event(handle(e), "cuEventSynchronize")?;
-        event.wait(event.latest())
+        match event.latest() {
+            (_, true) => Err(CUresult::CUDA_ERROR_CAPTURED_EVENT),
+            (generation, false) => event.wait(generation),
+        }
     })
 }
 
@@ -847,7 +856,12 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, s: *mut c_void) -> CUresult {
     call("cuMemFreeAsync", Needs::Context, || {
         let stream = stream(handle(s), "cuMemFreeAsync")?;
-        if !matches!(memory().kind_of(ptr, 0), Some(Kind::Pool(_))) {
+        if stream.capture_status().is_some() {
+            // Freeing in a graph (a memory node) is not modelled.
+            stream.invalidate_capture(CUDA_ERROR_NOT_SUPPORTED);
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if !memory().is_base(ptr, |k| matches!(k, Kind::Pool(_))) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         stream.enqueue(Op::FreeAsync { ptr });
@@ -966,10 +980,14 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
             len: bytes,
             call: "cuMemcpyDtoHAsync",
         });
-        match (pinned, position) {
-            (false, Some(position)) => stream.wait_for(position),
-            _ => Ok(()),
+        if let (false, Some(position)) = (pinned, position) {
+            // Into pageable memory: done (or dropped, after a fault) before the call returns.
+            stream.wait_for(position);
+            if let Some(code) = sticky() {
+                return Err(code);
+            }
         }
+        Ok(())
     })
 }
 
@@ -1145,9 +1163,17 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         if image.is_null() || out.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: CUDA's contract: an image starts with at least 4 bytes (a binary header, or
-        // PTX text, NUL-terminated).
-        let head = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), 4) };
+        // The first bytes, stopping at a NUL (PTX text may be shorter than a binary header).
+        let mut head = Vec::with_capacity(4);
+        for i in 0..4 {
+            // SAFETY: CUDA's contract: the image is a binary (with a header of more than 4
+            // bytes) or NUL-terminated PTX, and this stops at the NUL.
+            let byte = unsafe { image.cast::<u8>().add(i).read() };
+            if byte == 0 {
+                break;
+            }
+            head.push(byte);
+        }
         let log = |message: &str| {
             // SAFETY: CUDA's contract for the options.
             unsafe { write_jit_log(count, options, values, message) }
@@ -1187,6 +1213,7 @@ pub unsafe extern "C" fn cuModuleUnload(m: *mut c_void) -> CUresult {
         let mut driver = driver();
         let module = driver.remove(|d| &mut d.modules, handle(m), "module", "cuModuleUnload")?;
         for kernel in &module.kernels {
+            kernel.unloaded.store(true, Ordering::Release);
             driver.functions.remove(&kernel.function);
             driver.retired.insert(kernel.function);
         }
@@ -1368,7 +1395,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: *mut c_void) -> CUresult {
     })
 }
 
-/// `cuGraphLaunch`: enqueues the graph's operations (each event record node a new record).
+/// `cuGraphLaunch`: enqueues the graph's operations, together.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -1381,20 +1408,7 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: *mut c_void, s: *mut c_void) -> CUr
             "executable graph",
             "cuGraphLaunch",
         )?;
-        let stream = stream(handle(s), "cuGraphLaunch")?;
-        for op in ops.iter() {
-            let op = match op {
-                Op::Record {
-                    event,
-                    generation: 0,
-                } => Op::Record {
-                    event: event.clone(),
-                    generation: event.next_generation(),
-                },
-                op => op.clone(),
-            };
-            stream.enqueue(op);
-        }
+        stream(handle(s), "cuGraphLaunch")?.enqueue_all(&ops);
         GRAPH_LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     })

@@ -1,12 +1,12 @@
 //! Modules and kernels: PTX read for its entry points and parameters, and the kernels the fake
 //! can run natively (halcyon's standard kernels, matched by name and parameter sizes).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::contract::lock;
+use crate::contract::{lock, sticky};
 use crate::driver::KERNELS_RUN;
 use crate::memory::memory;
 
@@ -23,6 +23,8 @@ pub(crate) struct Kernel {
     /// `(offset, size)` of each parameter, as `cuFuncGetParamInfo` reports them.
     pub params: Vec<(usize, usize)>,
     pub native: Option<Native>,
+    /// Set by `cuModuleUnload`: a launch still queued must not run any more.
+    pub unloaded: AtomicBool,
 }
 
 /// The kernels the fake runs.
@@ -324,16 +326,21 @@ fn parse_param(param: &str) -> Result<(usize, usize), String> {
     let mut align = None;
     let mut size = None;
     let mut name = "";
+    // After `.ptr`, a state space and `.align` describe the pointee, not the parameter.
+    let mut pointee = false;
     let mut i = 1;
     while i < tokens.len() {
         match tokens[i] {
             ".align" => {
-                align = tokens.get(i + 1).and_then(|a| a.parse::<usize>().ok());
+                if !pointee {
+                    align = tokens.get(i + 1).and_then(|a| a.parse::<usize>().ok());
+                }
                 i += 1;
             }
-            ".ptr" | ".global" | ".const" | ".shared" | ".local" => {}
+            ".ptr" => pointee = true,
+            ".global" | ".const" | ".shared" | ".local" => {}
             t if t.starts_with('.') => {
-                size = Some(match &t[2..] {
+                size = Some(match t.get(2..).unwrap_or("") {
                     "8" => 1,
                     "16" => 2,
                     "32" => 4,
@@ -376,6 +383,7 @@ impl Kernel {
             name: entry.name.clone(),
             native: Native::find(&entry.name, &sizes),
             params,
+            unloaded: AtomicBool::new(false),
         }
     }
 }
@@ -418,6 +426,16 @@ pub(crate) fn run(launch: &Launch) -> Result<(), (CUresult, String, bool)> {
     let threads = gx * bx;
     let args = &launch.args;
     let mut memory = memory();
+    if sticky().is_some() {
+        return Ok(()); // faulted meanwhile: the host may have freed what this uses
+    }
+    if launch.kernel.unloaded.load(Ordering::Acquire) {
+        return Err((
+            CUresult::CUDA_ERROR_INVALID_HANDLE,
+            "its module was unloaded before the kernel ran".into(),
+            true,
+        ));
+    }
     let check = |memory: &crate::memory::Memory, ptr: u64, len: u64, what: &str| {
         memory.check(ptr, len as usize).map_err(|why| {
             (
@@ -453,10 +471,8 @@ pub(crate) fn run(launch: &Launch) -> Result<(), (CUresult, String, bool)> {
             }
         }
         Native::Fail => {
-            if threads * repeat > 0 {
-                check(&memory, args[0], 4, "status")?;
-                memory.write_u32(args[0], 1);
-            }
+            check(&memory, args[0], 4, "status")?;
+            memory.write_u32(args[0], 1);
         }
         Native::Empty => {}
         Native::Trap => {

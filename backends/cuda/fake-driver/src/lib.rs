@@ -28,6 +28,11 @@
 //!   A violation is printed to stderr with a backtrace and aborts the process, unless
 //!   `HALCYON_FAKE_CUDA_RECORD_ONLY` is set or [`client::Fake::record_only`] was called, in which
 //!   case it is only recorded ([`client::Fake::violations`]).
+//! * **What it does not model** (each answers `CUDA_ERROR_NOT_SUPPORTED`, so a caller that
+//!   starts needing it fails loudly): capture modes other than relaxed, memory allocation and
+//!   free nodes in a capture, joining a capture by waiting on a captured event, cubin and
+//!   fatbin images, kernels other than the ones above. Memory freed is quarantined (64 MiB)
+//!   before its address can be reused, so late work finds it freed rather than reallocated.
 //! * **Faults.** [`client::Fake::fault_next_kernel`] (or a `trap` kernel) makes a kernel fault
 //!   the device: from then on every call in the context returns that error (a *sticky* error,
 //!   as in CUDA), queued work and host functions are dropped, and event waits return the

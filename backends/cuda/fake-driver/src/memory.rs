@@ -15,8 +15,10 @@ pub(crate) const DEVICE_BYTES: usize = 1 << 30;
 pub(crate) const PINNED_BYTES: usize = 1 << 30;
 /// Alignment of every allocation (`cuMemAlloc` gives at least 256).
 const ALIGN: usize = 256;
-/// How many freed allocations are remembered, to name "freed" in messages.
-const FREED_KEPT: usize = 4096;
+/// How many bytes of freed allocations are kept allocated (quarantined) rather than given back
+/// to the host allocator, so that their addresses are not reused at once: work that reaches a
+/// freed allocation then finds it freed instead of finding a newer allocation at the address.
+const QUARANTINE_BYTES: usize = 64 << 20;
 
 /// What kind of memory an allocation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +50,11 @@ struct Allocation {
 #[derive(Default)]
 pub(crate) struct Memory {
     live: BTreeMap<u64, Allocation>,
-    /// Recently freed allocations (base → length, what freed it), for messages.
+    /// Quarantined freed allocations (base → length, what freed it), oldest first in
+    /// `quarantine`.
     freed: BTreeMap<u64, (usize, &'static str)>,
+    quarantine: std::collections::VecDeque<u64>,
+    quarantined_bytes: usize,
     device_bytes: usize,
     pinned_bytes: usize,
 }
@@ -63,6 +68,15 @@ pub(crate) fn memory() -> MutexGuard<'static, Memory> {
 
 fn layout(len: usize) -> Option<Layout> {
     Layout::from_size_align(len, ALIGN).ok()
+}
+
+/// Gives `len` bytes at `base`, allocated by [`Memory::allocate`] and no longer in any table,
+/// back to the host allocator.
+fn dealloc(base: u64, len: usize) {
+    let layout = layout(len).expect("allocated with it");
+    // SAFETY: allocated by `allocate` with this layout; the caller removed it from every
+    // table, so it is deallocated once.
+    unsafe { std::alloc::dealloc(base as usize as *mut u8, layout) };
 }
 
 impl Memory {
@@ -88,7 +102,6 @@ impl Memory {
         }
         *used += len;
         let base = ptr as usize as u64;
-        self.freed.remove(&base);
         self.live.insert(base, Allocation { len, kind });
         Ok(base)
     }
@@ -120,35 +133,48 @@ impl Memory {
             }
         }
         let allocation = self.live.remove(&base).expect("checked above");
-        self.release(base, &allocation);
-        if self.freed.len() >= FREED_KEPT {
-            self.freed.pop_first();
-        }
+        self.account(&allocation);
         self.freed.insert(base, (allocation.len, call));
+        self.quarantine.push_back(base);
+        self.quarantined_bytes += allocation.len;
+        while self.quarantined_bytes > QUARANTINE_BYTES {
+            let Some(oldest) = self.quarantine.pop_front() else {
+                break;
+            };
+            if let Some((len, _)) = self.freed.remove(&oldest) {
+                self.quarantined_bytes -= len;
+                dealloc(oldest, len);
+            }
+        }
         Ok(allocation.kind)
     }
 
-    fn release(&mut self, base: u64, allocation: &Allocation) {
+    /// Takes `allocation` off its capacity.
+    fn account(&mut self, allocation: &Allocation) {
         if allocation.kind.on_device() {
             self.device_bytes -= allocation.len;
         } else {
             self.pinned_bytes -= allocation.len;
         }
-        let layout = layout(allocation.len).expect("allocated with it");
-        // SAFETY: allocated by `allocate` with this layout and removed from the table, so
-        // deallocated once.
-        unsafe { std::alloc::dealloc(base as usize as *mut u8, layout) };
     }
 
-    /// Frees everything (the context went), describing each allocation.
+    /// Frees everything (the context went), describing each allocation that was still live.
     pub(crate) fn free_all(&mut self) -> Vec<String> {
         let live = std::mem::take(&mut self.live);
-        live.iter()
+        let described = live
+            .iter()
             .map(|(&base, a)| {
-                self.release(base, a);
+                self.account(a);
+                dealloc(base, a.len);
                 format!("{:?} of {} bytes at {base:#x}", a.kind, a.len)
             })
-            .collect()
+            .collect();
+        for (base, (len, _)) in std::mem::take(&mut self.freed) {
+            dealloc(base, len);
+        }
+        self.quarantine.clear();
+        self.quarantined_bytes = 0;
+        described
     }
 
     /// The live allocation holding all `len` bytes at `ptr` (an empty range: holding `ptr`).
@@ -161,6 +187,11 @@ impl Memory {
     /// The kind of the allocation holding all `len` bytes at `ptr`, if one does.
     pub(crate) fn kind_of(&self, ptr: u64, len: usize) -> Option<Kind> {
         self.covering(ptr, len).map(|(_, a)| a.kind)
+    }
+
+    /// Whether `ptr` is the base of a live allocation whose kind `accept` takes.
+    pub(crate) fn is_base(&self, ptr: u64, accept: impl Fn(Kind) -> bool) -> bool {
+        self.live.get(&ptr).is_some_and(|a| accept(a.kind))
     }
 
     /// Whether `len` bytes at `ptr` lie within one pinned allocation.

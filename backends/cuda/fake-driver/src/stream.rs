@@ -1,7 +1,7 @@
 //! Streams (a worker thread each, running its operations in order), events (record
 //! generations), stream capture, and the operations themselves.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,50 +31,88 @@ fn kernel_latency() -> Duration {
     })
 }
 
-/// An event: the generation of its latest record and of the latest one the device completed.
+/// An event: the generation of its latest record, which records completed, and whether its
+/// latest record was made in a stream capture (a *captured event*, which only orders work
+/// inside the capture).
 pub(crate) struct Event {
-    state: Mutex<(u64, u64)>,
+    state: Mutex<EventState>,
     completed: Condvar,
+}
+
+#[derive(Default)]
+struct EventState {
+    recorded: u64,
+    /// Every generation up to this one completed...
+    done_through: u64,
+    /// ...and these after it (records on several streams complete out of order).
+    done: BTreeSet<u64>,
+    captured: bool,
+}
+
+impl EventState {
+    fn is_done(&self, generation: u64) -> bool {
+        generation <= self.done_through || self.done.contains(&generation)
+    }
 }
 
 impl Event {
     pub(crate) fn new() -> Arc<Event> {
         Arc::new(Event {
-            state: Mutex::new((0, 0)),
+            state: Mutex::default(),
             completed: Condvar::new(),
         })
     }
 
-    /// A new record: its generation.
-    pub(crate) fn next_generation(&self) -> u64 {
+    /// A new record outside any capture: its generation.
+    fn next_generation(&self) -> u64 {
         let mut state = lock(&self.state);
-        state.0 += 1;
-        state.0
+        state.recorded += 1;
+        state.captured = false;
+        state.recorded
     }
 
-    /// The latest record's generation (0: never recorded).
-    pub(crate) fn latest(&self) -> u64 {
-        lock(&self.state).0
+    /// A record inside a capture.
+    fn capture(&self) {
+        lock(&self.state).captured = true;
+    }
+
+    /// The latest record's generation (0: never recorded), and whether it was captured.
+    pub(crate) fn latest(&self) -> (u64, bool) {
+        let state = lock(&self.state);
+        (state.recorded, state.captured)
     }
 
     fn complete(&self, generation: u64) {
         let mut state = lock(&self.state);
-        state.1 = state.1.max(generation);
+        state.done.insert(generation);
+        loop {
+            let next = state.done_through + 1;
+            if !state.done.remove(&next) {
+                break;
+            }
+            state.done_through = next;
+        }
         self.completed.notify_all();
     }
 
     /// `cuEventQuery`: whether the latest record completed.
     pub(crate) fn query(&self) -> bool {
         let state = lock(&self.state);
-        state.1 >= state.0
+        state.is_done(state.recorded)
     }
 
     /// Blocks until record `generation` completed: the sticky error if the device faults.
+    /// (`CUDA_ERROR_CONTEXT_IS_DESTROYED` if the context goes meanwhile: the record was
+    /// dropped.)
     pub(crate) fn wait(&self, generation: u64) -> Ret {
+        let epoch = crate::driver::epoch();
         let mut state = lock(&self.state);
-        while state.1 < generation {
+        while !state.is_done(generation) {
             if let Some(code) = sticky() {
                 return Err(code);
+            }
+            if crate::driver::epoch() != epoch {
+                return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
             }
             state = self
                 .completed
@@ -100,7 +138,7 @@ pub(crate) enum Source {
 pub(crate) enum Op {
     /// Wait until `event`'s record `generation` completed.
     Wait { event: Arc<Event>, generation: u64 },
-    /// Complete `event`'s record `generation` (0 in a graph: a new record at each launch).
+    /// Complete `event`'s record `generation`.
     Record { event: Arc<Event>, generation: u64 },
     /// Run a kernel.
     Kernel(Arc<Launch>),
@@ -154,6 +192,9 @@ impl Op {
                 call,
             } => {
                 let mut memory = memory();
+                if sticky().is_some() {
+                    return; // faulted meanwhile: the host may have freed what this uses
+                }
                 let mut checked = if *dst_checked {
                     memory.check(*dst, *len)
                 } else {
@@ -185,6 +226,9 @@ impl Op {
                 count,
             } => {
                 let mut memory = memory();
+                if sticky().is_some() {
+                    return;
+                }
                 let len = width * count;
                 if let Err(why) = memory.check(*dst, len) {
                     drop(memory);
@@ -203,7 +247,18 @@ impl Op {
                 in_host_function(|| unsafe { func(*data as *mut c_void) });
             }
             Op::FreeAsync { ptr } => {
-                let _ = memory().free(*ptr, |k| matches!(k, Kind::Pool(_)), "cuMemFreeAsync");
+                let mut memory = memory();
+                if sticky().is_none()
+                    && memory
+                        .free(*ptr, |k| matches!(k, Kind::Pool(_)), "cuMemFreeAsync")
+                        .is_err()
+                {
+                    drop(memory);
+                    violation(format!(
+                        "cuMemFreeAsync({ptr:#x}) on stream {stream:#x}: when the stream got \
+                         there, {ptr:#x} was no stream-ordered allocation"
+                    ));
+                }
             }
         }
     }
@@ -228,6 +283,8 @@ struct State {
 /// A stream: a worker thread running its operations in order.
 pub(crate) struct Stream {
     pub handle: u64,
+    /// The context incarnation it was made in ([`crate::driver::epoch`]).
+    epoch: u64,
     state: Mutex<State>,
     work: Condvar,
     done: Condvar,
@@ -239,6 +296,7 @@ impl Stream {
     pub(crate) fn spawn(handle: u64) -> Result<Arc<Stream>, CUresult> {
         let stream = Arc::new(Stream {
             handle,
+            epoch: crate::driver::epoch(),
             state: Mutex::default(),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -265,8 +323,9 @@ impl Stream {
                     state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            // After a fault the device runs nothing more (host functions included).
-            if sticky().is_none() {
+            // After a fault the device runs nothing more (host functions included), nor after
+            // its context went.
+            if sticky().is_none() && self.epoch == crate::driver::epoch() {
                 op.run(self.handle);
             }
             drop(op);
@@ -290,26 +349,75 @@ impl Stream {
         Some(state.enqueued)
     }
 
-    /// Blocks until the operation at `position` completed: the sticky error after a fault.
-    pub(crate) fn wait_for(&self, position: u64) -> Ret {
+    /// Enqueues `ops` together (a graph launch: nothing interleaves), or adds them to the
+    /// capture.
+    pub(crate) fn enqueue_all(&self, ops: &[Op]) {
         let mut state = lock(&self.state);
-        while state.completed < position {
-            if let Some(code) = sticky() {
-                return Err(code);
+        if let Some(capture) = &mut state.capture {
+            capture.ops.extend(ops.iter().cloned());
+            return;
+        }
+        state.queue.extend(ops.iter().cloned());
+        state.enqueued += ops.len() as u64;
+        self.work.notify_one();
+    }
+
+    /// `cuEventRecord` on this stream: a new record of `event` (decided under the stream's lock,
+    /// so a capture cannot begin in between), or inside a capture a captured event (no node:
+    /// it only orders work within the capture).
+    pub(crate) fn record(&self, event: Arc<Event>) {
+        let mut state = lock(&self.state);
+        if state.capture.is_some() {
+            event.capture();
+            return;
+        }
+        let generation = event.next_generation();
+        state.queue.push_back(Op::Record { event, generation });
+        state.enqueued += 1;
+        self.work.notify_one();
+    }
+
+    /// `cuStreamWaitEvent` on this stream. Inside a capture, a captured event orders nothing
+    /// more (captures here are single-stream), while one recorded outside invalidates the
+    /// capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: an external dependency needs
+    /// `CU_EVENT_WAIT_EXTERNAL`). Outside a capture, waiting on a captured event (joining the
+    /// capture) is not modelled: `CUDA_ERROR_NOT_SUPPORTED`.
+    pub(crate) fn wait_event(&self, event: Arc<Event>) -> Ret {
+        let mut state = lock(&self.state);
+        let (generation, captured) = event.latest();
+        if let Some(capture) = &mut state.capture {
+            if captured {
+                return Ok(());
             }
-            state = self
-                .done
-                .wait_timeout(state, FAULT_POLL)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            capture
+                .error
+                .get_or_insert(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+            return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+        }
+        if captured {
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if generation > 0 {
+            state.queue.push_back(Op::Wait { event, generation });
+            state.enqueued += 1;
+            self.work.notify_one();
         }
         Ok(())
+    }
+
+    /// Blocks until the operation at `position` completed (also after a fault: the worker
+    /// drains what is queued without running it).
+    pub(crate) fn wait_for(&self, position: u64) {
+        let mut state = lock(&self.state);
+        while state.completed < position {
+            state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// `cuStreamSynchronize`.
     pub(crate) fn synchronize(&self) -> Ret {
         let position = lock(&self.state).enqueued;
-        self.wait_for(position)?;
+        self.wait_for(position);
         sticky().map_or(Ok(()), Err)
     }
 

@@ -212,18 +212,24 @@ fn memory_freed_before_the_device_used_it_is_a_violation_and_a_fault() {
     // SAFETY: an allocation of this driver (freed while the kernel is queued: the case under
     // test).
     assert_eq!(unsafe { cuMemFree_v2(x) }, CUresult::CUDA_SUCCESS);
+    // A new allocation of the same size does not land at the freed address (quarantine), so
+    // the kernel cannot pass by writing into it.
+    let y = alloc(256);
+    assert_ne!(x, y);
     open_gate();
     // SAFETY: live handles.
     unsafe {
         assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
-        // Sticky: every later call fails the same way, and destroying still works.
+        // Sticky: every later call fails the same way; releasing still releases, and reports
+        // the fault.
         let mut e = null_mut();
         assert_eq!(
             cuEventCreate(&mut e, 0),
             CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
         );
-        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
-        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_eq!(cuMemFree_v2(y), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
     }
     let found = session.new_violations();
     assert!(
@@ -313,7 +319,8 @@ fn events_order_streams_and_graphs_replay() {
         assert_eq!(cuEventQuery(e), CUresult::CUDA_SUCCESS);
     }
     assert_eq!(read_u32s(x, 64), vec![2; 64]);
-    // Captured once, launched twice: +2 per launch.
+    // Captured once, launched twice: +2 per launch. An event recorded in the capture is a
+    // captured event (no graph node; querying it is an error until it is recorded again).
     let (mut graph, mut exec) = (null_mut(), null_mut());
     // SAFETY: as above.
     unsafe {
@@ -322,12 +329,18 @@ fn events_order_streams_and_graphs_replay() {
             session.launch_add_one(add_one, x, 64, a),
             CUresult::CUDA_SUCCESS
         );
+        assert_eq!(cuEventRecord(e, a), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamWaitEvent(a, e, 0),
+            CUresult::CUDA_SUCCESS,
+            "within the capture"
+        );
         assert_eq!(
             session.launch_add_one(add_one, x, 64, a),
             CUresult::CUDA_SUCCESS
         );
-        assert_eq!(cuEventRecord(e, a), CUresult::CUDA_SUCCESS);
         assert_eq!(cuStreamEndCapture(a, &mut graph), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventQuery(e), CUresult::CUDA_ERROR_CAPTURED_EVENT);
         assert_eq!(
             cuGraphInstantiateWithFlags(&mut exec, graph, 0),
             CUresult::CUDA_SUCCESS
@@ -336,8 +349,20 @@ fn events_order_streams_and_graphs_replay() {
         for _ in 0..2 {
             assert_eq!(cuGraphLaunch(exec, a), CUresult::CUDA_SUCCESS);
         }
+        assert_eq!(cuEventRecord(e, a), CUresult::CUDA_SUCCESS);
         assert_eq!(cuEventSynchronize(e), CUresult::CUDA_SUCCESS);
         assert_eq!(cuGraphExecDestroy(exec), CUresult::CUDA_SUCCESS);
+        // Waiting in a capture on work outside it invalidates the capture.
+        assert_eq!(cuStreamBeginCapture_v2(b, 2), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuStreamWaitEvent(b, e, 0),
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+        );
+        assert_eq!(
+            cuStreamEndCapture(b, &mut graph),
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        );
+        assert!(graph.is_null());
     }
     assert_eq!(read_u32s(x, 64), vec![6; 64]);
     // SAFETY: live handles, each destroyed once.
@@ -396,4 +421,31 @@ fn ptx_is_read_for_entry_points_and_rejected_with_a_log() {
         String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap()]).to_string();
     assert!(log.contains("Unknown instruction 'bogus.u32'"), "{log}");
     assert!(session.new_violations().is_empty());
+}
+
+#[test]
+fn a_kernel_whose_module_was_unloaded_before_it_ran_is_a_violation() {
+    let session = Session::new();
+    let s = session.stream();
+    let (module, add_one) = session.add_one();
+    let x = alloc(256);
+    gate(s);
+    assert_eq!(
+        session.launch_add_one(add_one, x, 64, s),
+        CUresult::CUDA_SUCCESS
+    );
+    // SAFETY: the module is live (unloaded under a queued launch: the case under test).
+    assert_eq!(unsafe { cuModuleUnload(module) }, CUresult::CUDA_SUCCESS);
+    open_gate();
+    // SAFETY: live handles.
+    unsafe {
+        assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_ERROR_INVALID_HANDLE);
+    }
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1 && found[0].contains("module was unloaded"),
+        "{found:?}"
+    );
 }
