@@ -96,6 +96,22 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A stream held at the gate with an `add_one_u32` launch on 256 bytes queued behind it:
+    /// the stream, the module and the memory, which the test can now release too early.
+    fn queued_add_one(&self) -> (*mut c_void, *mut c_void, u64) {
+        let s = self.stream();
+        let (module, add_one) = self.add_one();
+        let x = alloc(256);
+        gate(s);
+        assert_eq!(
+            self.launch_add_one(add_one, x, 64, s),
+            CUresult::CUDA_SUCCESS
+        );
+        (s, module, x)
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
         // SAFETY: balances the retain.
@@ -201,14 +217,7 @@ fn a_driver_call_from_a_host_function_is_a_violation() {
 #[test]
 fn memory_freed_before_the_device_used_it_is_a_violation_and_a_fault() {
     let session = Session::new();
-    let s = session.stream();
-    let (module, add_one) = session.add_one();
-    let x = alloc(256);
-    gate(s);
-    assert_eq!(
-        session.launch_add_one(add_one, x, 64, s),
-        CUresult::CUDA_SUCCESS
-    );
+    let (s, module, x) = session.queued_add_one();
     // SAFETY: an allocation of this driver (freed while the kernel is queued: the case under
     // test).
     assert_eq!(unsafe { cuMemFree_v2(x) }, CUresult::CUDA_SUCCESS);
@@ -426,14 +435,7 @@ fn ptx_is_read_for_entry_points_and_rejected_with_a_log() {
 #[test]
 fn a_kernel_whose_module_was_unloaded_before_it_ran_is_a_violation() {
     let session = Session::new();
-    let s = session.stream();
-    let (module, add_one) = session.add_one();
-    let x = alloc(256);
-    gate(s);
-    assert_eq!(
-        session.launch_add_one(add_one, x, 64, s),
-        CUresult::CUDA_SUCCESS
-    );
+    let (s, module, x) = session.queued_add_one();
     // SAFETY: the module is live (unloaded under a queued launch: the case under test).
     assert_eq!(unsafe { cuModuleUnload(module) }, CUresult::CUDA_SUCCESS);
     open_gate();
