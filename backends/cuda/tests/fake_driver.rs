@@ -1,4 +1,4 @@
-//! halcyon-cuda on the fake CUDA driver (`backends/cuda/fake-driver`): a `libcuda.so.1` that
+//! halcyon-cuda on the fake CUDA driver (`backends/fake-gpu`): a `libcuda.so.1` that
 //! runs the driver API on host threads and aborts the process, with a backtrace, when the
 //! caller breaks the API's contract (a call without the context current, any call from a host
 //! function, a destroyed handle, memory freed before the device got to work using it, a
@@ -23,7 +23,7 @@ use common::CudaKernels;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Error, StatusCode};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions};
-use halcyon_fake_cuda::client::Fake;
+use halcyon_fake_gpu::client::Fake;
 
 /// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
 /// failure; one a real `libcuda.so` shadows (a GPU machine with the toolkit) skips.

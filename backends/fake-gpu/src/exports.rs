@@ -1319,7 +1319,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         let Some(native) = kernel.native else {
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),
-                format!("halcyon-fake-cuda: cannot run kernel {}\n", kernel.name).as_bytes(),
+                format!("halcyon-fake-gpu: cannot run kernel {}\n", kernel.name).as_bytes(),
             );
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         };
@@ -1439,7 +1439,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: *mut c_void) -> CUresult {
 /// # Safety
 /// `out` must be valid for a write of [`FakeStats`].
 #[no_mangle]
-pub unsafe extern "C" fn halcyon_fake_cuda_stats(out: *mut FakeStats) {
+pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
     let stats = {
         let d = driver();
         FakeStats {
@@ -1467,7 +1467,7 @@ pub unsafe extern "C" fn halcyon_fake_cuda_stats(out: *mut FakeStats) {
 /// # Safety
 /// `buffer` must be valid for `capacity` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn halcyon_fake_cuda_violations(buffer: *mut u8, capacity: usize) -> usize {
+pub unsafe extern "C" fn halcyon_fake_gpu_violations(buffer: *mut u8, capacity: usize) -> usize {
     let text = violations().join("\n");
     if !buffer.is_null() {
         // SAFETY: the caller's contract; at most `capacity` bytes.
@@ -1478,14 +1478,14 @@ pub unsafe extern "C" fn halcyon_fake_cuda_violations(buffer: *mut u8, capacity:
 
 /// Makes violations recorded only (non-zero) or fatal (0, the default).
 #[no_mangle]
-pub extern "C" fn halcyon_fake_cuda_record_only(record_only: c_int) {
+pub extern "C" fn halcyon_fake_gpu_record_only(record_only: c_int) {
     set_record_only(record_only != 0);
 }
 
 /// Makes the next kernel that runs fault the device with `code` (one the fake names; others
 /// are `CUDA_ERROR_LAUNCH_FAILED`).
 #[no_mangle]
-pub extern "C" fn halcyon_fake_cuda_fault_next_kernel(code: c_uint) {
+pub extern "C" fn halcyon_fake_gpu_fault_next_kernel(code: c_uint) {
     use CUresult::*;
     let code = [CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED]
         .into_iter()
@@ -1496,6 +1496,6 @@ pub extern "C" fn halcyon_fake_cuda_fault_next_kernel(code: c_uint) {
 
 /// Whether the device has faulted (its sticky error's number, or 0).
 #[no_mangle]
-pub extern "C" fn halcyon_fake_cuda_sticky_error() -> c_uint {
+pub extern "C" fn halcyon_fake_gpu_sticky_error() -> c_uint {
     sticky().map_or(0, |code| code as c_uint)
 }

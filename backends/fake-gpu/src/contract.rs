@@ -36,16 +36,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) fn violation(message: String) {
     let mut err = std::io::stderr().lock();
     let record_only = RECORD_ONLY.load(Ordering::Relaxed)
-        || std::env::var_os("HALCYON_FAKE_CUDA_RECORD_ONLY").is_some();
+        || std::env::var_os("HALCYON_FAKE_GPU_RECORD_ONLY").is_some();
     let how = if record_only { " (recorded)" } else { "" };
-    let _ = writeln!(err, "halcyon-fake-cuda: contract violation{how}: {message}");
+    let _ = writeln!(err, "halcyon-fake-gpu: contract violation{how}: {message}");
     lock(&VIOLATIONS).push(message);
     if record_only {
         return;
     }
     let _ = writeln!(
         err,
-        "{}\nhalcyon-fake-cuda: aborting (set HALCYON_FAKE_CUDA_RECORD_ONLY=1 to only record)",
+        "{}\nhalcyon-fake-gpu: aborting (set HALCYON_FAKE_GPU_RECORD_ONLY=1 to only record)",
         std::backtrace::Backtrace::force_capture()
     );
     drop(err);
@@ -74,7 +74,7 @@ pub(crate) fn fault(code: CUresult, why: &str) {
         *sticky = Some(code);
         let _ = writeln!(
             std::io::stderr(),
-            "halcyon-fake-cuda: device fault {code:?}: {why}"
+            "halcyon-fake-gpu: device fault {code:?}: {why}"
         );
     }
 }

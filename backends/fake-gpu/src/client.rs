@@ -9,7 +9,7 @@ use libloading::Library;
 use crate::FakeStats;
 
 /// The file cargo builds the fake into (beside the test executables that depend on it).
-pub const FILE_NAME: &str = "libhalcyon_fake_cuda.so";
+pub const FILE_NAME: &str = "libhalcyon_fake_gpu.so";
 
 /// The loaded fake driver.
 pub struct Fake {
@@ -45,7 +45,7 @@ impl Fake {
                 let cudarc_finds_it = unsafe {
                     cudarc::driver::sys::is_culib_present()
                         && cudarc::driver::sys::culib()
-                            .get::<unsafe extern "C" fn()>(b"halcyon_fake_cuda_stats\0")
+                            .get::<unsafe extern "C" fn()>(b"halcyon_fake_gpu_stats\0")
                             .is_ok()
                 };
                 if !cudarc_finds_it {
@@ -69,7 +69,7 @@ impl Fake {
     /// What is alive in the driver and what it ran.
     pub fn stats(&self) -> FakeStats {
         let mut stats = FakeStats::default();
-        let f: unsafe extern "C" fn(*mut FakeStats) = self.function(b"halcyon_fake_cuda_stats\0");
+        let f: unsafe extern "C" fn(*mut FakeStats) = self.function(b"halcyon_fake_gpu_stats\0");
         // SAFETY: a valid out-pointer.
         unsafe { f(&mut stats) };
         stats
@@ -78,7 +78,7 @@ impl Fake {
     /// Every contract violation so far.
     pub fn violations(&self) -> Vec<String> {
         let f: unsafe extern "C" fn(*mut u8, usize) -> usize =
-            self.function(b"halcyon_fake_cuda_violations\0");
+            self.function(b"halcyon_fake_gpu_violations\0");
         // SAFETY: a null buffer asks for the length only.
         let len = unsafe { f(std::ptr::null_mut(), 0) };
         let mut buffer = vec![0u8; len];
@@ -92,20 +92,20 @@ impl Fake {
 
     /// Makes violations recorded only instead of aborting the process.
     pub fn record_only(&self, record_only: bool) {
-        let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_cuda_record_only\0");
+        let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_gpu_record_only\0");
         f(c_int::from(record_only));
     }
 
     /// Makes the next kernel that runs fault the device with CUDA error `code` (700,
     /// `CUDA_ERROR_ILLEGAL_ADDRESS`, or 719, `CUDA_ERROR_LAUNCH_FAILED`).
     pub fn fault_next_kernel(&self, code: u32) {
-        let f: extern "C" fn(c_uint) = self.function(b"halcyon_fake_cuda_fault_next_kernel\0");
+        let f: extern "C" fn(c_uint) = self.function(b"halcyon_fake_gpu_fault_next_kernel\0");
         f(code);
     }
 
     /// The device's sticky error (0: it has not faulted).
     pub fn sticky_error(&self) -> u32 {
-        let f: extern "C" fn() -> c_uint = self.function(b"halcyon_fake_cuda_sticky_error\0");
+        let f: extern "C" fn() -> c_uint = self.function(b"halcyon_fake_gpu_sticky_error\0");
         f()
     }
 }

@@ -26,7 +26,7 @@
 //!     hold, by design).
 //!
 //!   A violation is printed to stderr with a backtrace and aborts the process, unless
-//!   `HALCYON_FAKE_CUDA_RECORD_ONLY` is set or [`client::Fake::record_only`] was called, in which
+//!   `HALCYON_FAKE_GPU_RECORD_ONLY` is set or [`client::Fake::record_only`] was called, in which
 //!   case it is only recorded ([`client::Fake::violations`]).
 //! * **What it does not model** (each answers `CUDA_ERROR_NOT_SUPPORTED`, so a caller that
 //!   starts needing it fails loudly): capture modes other than relaxed, memory allocation and
@@ -45,9 +45,9 @@
 //! library is the fake (a real `libcuda.so` on the loader path would come first).
 //!
 //! ```
-//! // In a test of a crate that depends on halcyon-fake-cuda (cargo builds the library next to
+//! // In a test of a crate that depends on halcyon-fake-gpu (cargo builds the library next to
 //! // the test executables); anywhere else `load` says why not.
-//! match halcyon_fake_cuda::client::Fake::load() {
+//! match halcyon_fake_gpu::client::Fake::load() {
 //!     Ok(fake) => println!("the fake driver stands in for libcuda: {:?}", fake.stats()),
 //!     Err(why) => println!("no fake driver here: {why}"),
 //! }
@@ -70,7 +70,7 @@ pub mod client;
 mod tests;
 
 /// Counts of what is alive in the fake driver and what it ran, from
-/// [`client::Fake::stats`] (`halcyon_fake_cuda_stats`).
+/// [`client::Fake::stats`] (`halcyon_fake_gpu_stats`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FakeStats {

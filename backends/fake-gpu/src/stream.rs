@@ -17,13 +17,13 @@ use crate::memory::{memory, Kind};
 /// How often a blocked wait looks at the sticky error.
 const FAULT_POLL: Duration = Duration::from_millis(5);
 
-/// How long every kernel takes (`HALCYON_FAKE_CUDA_KERNEL_US`, default 100 µs): long enough
+/// How long every kernel takes (`HALCYON_FAKE_GPU_KERNEL_US`, default 100 µs): long enough
 /// that work is still in flight when the host goes on, as on a GPU, so that memory freed or
 /// results read too early are caught rather than hidden by an instant device.
 fn kernel_latency() -> Duration {
     static LATENCY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *LATENCY.get_or_init(|| {
-        let micros = std::env::var("HALCYON_FAKE_CUDA_KERNEL_US")
+        let micros = std::env::var("HALCYON_FAKE_GPU_KERNEL_US")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(100);
