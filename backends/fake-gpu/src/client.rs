@@ -1,4 +1,5 @@
-//! The test's side: loading the fake before anything opens libcuda, and reading what it saw.
+//! The test's side: loading the fake (for CUDA, before anything opens libcuda), and reading
+//! what it saw.
 
 use std::ffi::{c_int, c_uint};
 use std::path::PathBuf;
@@ -14,18 +15,19 @@ pub const FILE_NAME: &str = "libhalcyon_fake_gpu.so";
 /// The loaded fake driver.
 pub struct Fake {
     library: Library,
+    path: PathBuf,
 }
 
-static LOADED: OnceLock<Result<Fake, String>> = OnceLock::new();
+static OPENED: OnceLock<Result<Fake, String>> = OnceLock::new();
+static CUDARC_FINDS_IT: OnceLock<Result<(), String>> = OnceLock::new();
 
 impl Fake {
-    /// Loads the fake (once per process) from beside the running executable (cargo puts a
-    /// dependency's `cdylib` in `target/<profile>/deps`, with the test executables), so that
-    /// every later `dlopen("libcuda.so.1")` in the process gets it. Call it before anything
-    /// opens libcuda. `Err` says why the fake cannot stand in for libcuda here: it was not
-    /// built, or a real `libcuda.so` on the loader path comes first in cudarc's search.
-    pub fn load() -> Result<&'static Fake, String> {
-        LOADED
+    /// Opens the fake (once per process) from beside the running executable (cargo puts a
+    /// dependency's `cdylib` in `target/<profile>/deps`, with the test executables). This is
+    /// all HIP needs: give halcyon-hip [`Fake::path`] as the runtime's name
+    /// (`HipDriver::with_sonames`). `Err` if it was not built.
+    pub fn open() -> Result<&'static Fake, String> {
+        OPENED
             .get_or_init(|| {
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
                 let dir = exe.parent().ok_or("the executable has no directory")?;
@@ -35,30 +37,53 @@ impl Fake {
                     .map(|d| d.join(FILE_NAME))
                     .collect();
                 let path = candidates.iter().find(|p| p.exists()).ok_or_else(|| {
-                    format!("the fake CUDA driver was not built (looked for {candidates:?})")
+                    format!("the fake GPU driver was not built (looked for {candidates:?})")
                 })?;
                 // SAFETY: the fake's initialisers are Rust statics with no side effects.
                 let library = unsafe { Library::new(path) }
                     .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+                Ok(Fake {
+                    library,
+                    path: path.clone(),
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Opens the fake ([`Fake::open`]) as the process's libcuda: every later
+    /// `dlopen("libcuda.so.1")` gets it. Call it before anything opens libcuda. `Err` says why
+    /// the fake cannot stand in for libcuda here: it was not built, or a real `libcuda.so` on
+    /// the loader path comes first in cudarc's search.
+    pub fn load() -> Result<&'static Fake, String> {
+        let fake = Fake::open()?;
+        CUDARC_FINDS_IT
+            .get_or_init(|| {
                 // SAFETY: only tries dlopen on cudarc's candidate names, the last of which,
                 // libcuda.so.1, is the fake's SONAME.
-                let cudarc_finds_it = unsafe {
+                let found = unsafe {
                     cudarc::driver::sys::is_culib_present()
                         && cudarc::driver::sys::culib()
                             .get::<unsafe extern "C" fn()>(b"halcyon_fake_gpu_stats\0")
                             .is_ok()
                 };
-                if !cudarc_finds_it {
-                    return Err(
+                if found {
+                    Ok(())
+                } else {
+                    Err(
                         "cudarc opens another libcuda than the fake (a real libcuda.so on the \
                          loader path comes first in its search)"
                             .into(),
-                    );
+                    )
                 }
-                Ok(Fake { library })
             })
-            .as_ref()
-            .map_err(Clone::clone)
+            .clone()
+            .map(|()| fake)
+    }
+
+    /// Where the library is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
     }
 
     fn function<T: Copy>(&self, name: &[u8]) -> T {

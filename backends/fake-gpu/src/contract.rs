@@ -24,6 +24,8 @@ thread_local! {
     static CURRENT: Cell<usize> = const { Cell::new(0) };
     /// Set while this thread runs a host function.
     static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+    /// Set once this thread called `hipSetDevice` (HIP's current device is per thread).
+    static HIP_DEVICE_SET: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Locks `mutex`, ignoring poisoning (a panic inside the fake aborts anyway).
@@ -145,6 +147,44 @@ pub(crate) fn enter(call: &str, needs: Needs) -> Ret {
         if let Some(code) = sticky() {
             return Err(code);
         }
+    }
+    Ok(())
+}
+
+/// Records that this thread made the (only) HIP device current.
+pub(crate) fn set_hip_device() {
+    HIP_DEVICE_SET.with(|d| d.set(true));
+}
+
+/// What a HIP call needs before it may run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HipNeeds {
+    /// Nothing but not being called from a host function (HIP initialises itself lazily, and
+    /// most calls act on the object they are given, whatever device is current).
+    Nothing,
+    /// `hipSetDevice` called on this thread first: the call creates something on the current
+    /// device (a stream, an event, memory, a module), which is device 0 on a thread that never
+    /// chose one, silently the wrong device with more than one GPU.
+    Device,
+}
+
+/// The checks every HIP call starts with. HIP has no sticky errors to report (on ROCm a device
+/// fault aborts the process), so unlike [`enter`] this never fails a call for an earlier
+/// fault; work after a fault is still dropped, and waits report it.
+pub(crate) fn enter_hip(call: &str, needs: HipNeeds) -> Ret {
+    if IN_HOST_FUNCTION.with(Cell::get) {
+        violation(format!(
+            "{call} called from inside a stream callback or host function (HIP forbids any \
+             runtime call there)"
+        ));
+        return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
+    }
+    if needs == HipNeeds::Device && !HIP_DEVICE_SET.with(Cell::get) {
+        violation(format!(
+            "{call} on thread {:?}, which never called hipSetDevice (HIP keeps the current \
+             device per thread: with more than one GPU this would act on device 0)",
+            std::thread::current().name().unwrap_or("<unnamed>")
+        ));
     }
     Ok(())
 }

@@ -43,22 +43,30 @@ pub(crate) enum Native {
 }
 
 impl Native {
-    fn find(name: &str, sizes: &[usize]) -> Option<Native> {
-        let native = match name {
+    /// The native kernel called `name`, if there is one.
+    fn named(name: &str) -> Option<Native> {
+        Some(match name {
             "add_one_u32" => Native::AddOneU32,
             "saxpy_f32" => Native::SaxpyF32,
             "fail" => Native::Fail,
             "empty" => Native::Empty,
             "trap" => Native::Trap,
             _ => return None,
-        };
-        let expected: &[usize] = match native {
+        })
+    }
+
+    /// Its parameters' sizes.
+    fn param_sizes(self) -> &'static [usize] {
+        match self {
             Native::AddOneU32 => &[8, 4],
             Native::SaxpyF32 => &[8, 8, 4, 4],
             Native::Fail => &[8],
             Native::Empty | Native::Trap => &[],
-        };
-        (sizes == expected).then_some(native)
+        }
+    }
+
+    fn find(name: &str, sizes: &[usize]) -> Option<Native> {
+        Native::named(name).filter(|native| native.param_sizes() == sizes)
     }
 }
 
@@ -67,6 +75,19 @@ pub(crate) struct Entry {
     pub name: String,
     /// `(size, alignment)` of each parameter.
     pub params: Vec<(usize, usize)>,
+}
+
+impl Entry {
+    /// The entry point of kernel `name` in a module whose parameter metadata the fake does not
+    /// read (an AMDGPU code object): the native kernel's parameters, or none for a kernel the
+    /// fake cannot run.
+    pub(crate) fn by_name(name: &str) -> Entry {
+        let sizes = Native::named(name).map_or(&[][..], Native::param_sizes);
+        Entry {
+            name: name.to_string(),
+            params: sizes.iter().map(|&size| (size, size)).collect(),
+        }
+    }
 }
 
 /// The entry points of a PTX text, or the message `ptxas` would give (roughly) for text that

@@ -58,8 +58,11 @@
 //! as `cuFuncGetParamInfo`).
 
 mod contract;
+mod cuda;
 mod driver;
 mod exports;
+mod hip;
+mod hsaco;
 mod kernels;
 mod memory;
 mod stream;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -37,6 +37,11 @@ fn kernel_latency() -> Duration {
 pub(crate) struct Event {
     state: Mutex<EventState>,
     completed: Condvar,
+    /// HIP's per-event lock, which `hipEventSynchronize` holds for its whole wait (see
+    /// [`crate::hip`]); CUDA has none.
+    pub hip_lock: Mutex<()>,
+    /// The generation the holder of [`Event::hip_lock`] in `hipEventSynchronize` waits for.
+    pub hip_synchronizing: AtomicU64,
 }
 
 #[derive(Default)]
@@ -60,6 +65,8 @@ impl Event {
         Arc::new(Event {
             state: Mutex::default(),
             completed: Condvar::new(),
+            hip_lock: Mutex::new(()),
+            hip_synchronizing: AtomicU64::new(0),
         })
     }
 
@@ -99,6 +106,11 @@ impl Event {
     pub(crate) fn query(&self) -> bool {
         let state = lock(&self.state);
         state.is_done(state.recorded)
+    }
+
+    /// Whether record `generation` completed.
+    pub(crate) fn is_done(&self, generation: u64) -> bool {
+        lock(&self.state).is_done(generation)
     }
 
     /// Blocks until record `generation` completed: the sticky error if the device faults.
@@ -163,8 +175,14 @@ pub(crate) enum Op {
         func: unsafe extern "C" fn(*mut c_void),
         data: usize,
     },
-    /// Free a stream-ordered allocation.
-    FreeAsync { ptr: u64 },
+    /// A HIP stream callback (`hipStreamAddCallback`): called with the stream, `hipSuccess`
+    /// and its user data.
+    Callback {
+        func: unsafe extern "C" fn(*mut c_void, i32, *mut c_void),
+        data: usize,
+    },
+    /// Free a stream-ordered allocation (`call` names the free).
+    FreeAsync { ptr: u64, call: &'static str },
 }
 
 impl Op {
@@ -246,16 +264,23 @@ impl Op {
                 // caller promised it may be called with them once the stream gets here.
                 in_host_function(|| unsafe { func(*data as *mut c_void) });
             }
-            Op::FreeAsync { ptr } => {
+            Op::Callback { func, data } => {
+                HOST_FUNCS_RUN.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: as for `Op::Host`, with hipStreamAddCallback's arguments.
+                in_host_function(|| unsafe {
+                    func(stream as usize as *mut c_void, 0, *data as *mut c_void)
+                });
+            }
+            Op::FreeAsync { ptr, call } => {
                 let mut memory = memory();
                 if sticky().is_none()
                     && memory
-                        .free(*ptr, |k| matches!(k, Kind::Pool(_)), "cuMemFreeAsync")
+                        .free(*ptr, |k| matches!(k, Kind::Pool(_)), call)
                         .is_err()
                 {
                     drop(memory);
                     violation(format!(
-                        "cuMemFreeAsync({ptr:#x}) on stream {stream:#x}: when the stream got \
+                        "{call}({ptr:#x}) on stream {stream:#x}: when the stream got \
                          there, {ptr:#x} was no stream-ordered allocation"
                     ));
                 }
@@ -303,7 +328,7 @@ impl Stream {
         });
         let worker = stream.clone();
         std::thread::Builder::new()
-            .name(format!("fake-cuda-stream-{handle:#x}"))
+            .name(format!("fake-gpu-stream-{handle:#x}"))
             .spawn(move || worker.run())
             .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         Ok(stream)
@@ -412,6 +437,12 @@ impl Stream {
         while state.completed < position {
             state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// Whether everything enqueued so far completed (`cuStreamQuery`, `hipStreamQuery`).
+    pub(crate) fn is_idle(&self) -> bool {
+        let state = lock(&self.state);
+        state.completed == state.enqueued
     }
 
     /// `cuStreamSynchronize`.

@@ -147,6 +147,14 @@ impl HipDriver {
         }
     }
 
+    /// A driver over a runtime already loaded (for example with [`Hip::load_without`]).
+    pub fn with_hip(hip: Hip) -> Self {
+        HipDriver {
+            sonames: None,
+            hip: OnceLock::from(Ok(hip)),
+        }
+    }
+
     /// The loaded runtime; `Unavailable` naming every soname tried when none opens.
     pub fn hip(&self) -> Result<Hip> {
         self.hip

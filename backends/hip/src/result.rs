@@ -92,6 +92,15 @@ impl Hip {
         HipApi::load(sonames).map(Hip::new).map_err(load_error)
     }
 
+    /// Loads the runtime as [`Hip::load`] does, treating the optional symbols named in
+    /// `absent` as missing (see [`HipApi::load_without`]): to run the fallbacks an older
+    /// runtime takes.
+    pub fn load_without(sonames: &[&str], absent: &[&str]) -> Result<Self> {
+        HipApi::load_without(sonames, absent)
+            .map(Hip::new)
+            .map_err(load_error)
+    }
+
     /// The raw symbol table.
     pub fn api(self) -> &'static HipApi {
         self.api

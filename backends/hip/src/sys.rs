@@ -379,7 +379,11 @@ macro_rules! hip_api {
             /// # Safety
             /// `library` must be a HIP runtime whose symbols of these names have the
             /// signatures of `hip_runtime_api.h` (HIP 5.2 or later).
-            unsafe fn resolve(library: Library, soname: &str) -> Result<Self, LoadError> {
+            unsafe fn resolve(
+                library: Library,
+                soname: &str,
+                absent: &[&str],
+            ) -> Result<Self, LoadError> {
                 $(
                     // SAFETY: the caller guarantees the symbol has this C signature; the
                     // pointer is copied out and stays valid because the library is kept
@@ -397,15 +401,16 @@ macro_rules! hip_api {
                     };
                 )*
                 $(
-                    // SAFETY: as above; an absent optional symbol is `None`.
-                    let $o = unsafe {
+                    // SAFETY: as above; an absent optional symbol is `None`, and so is one
+                    // the caller asked to treat as absent.
+                    let $o = (!absent.contains(&stringify!($o))).then(|| unsafe {
                         library
                             .get::<unsafe extern "C" fn($($ot),*) -> $or>(
                                 concat!(stringify!($o), "\0").as_bytes(),
                             )
                             .ok()
                             .map(|symbol| *symbol)
-                    };
+                    }).flatten();
                 )*
                 Ok(HipApi {
                     $( $r, )*
@@ -635,6 +640,14 @@ impl HipApi {
     /// are valid for the rest of the process. Call this once per library (see
     /// [`HipApi::load_default`], which caches).
     pub fn load(sonames: &[&str]) -> Result<&'static HipApi, LoadError> {
+        HipApi::load_without(sonames, &[])
+    }
+
+    /// Loads the runtime as [`HipApi::load`] does, with the optional symbols named in `absent`
+    /// left unresolved (`None`), as on an older runtime that lacks them: for example
+    /// `&["hipLaunchHostFunc"]` gives HIP 5.2's host functions (stream callbacks) on any
+    /// runtime. Names that are not optional symbols are ignored.
+    pub fn load_without(sonames: &[&str], absent: &[&str]) -> Result<&'static HipApi, LoadError> {
         let mut tried = Vec::new();
         for &soname in sonames {
             // SAFETY: opening a library runs its initialisers; the HIP runtime's are sound to
@@ -643,7 +656,7 @@ impl HipApi {
                 Ok(library) => {
                     // SAFETY: a library named libamdhip64 is the HIP runtime, whose symbols
                     // have the signatures declared above.
-                    let api = unsafe { HipApi::resolve(library, soname) }?;
+                    let api = unsafe { HipApi::resolve(library, soname, absent) }?;
                     return Ok(Box::leak(Box::new(api)));
                 }
                 Err(e) => tried.push((soname.to_string(), e.to_string())),

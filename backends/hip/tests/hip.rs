@@ -2,10 +2,9 @@
 //! GPU (CI: Debian's libamdhip64-5), or a GPU. Each test finds out which case applies by
 //! opening the sonames itself, and checks exactly what that case allows.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod gpu;
 
-use halcyon::stream::{CompletionStrategy, EventFlags, MemoryPlacement, StreamApi};
+use halcyon::stream::CompletionStrategy;
 use halcyon::{Driver, DriverRegistry, StatusCode};
 use halcyon_hip::result::{status_code, Hip};
 use halcyon_hip::{sys, HipDeviceOptions, HipDriver, HipStreamApi, HostVisibleMemory};
@@ -18,6 +17,19 @@ const SONAMES: [&str; 4] = [
 ];
 
 /// The first soname this machine can open, if any.
+/// The machine's runtime, if it has one and it sees an AMD GPU (for `gpu/mod.rs`).
+fn runtime_with_a_device() -> Option<Hip> {
+    let Ok(hip) = Hip::load_default() else {
+        eprintln!("skipped: no libamdhip64 on this machine");
+        return None;
+    };
+    if hip.init().is_err() || hip.device_count().map_or(true, |n| n == 0) {
+        eprintln!("skipped: no AMD GPU");
+        return None;
+    }
+    Some(hip)
+}
+
 fn hip_soname() -> Option<&'static str> {
     SONAMES.into_iter().find(|name| {
         // SAFETY: opening the HIP runtime only runs its initialisers.
@@ -252,179 +264,6 @@ fn with_the_runtime_and_no_gpu_everything_is_unavailable_naming_the_hip_error() 
             "{err}"
         );
     }
-}
-
-#[test]
-fn with_a_gpu_devices_are_listed_and_created() {
-    let Ok(hip) = Hip::load_default() else {
-        eprintln!("skipped: no libamdhip64 on this machine");
-        return;
-    };
-    if hip.init().is_err() || hip.device_count().map_or(true, |n| n == 0) {
-        eprintln!("skipped: no AMD GPU");
-        return;
-    }
-    let driver = HipDriver::new();
-    let devices = driver.enumerate_devices().unwrap();
-    assert!(!devices.is_empty());
-    for d in &devices {
-        println!("{}: {}", d.uri, d.name);
-    }
-    let device = driver.create_device(0).unwrap();
-    assert_eq!(device.info().id, "hip://0");
-    assert_eq!(device.info().driver, "hip");
-    assert!(
-        device.info().name.contains("completion threads"),
-        "{:?}",
-        device.info()
-    );
-    assert_eq!(device.supported_formats(), [halcyon_hip::FORMAT_HSACO]);
-    let err = driver.create_device(devices.len() as u32).unwrap_err();
-    assert_eq!(err.code(), StatusCode::NotFound, "{err}");
-}
-
-/// Pinned memory (`hipHostMalloc(hipHostMallocMapped)`, whatever the host-visible allocator):
-/// one address for host and device, and copied to and from device memory straight, without
-/// staging: pinned → device → pinned.
-#[test]
-fn with_a_gpu_pinned_memory_round_trips() {
-    let Ok(hip) = Hip::load_default() else {
-        eprintln!("skipped: no libamdhip64 on this machine");
-        return;
-    };
-    if hip.init().is_err() || hip.device_count().map_or(true, |n| n == 0) {
-        eprintln!("skipped: no AMD GPU");
-        return;
-    }
-    let api = HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap();
-    const N: usize = 1024;
-    let bytes = (N * 4) as u64;
-    let pinned = match api.allocate(2 * bytes, MemoryPlacement::Pinned) {
-        Ok(pinned) => pinned,
-        Err(e) if e.code() == StatusCode::Unimplemented => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
-    };
-    let host = api
-        .host_pointer(pinned)
-        .expect("pinned memory has a host address");
-    assert_eq!(host.as_ptr() as u64, pinned.0, "the same address");
-    let words = host.as_ptr().cast::<u32>();
-    let input: Vec<u32> = (0..N as u32).map(|i| i * 3 + 1).collect();
-    // SAFETY: the allocation holds 2 * N words, 4-byte aligned (page-aligned); no device work
-    // uses it yet.
-    unsafe {
-        std::ptr::copy_nonoverlapping(input.as_ptr(), words, N);
-        std::ptr::write_bytes(words.add(N), 0, N);
-    }
-    let stream = api.create_stream().unwrap();
-    let buf = api.allocate(bytes, MemoryPlacement::Device).unwrap();
-    // SAFETY: the first half of `pinned` stays valid and unmodified, and the second half is
-    // touched by nothing else, until the stream is synchronised below.
-    unsafe {
-        api.copy_host_to_device_async(buf, host.as_ptr(), bytes, stream)
-            .unwrap();
-        api.copy_device_to_host_async(host.as_ptr().add(N * 4), buf, bytes, stream)
-            .unwrap();
-    }
-    api.synchronize_stream(stream).unwrap();
-    // SAFETY: the copies using `pinned` completed (synchronised above).
-    let back = unsafe { std::slice::from_raw_parts(words.add(N), N).to_vec() };
-    assert_eq!(back, input);
-    api.free(buf).unwrap();
-    api.free(pinned).unwrap();
-    assert!(api.free(pinned).is_err(), "freed once");
-    api.destroy_stream(stream).unwrap();
-}
-
-/// A stream wait and a query on an event return at once while another thread is blocked in
-/// `synchronize_event` on it. HIP holds an event's lock for the whole of `hipEventSynchronize`,
-/// so this holds only because a blocking-sync event synchronises on a private HIP event (see
-/// `HipStreamApi`'s docs, "Events"). The event stays pending behind a host function that the
-/// test releases; it lets go by itself after `HOLD`, so the test cannot hang.
-#[test]
-fn with_a_gpu_stream_waits_and_queries_do_not_wait_for_a_synchronize() {
-    let Ok(hip) = Hip::load_default() else {
-        eprintln!("skipped: no libamdhip64 on this machine");
-        return;
-    };
-    if hip.init().is_err() || hip.device_count().map_or(true, |n| n == 0) {
-        eprintln!("skipped: no AMD GPU");
-        return;
-    }
-    const HOLD: Duration = Duration::from_secs(10);
-    const PROMPT: Duration = Duration::from_secs(2);
-    let api = Arc::new(HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap());
-    let (busy, other) = (api.create_stream().unwrap(), api.create_stream().unwrap());
-    let event = api
-        .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
-        .unwrap();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    api.launch_host_func(
-        busy,
-        Box::new(move || {
-            let _ = released.recv_timeout(HOLD);
-        }),
-    )
-    .unwrap();
-    api.record_event(event, busy).unwrap();
-    assert!(
-        !api.query_event(event).unwrap(),
-        "pending behind the host function"
-    );
-
-    let synchronizing = {
-        let api = api.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            (api.synchronize_event(event), start.elapsed())
-        })
-    };
-    // Give the thread time to block in hipEventSynchronize.
-    std::thread::sleep(Duration::from_millis(300));
-    let blocked = !synchronizing.is_finished();
-
-    let start = Instant::now();
-    let waited = api.stream_wait_event(other, event);
-    let wait_took = start.elapsed();
-    let start = Instant::now();
-    let queried = api.query_event(event);
-    let query_took = start.elapsed();
-
-    let _ = release.send(()); // fails only if the host function already gave up
-    let (synchronized, synchronize_took) = synchronizing.join().unwrap();
-    eprintln!("stream wait {wait_took:?}, query {query_took:?}, synchronize {synchronize_took:?}");
-    synchronized.unwrap();
-    assert!(
-        api.query_event(event).unwrap(),
-        "complete after the synchronisation"
-    );
-    api.synchronize_stream(other).unwrap();
-    api.synchronize_stream(busy).unwrap();
-
-    assert!(
-        blocked,
-        "synchronize_event returned while the event was pending"
-    );
-    waited.unwrap();
-    assert!(
-        wait_took < PROMPT,
-        "stream_wait_event took {wait_took:?} while a synchronisation was blocked"
-    );
-    assert!(!queried.unwrap(), "pending until released");
-    assert!(
-        query_took < PROMPT,
-        "query_event took {query_took:?} while a synchronisation was blocked"
-    );
-    assert!(
-        synchronize_took < HOLD,
-        "the host function was never released"
-    );
-    api.destroy_event(event).unwrap();
-    api.destroy_stream(busy).unwrap();
-    api.destroy_stream(other).unwrap();
 }
 
 #[test]

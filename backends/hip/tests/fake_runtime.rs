@@ -1,0 +1,220 @@
+//! halcyon-hip on the fake GPU runtime (`backends/fake-gpu`): the HIP runtime API on host
+//! threads, which aborts the process, with a backtrace, when the caller breaks a rule of HIP's
+//! that halcyon relies on (see `halcyon_fake_gpu`'s `hip` docs): creating things on a thread
+//! that never called `hipSetDevice`, any call from a stream callback or host function, a
+//! query, record or stream wait of an event another thread is synchronising on (HIP holds the
+//! event's lock for the whole wait), a `hipMemcpyAsync` from or to pageable memory (hipamd
+//! waits on the host there), a destroyed handle, memory freed before the device got to work
+//! using it. It is opened by path, so a real `libamdhip64` on the machine does not matter.
+//!
+//! On it run, unchanged: the conformance suite (under completion threads, stream callbacks,
+//! stream callbacks as on HIP 5.2, which has no `hipLaunchHostFunc`, and mapped host memory
+//! for host-visible buffers), with the real gfx900 code object of `tests/data`, and the
+//! runtime tests of `tests/gpu/mod.rs`. What it cannot show: that ROCm behaves as the fake
+//! models it, or anything about speed.
+
+mod gpu;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use halcyon::stream::CompletionStrategy;
+use halcyon::{Device, Driver, Executable, Result};
+use halcyon_conformance::kernels;
+use halcyon_fake_gpu::client::Fake;
+use halcyon_hip::result::Hip;
+use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
+
+/// `tests/data/conformance.hip` compiled for gfx900, the fake device's target.
+const CODE_OBJECT: &[u8] = include_bytes!("data/conformance-gfx900.hsaco");
+
+fn fake() -> &'static Fake {
+    Fake::open().expect("the fake GPU runtime is built with these tests")
+}
+
+fn path() -> &'static str {
+    fake().path().to_str().expect("a UTF-8 path")
+}
+
+/// The fake runtime.
+fn hip() -> Hip {
+    static HIP: OnceLock<Hip> = OnceLock::new();
+    *HIP.get_or_init(|| Hip::load(&[path()]).expect("the fake runtime loads"))
+}
+
+/// The fake runtime as HIP 5.2 is: without `hipLaunchHostFunc`, so host functions are stream
+/// callbacks.
+fn hip_5_2() -> Hip {
+    static HIP: OnceLock<Hip> = OnceLock::new();
+    *HIP.get_or_init(|| {
+        Hip::load_without(&[path()], &["hipLaunchHostFunc"]).expect("the fake runtime loads")
+    })
+}
+
+/// For `gpu/mod.rs`: the fake runtime, which always has its device.
+fn runtime_with_a_device() -> Option<Hip> {
+    Some(hip())
+}
+
+/// The suite's standard kernels from the gfx900 code object.
+struct FakeKernels;
+
+impl halcyon_conformance::Kernels for FakeKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        let module = HipModule::new(
+            CODE_OBJECT.to_vec(),
+            vec![
+                kernels::add_one_u32(),
+                kernels::saxpy_f32(),
+                kernels::fail(),
+            ],
+        );
+        device.load_executable(&module.spec())
+    }
+
+    /// `fail` sets its status word.
+    fn can_fail(&self) -> bool {
+        true
+    }
+}
+
+fn device(hip: Hip, completion: CompletionStrategy, memory: HostVisibleMemory) -> Result<Device> {
+    HipDriver::with_hip(hip).create_device_with(
+        0,
+        &HipDeviceOptions {
+            queue_count: 2,
+            completion,
+            probe_interval: Duration::from_millis(10),
+            host_visible_memory: memory,
+            ..HipDeviceOptions::default()
+        },
+    )
+}
+
+/// Completion threads blocked in `hipEventSynchronize` (the default).
+mod completion_thread {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(
+            hip(),
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::Auto
+        ),
+        FakeKernels
+    );
+}
+
+/// `hipLaunchHostFunc` callbacks posting to the reactor.
+mod host_callback {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(
+            hip(),
+            CompletionStrategy::HostCallback,
+            HostVisibleMemory::Auto
+        ),
+        FakeKernels
+    );
+}
+
+/// As on HIP 5.2: host functions (staging returns, completions) through
+/// `hipStreamAddCallback`.
+mod stream_callbacks {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(
+            hip_5_2(),
+            CompletionStrategy::HostCallback,
+            HostVisibleMemory::Auto
+        ),
+        FakeKernels
+    );
+}
+
+/// Host-visible buffers in mapped pinned host memory instead of managed memory.
+mod mapped_host {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || device(
+            hip(),
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::MappedHost
+        ),
+        FakeKernels
+    );
+}
+
+#[test]
+fn the_fake_device_is_listed() {
+    let driver = HipDriver::with_hip(hip());
+    let devices = driver.enumerate_devices().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].uri, "hip://0");
+    assert!(
+        devices[0].name.contains("fake HIP device") && devices[0].name.contains("compute 9.0"),
+        "{:?}",
+        devices[0]
+    );
+    assert!(
+        driver.info().full_name.contains("HIP 6.2.0"),
+        "{:?}",
+        driver.info()
+    );
+}
+
+#[test]
+fn work_reaches_the_fake_runtime() {
+    let before = fake().stats();
+    halcyon_conformance::run(
+        "saxpy_dispatch",
+        || {
+            device(
+                hip(),
+                CompletionStrategy::CompletionThread,
+                HostVisibleMemory::Auto,
+            )
+        },
+        &FakeKernels,
+        halcyon_conformance::cases::saxpy_dispatch,
+    );
+    halcyon_conformance::run(
+        "host_call_in_queue_order",
+        || {
+            device(
+                hip_5_2(),
+                CompletionStrategy::HostCallback,
+                HostVisibleMemory::Auto,
+            )
+        },
+        &FakeKernels,
+        halcyon_conformance::cases::host_call_in_queue_order,
+    );
+    let after = fake().stats();
+    assert!(after.kernels_run > before.kernels_run, "{after:?}");
+    assert!(after.host_funcs_run > before.host_funcs_run, "{after:?}");
+    assert_eq!(after.violations, 0, "{:?}", fake().violations());
+}
+
+/// A code object for another GPU than the device's loads nowhere: HIP's
+/// `hipErrorNoBinaryForGpu`, with a message that names the code object's target.
+#[test]
+fn a_code_object_for_another_gpu_is_refused_naming_its_target() {
+    let mut code = CODE_OBJECT.to_vec();
+    // e_flags' EF_AMDGPU_MACH: gfx900 (0x2c) becomes gfx90a (0x3f).
+    assert_eq!(code[0x30], 0x2c);
+    code[0x30] = 0x3f;
+    let device = device(
+        hip(),
+        CompletionStrategy::CompletionThread,
+        HostVisibleMemory::Auto,
+    )
+    .unwrap();
+    let module = HipModule::new(code, vec![kernels::add_one_u32()]);
+    let err = device.load_executable(&module.spec()).unwrap_err();
+    assert!(err.message().contains("hipErrorNoBinaryForGpu"), "{err}");
+    assert!(err.message().contains("gfx90a"), "{err}");
+}

@@ -1,0 +1,129 @@
+//! Nothing leaks: on the fake GPU runtime (see `tests/fake_runtime.rs`), a device that ran
+//! dispatches, transfers, stream-ordered allocations and failures, and was dropped, leaves no
+//! stream, event, module, memory pool or allocation alive in the runtime, under each
+//! completion strategy and host-function kind. One test in a process of its own, because the
+//! fake's counts are the whole process's.
+
+use std::time::{Duration, Instant};
+
+use halcyon::stream::CompletionStrategy;
+use halcyon::{Device, Executable, Result};
+use halcyon_conformance::{cases, kernels, Case};
+use halcyon_fake_gpu::client::Fake;
+use halcyon_fake_gpu::FakeStats;
+use halcyon_hip::result::Hip;
+use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
+
+const CODE_OBJECT: &[u8] = include_bytes!("data/conformance-gfx900.hsaco");
+
+struct FakeKernels;
+
+impl halcyon_conformance::Kernels for FakeKernels {
+    fn load(&self, device: &Device) -> Result<Executable> {
+        let module = HipModule::new(
+            CODE_OBJECT.to_vec(),
+            vec![
+                kernels::add_one_u32(),
+                kernels::saxpy_f32(),
+                kernels::fail(),
+            ],
+        );
+        device.load_executable(&module.spec())
+    }
+
+    fn can_fail(&self) -> bool {
+        true
+    }
+}
+
+/// What is alive in the runtime (not what ran).
+fn alive(stats: FakeStats) -> [u64; 5] {
+    [
+        stats.streams,
+        stats.events,
+        stats.modules,
+        stats.pools,
+        stats.allocations,
+    ]
+}
+
+#[test]
+fn a_dropped_device_leaves_nothing_alive_in_the_runtime() {
+    let fake = Fake::open().expect("the fake GPU runtime is built with these tests");
+    let path = fake.path().to_str().expect("a UTF-8 path");
+    let hip = Hip::load(&[path]).unwrap();
+    let hip_5_2 = Hip::load_without(&[path], &["hipLaunchHostFunc"]).unwrap();
+    let workload: [(&str, Case); 8] = [
+        ("saxpy_dispatch", cases::saxpy_dispatch),
+        ("binding_table_replay", cases::binding_table_replay),
+        (
+            "write_read_large_round_trip",
+            cases::write_read_large_round_trip,
+        ),
+        (
+            "alloca_dealloca_reuses_memory",
+            cases::alloca_dealloca_reuses_memory,
+        ),
+        (
+            "failing_dispatch_fails_the_chain",
+            cases::failing_dispatch_fails_the_chain,
+        ),
+        (
+            "failing_host_call_fails_the_chain",
+            cases::failing_host_call_fails_the_chain,
+        ),
+        ("map_after_signal_reached", cases::map_after_signal_reached),
+        (
+            "dropped_handles_outlive_in_flight_work",
+            cases::dropped_handles_outlive_in_flight_work,
+        ),
+    ];
+    for (hip, completion, memory) in [
+        (
+            hip,
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::Auto,
+        ),
+        (
+            hip,
+            CompletionStrategy::HostCallback,
+            HostVisibleMemory::MappedHost,
+        ),
+        (
+            hip_5_2,
+            CompletionStrategy::HostCallback,
+            HostVisibleMemory::Auto,
+        ),
+    ] {
+        let options = HipDeviceOptions {
+            queue_count: 2,
+            completion,
+            host_visible_memory: memory,
+            ..HipDeviceOptions::default()
+        };
+        let device = HipDriver::with_hip(hip)
+            .create_device_with(0, &options)
+            .unwrap();
+        for (name, case) in workload {
+            halcyon_conformance::run(name, || Ok(device.clone()), &FakeKernels, case);
+        }
+        let busy = alive(fake.stats());
+        assert!(
+            busy[0] > 0 && busy[1] > 0,
+            "the device's streams and events: {busy:?}"
+        );
+        drop(device);
+        // The device's threads let go of what they hold as they exit: wait for them.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(fake.stats()) != [0; 5] && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            alive(fake.stats()),
+            [0; 5],
+            "alive after the device went ({completion:?}, {memory:?}): streams, events, \
+             modules, pools, allocations"
+        );
+    }
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

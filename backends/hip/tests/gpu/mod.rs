@@ -1,0 +1,198 @@
+//! Tests of a HIP runtime with a device, shared by `tests/hip.rs` (the machine's runtime, on
+//! an AMD GPU) and `tests/fake_runtime.rs` (the fake runtime, on every machine). Each includer
+//! defines `runtime_with_a_device() -> Option<Hip>`: the runtime to test, or `None` (said why
+//! on stderr) to skip.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use halcyon::stream::{EventFlags, MemoryPlacement, StreamApi};
+use halcyon::{Driver, StatusCode};
+use halcyon_hip::{HipDriver, HipStreamApi, HostVisibleMemory};
+
+#[test]
+fn devices_are_listed_and_created() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    let driver = HipDriver::with_hip(hip);
+    let devices = driver.enumerate_devices().unwrap();
+    assert!(!devices.is_empty());
+    for d in &devices {
+        println!("{}: {}", d.uri, d.name);
+    }
+    let device = driver.create_device(0).unwrap();
+    assert_eq!(device.info().id, "hip://0");
+    assert_eq!(device.info().driver, "hip");
+    assert!(
+        device.info().name.contains("completion threads"),
+        "{:?}",
+        device.info()
+    );
+    assert_eq!(device.supported_formats(), [halcyon_hip::FORMAT_HSACO]);
+    let err = driver.create_device(devices.len() as u32).unwrap_err();
+    assert_eq!(err.code(), StatusCode::NotFound, "{err}");
+}
+
+/// Pinned memory (`hipHostMalloc(hipHostMallocMapped)`, whatever the host-visible allocator):
+/// one address for host and device, and copied to and from device memory straight, without
+/// staging: pinned → device → pinned.
+#[test]
+fn pinned_memory_round_trips() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    let api = HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap();
+    const N: usize = 1024;
+    let bytes = (N * 4) as u64;
+    let pinned = match api.allocate(2 * bytes, MemoryPlacement::Pinned) {
+        Ok(pinned) => pinned,
+        Err(e) if e.code() == StatusCode::Unimplemented => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let host = api
+        .host_pointer(pinned)
+        .expect("pinned memory has a host address");
+    assert_eq!(host.as_ptr() as u64, pinned.0, "the same address");
+    let words = host.as_ptr().cast::<u32>();
+    let input: Vec<u32> = (0..N as u32).map(|i| i * 3 + 1).collect();
+    // SAFETY: the allocation holds 2 * N words, 4-byte aligned (page-aligned); no device work
+    // uses it yet.
+    unsafe {
+        std::ptr::copy_nonoverlapping(input.as_ptr(), words, N);
+        std::ptr::write_bytes(words.add(N), 0, N);
+    }
+    let stream = api.create_stream().unwrap();
+    let buf = api.allocate(bytes, MemoryPlacement::Device).unwrap();
+    // SAFETY: the first half of `pinned` stays valid and unmodified, and the second half is
+    // touched by nothing else, until the stream is synchronised below.
+    unsafe {
+        api.copy_host_to_device_async(buf, host.as_ptr(), bytes, stream)
+            .unwrap();
+        api.copy_device_to_host_async(host.as_ptr().add(N * 4), buf, bytes, stream)
+            .unwrap();
+    }
+    api.synchronize_stream(stream).unwrap();
+    // SAFETY: the copies using `pinned` completed (synchronised above).
+    let back = unsafe { std::slice::from_raw_parts(words.add(N), N).to_vec() };
+    assert_eq!(back, input);
+    api.free(buf).unwrap();
+    api.free(pinned).unwrap();
+    assert!(api.free(pinned).is_err(), "freed once");
+    api.destroy_stream(stream).unwrap();
+}
+
+/// A stream wait and a query on an event return at once while another thread is blocked in
+/// `synchronize_event` on it. HIP holds an event's lock for the whole of `hipEventSynchronize`,
+/// so this holds only because a blocking-sync event synchronises on a private HIP event (see
+/// `HipStreamApi`'s docs, "Events"). The event stays pending behind a host function that the
+/// test releases; it lets go by itself after `HOLD`, so the test cannot hang.
+#[test]
+fn stream_waits_and_queries_do_not_wait_for_a_synchronize() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    const HOLD: Duration = Duration::from_secs(10);
+    const PROMPT: Duration = Duration::from_secs(2);
+    let api = Arc::new(HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap());
+    let (busy, other) = (api.create_stream().unwrap(), api.create_stream().unwrap());
+    let event = api
+        .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+        .unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    api.launch_host_func(
+        busy,
+        Box::new(move || {
+            let _ = released.recv_timeout(HOLD);
+        }),
+    )
+    .unwrap();
+    api.record_event(event, busy).unwrap();
+    assert!(
+        !api.query_event(event).unwrap(),
+        "pending behind the host function"
+    );
+
+    let synchronizing = {
+        let api = api.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            (api.synchronize_event(event), start.elapsed())
+        })
+    };
+    // Give the thread time to block in hipEventSynchronize.
+    std::thread::sleep(Duration::from_millis(300));
+    let blocked = !synchronizing.is_finished();
+
+    let start = Instant::now();
+    let waited = api.stream_wait_event(other, event);
+    let wait_took = start.elapsed();
+    let start = Instant::now();
+    let queried = api.query_event(event);
+    let query_took = start.elapsed();
+
+    let _ = release.send(()); // fails only if the host function already gave up
+    let (synchronized, synchronize_took) = synchronizing.join().unwrap();
+    eprintln!("stream wait {wait_took:?}, query {query_took:?}, synchronize {synchronize_took:?}");
+    synchronized.unwrap();
+    assert!(
+        api.query_event(event).unwrap(),
+        "complete after the synchronisation"
+    );
+    api.synchronize_stream(other).unwrap();
+    api.synchronize_stream(busy).unwrap();
+
+    assert!(
+        blocked,
+        "synchronize_event returned while the event was pending"
+    );
+    waited.unwrap();
+    assert!(
+        wait_took < PROMPT,
+        "stream_wait_event took {wait_took:?} while a synchronisation was blocked"
+    );
+    assert!(!queried.unwrap(), "pending until released");
+    assert!(
+        query_took < PROMPT,
+        "query_event took {query_took:?} while a synchronisation was blocked"
+    );
+    assert!(
+        synchronize_took < HOLD,
+        "the host function was never released"
+    );
+    api.destroy_event(event).unwrap();
+    api.destroy_stream(busy).unwrap();
+    api.destroy_stream(other).unwrap();
+}
+
+/// Copies between device memory and pageable host memory (a `Vec`), in both directions, go
+/// through pinned staging (from pageable memory `hipMemcpyAsync` would wait for the stream on
+/// the host), on a stream with other work queued ahead of them, and arrive intact.
+#[test]
+fn pageable_copies_round_trip_through_staging() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    let api = HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap();
+    let stream = api.create_stream().unwrap();
+    const LEN: usize = (3 << 20) + 5; // past the stream layer's 1 MiB leases
+    let input: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4093) as u8).collect();
+    let mut output = vec![0u8; LEN];
+    let buf = api.allocate(LEN as u64, MemoryPlacement::Device).unwrap();
+    api.memset_async(buf, 0xa5, 1, LEN as u64, stream).unwrap();
+    // SAFETY: `input` and `output` outlive the stream's synchronisation below, and nothing
+    // else touches `output` until then.
+    unsafe {
+        api.copy_host_to_device_async(buf, input.as_ptr(), LEN as u64, stream)
+            .unwrap();
+        api.copy_device_to_host_async(output.as_mut_ptr(), buf, LEN as u64, stream)
+            .unwrap();
+    }
+    api.synchronize_stream(stream).unwrap();
+    assert!(output == input, "the bytes came back changed");
+    api.free(buf).unwrap();
+    api.destroy_stream(stream).unwrap();
+}
