@@ -1,9 +1,18 @@
 #![deny(unsafe_op_in_unsafe_fn)]
-//! A fake CUDA driver: a `libcuda.so.1` that runs the driver API on host threads and checks
-//! that its caller keeps the API's contract, so halcyon-cuda's translation table
-//! (`halcyon_cuda::CudaApi`) and everything above it run in CI on machines without a GPU.
+//! A fake GPU driver: a shared library that runs the CUDA driver API (`cu*`, as
+//! `libcuda.so.1`) and the HIP runtime API (`hip*`, loaded by path) on host threads and checks
+//! that its caller keeps each API's contract, so halcyon-cuda's and halcyon-hip's translation
+//! tables (`halcyon_cuda::CudaApi`, `halcyon_hip::HipStreamApi`) and everything above them run
+//! in CI on machines without a GPU.
 //!
-//! It is a test instrument, not a CUDA implementation. What it is for:
+//! Both APIs share one model (streams, events, memory, kernels); HIP is a translation of CUDA,
+//! and its error numbers are CUDA's for every error the fake returns. Where HIP's rules differ
+//! (no context, a current device per thread, an event lock held through
+//! `hipEventSynchronize`, `hipMemcpyAsync` blocking on pageable memory, frees that synchronise,
+//! stream callbacks, AMDGPU code objects), the `hip` module's exports follow and check HIP's:
+//! see `src/hip.rs`. The rest of these docs describe the CUDA side (`src/cuda.rs`).
+//!
+//! It is a test instrument, not a CUDA or HIP implementation. What it is for:
 //!
 //! * **Every call halcyon-cuda makes runs.** Streams are worker threads executing their
 //!   operations in order; events are record generations; `cuStreamWaitEvent` makes a worker
@@ -56,6 +65,12 @@
 //! The device: one, `cuda://0`, compute capability 9.0, 1 GiB of device memory, memory pools,
 //! concurrent managed access, driver version 13.0 (so halcyon takes its CUDA 12.4+ paths, such
 //! as `cuFuncGetParamInfo`).
+//!
+//! For HIP, open the library with [`client::Fake::open`] and hand its [`client::Fake::path`]
+//! to halcyon-hip as the runtime's name (`HipDriver::with_sonames`, `Hip::load`): its device
+//! is `hip://0`, a gfx900 (compute 9.0, wavefronts of 64) with managed memory and memory
+//! pools, HIP 6.2.0. One process should use one of the two APIs: they share the model's
+//! handles and counts.
 
 mod contract;
 mod cuda;
