@@ -526,9 +526,15 @@ pub unsafe extern "C" fn hipEventSynchronize(e: *mut c_void) -> hipError_t {
 
 // ------------------------------------------------------------------ memory
 
+/// Allocates `bytes` of `kind` into `out`: zero bytes are a null pointer and success, as in
+/// HIP.
 fn allocate(out: *mut *mut c_void, bytes: usize, kind: Kind) -> Ret {
     if out.is_null() {
         return Err(INVALID_VALUE);
+    }
+    if bytes == 0 {
+        // SAFETY: non-null; HIP's contract: valid for one pointer.
+        return unsafe { put(out, std::ptr::null_mut()) };
     }
     let ptr = memory().allocate(bytes, kind)?;
     // SAFETY: non-null; HIP's contract: valid for one pointer.
