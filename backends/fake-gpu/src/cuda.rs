@@ -19,7 +19,7 @@ use cudarc::driver::sys::{
 
 use crate::contract::{enter, set_current, sticky, violation, Needs, Ret};
 use crate::driver::{driver, next_handle, GRAPH_LAUNCHES, PRIMARY_CONTEXT};
-use crate::kernels::{parse_ptx, Kernel, Module};
+use crate::kernels::parse_ptx;
 use crate::memory::{memory, Kind, DEVICE_BYTES};
 use crate::stream::{Event, Op, Source, Stream};
 
@@ -29,11 +29,13 @@ pub(crate) const DRIVER_VERSION: c_int = 13000;
 const DEVICE_NAME: &str = "halcyon fake CUDA device (host threads)";
 
 use CUresult::{
-    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
-    CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS,
+    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS,
 };
 
-use crate::exports::{as_ptr, enqueue_launch, event, handle, memset_async, put, reachable, stream};
+use crate::exports::{
+    as_ptr, enqueue_launch, event, find_function, handle, memset_async, pool, put, reachable,
+    register_module, stream, unload_module,
+};
 
 /// Runs a call: the contract's checks, then `body`.
 /// Calls that release something ([`Needs::ContextEvenFaulted`]) do so after a fault too, and
@@ -721,14 +723,6 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CUresult {
     })
 }
 
-fn pool(pool: *mut c_void, call: &str) -> Ret {
-    if driver().pools.contains(&handle(pool)) {
-        return Ok(());
-    }
-    violation(format!("{call}({:#x}): not a live pool", handle(pool)));
-    Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
-}
-
 /// `cuMemPoolSetAttribute`: accepted for a live pool (the fake keeps nothing).
 ///
 /// # Safety
@@ -1126,17 +1120,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         let entries = parse_ptx(&text)
             .inspect_err(|message| log(message))
             .map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
-        let module = next_handle();
-        let kernels: Vec<Arc<Kernel>> = entries
-            .iter()
-            .map(|entry| Arc::new(Kernel::new(next_handle(), entry)))
-            .collect();
-        let mut driver = driver();
-        for kernel in &kernels {
-            driver.functions.insert(kernel.function, kernel.clone());
-        }
-        driver.modules.insert(module, Arc::new(Module { kernels }));
-        drop(driver);
+        let module = register_module(&entries);
         // SAFETY: CUDA's contract: `out` is valid for one CUmodule.
         unsafe { put(out, as_ptr(module)) }
     })
@@ -1149,14 +1133,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleUnload(m: *mut c_void) -> CUresult {
     call("cuModuleUnload", Needs::ContextEvenFaulted, || {
-        let mut driver = driver();
-        let module = driver.remove(|d| &mut d.modules, handle(m), "module", "cuModuleUnload")?;
-        for kernel in &module.kernels {
-            kernel.unloaded.store(true, Ordering::Release);
-            driver.functions.remove(&kernel.function);
-            driver.retired.insert(kernel.function);
-        }
-        Ok(())
+        unload_module(handle(m), "cuModuleUnload")
     })
 }
 
@@ -1171,19 +1148,14 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     name: *const c_char,
 ) -> CUresult {
     call("cuModuleGetFunction", Needs::Context, || {
-        let module = driver().find(|d| &d.modules, handle(m), "module", "cuModuleGetFunction")?;
         if name.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: CUDA's contract: `name` is NUL-terminated.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let kernel = module
-            .kernels
-            .iter()
-            .find(|k| k.name == name)
-            .ok_or(CUDA_ERROR_NOT_FOUND)?;
+        let function = find_function(handle(m), &name, "cuModuleGetFunction")?;
         // SAFETY: CUDA's contract: `out` is valid for one CUfunction.
-        unsafe { put(out, as_ptr(kernel.function)) }
+        unsafe { put(out, as_ptr(function)) }
     })
 }
 

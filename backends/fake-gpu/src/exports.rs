@@ -9,8 +9,10 @@ use cudarc::driver::sys::CUresult;
 use CUresult::CUDA_ERROR_INVALID_VALUE;
 
 use crate::contract::{set_record_only, sticky, violation, violations, Ret};
-use crate::driver::{driver, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN, KERNELS_RUN};
-use crate::kernels::{Kernel, Launch};
+use crate::driver::{
+    driver, next_handle, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN, KERNELS_RUN,
+};
+use crate::kernels::{Entry, Kernel, Launch, Module};
 use crate::memory::memory;
 use crate::stream::{Event, Op, Stream};
 use crate::FakeStats;
@@ -129,6 +131,53 @@ pub(crate) unsafe fn enqueue_launch(
         args,
     })));
     Ok(())
+}
+
+/// Checks that `pool` is a live memory pool: a violation and `CUDA_ERROR_INVALID_HANDLE`
+/// otherwise.
+pub(crate) fn pool(pool: *mut c_void, call: &str) -> Ret {
+    if driver().pools.contains(&handle(pool)) {
+        return Ok(());
+    }
+    violation(format!("{call}({:#x}): not a live pool", handle(pool)));
+    Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// Registers a loaded module with a kernel (and function handle) per entry point: its handle.
+pub(crate) fn register_module(entries: &[Entry]) -> u64 {
+    let module = next_handle();
+    let kernels: Vec<Arc<Kernel>> = entries
+        .iter()
+        .map(|entry| Arc::new(Kernel::new(next_handle(), entry)))
+        .collect();
+    let mut driver = driver();
+    for kernel in &kernels {
+        driver.functions.insert(kernel.function, kernel.clone());
+    }
+    driver.modules.insert(module, Arc::new(Module { kernels }));
+    module
+}
+
+/// Unloads module `m`: its functions die with it, and launches of them still queued must not
+/// run (a violation when they do).
+pub(crate) fn unload_module(m: u64, call: &str) -> Ret {
+    let mut driver = driver();
+    let module = driver.remove(|d| &mut d.modules, m, "module", call)?;
+    for kernel in &module.kernels {
+        kernel.unloaded.store(true, Ordering::Release);
+        driver.functions.remove(&kernel.function);
+        driver.retired.insert(kernel.function);
+    }
+    Ok(())
+}
+
+/// The function handle of kernel `name` in module `m`: `CUDA_ERROR_NOT_FOUND` if it has none.
+pub(crate) fn find_function(m: u64, name: &str, call: &str) -> Result<u64, CUresult> {
+    let module = driver().find(|d| &d.modules, m, "module", call)?;
+    let kernel = module.kernels.iter().find(|k| k.name == name);
+    kernel
+        .map(|k| k.function)
+        .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
 }
 
 // ------------------------------------------------------------------ the test's controls

@@ -46,9 +46,12 @@ use cudarc::driver::sys::CUresult;
 
 use crate::contract::{enter_hip, lock, set_hip_device, violation, HipNeeds, Ret};
 use crate::driver::{driver, next_handle};
-use crate::exports::{as_ptr, enqueue_launch, event, handle, memset_async, put, reachable, stream};
+use crate::exports::{
+    as_ptr, enqueue_launch, event, find_function, handle, memset_async, pool, put, reachable,
+    register_module, stream, unload_module,
+};
 use crate::hsaco;
-use crate::kernels::{Entry, Kernel, Module};
+use crate::kernels::Entry;
 use crate::memory::{memory, Kind, DEVICE_BYTES};
 use crate::stream::{Event, Op, Source, Stream};
 
@@ -837,14 +840,6 @@ pub unsafe extern "C" fn hipMemPoolCreate(
     })
 }
 
-fn pool(pool: *mut c_void, call: &str) -> Ret {
-    if driver().pools.contains(&handle(pool)) {
-        return Ok(());
-    }
-    violation(format!("{call}({:#x}): not a live pool", handle(pool)));
-    Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
-}
-
 /// `hipMemPoolDestroy`: allocations still outstanding stay valid.
 ///
 /// # Safety
@@ -973,17 +968,8 @@ pub unsafe extern "C" fn hipModuleLoadData(
                 CUresult::CUDA_ERROR_INVALID_IMAGE
             }
         })?;
-        let module = next_handle();
-        let kernels: Vec<Arc<Kernel>> = names
-            .iter()
-            .map(|name| Arc::new(Kernel::new(next_handle(), &Entry::by_name(name))))
-            .collect();
-        let mut driver = driver();
-        for kernel in &kernels {
-            driver.functions.insert(kernel.function, kernel.clone());
-        }
-        driver.modules.insert(module, Arc::new(Module { kernels }));
-        drop(driver);
+        let entries: Vec<Entry> = names.iter().map(|name| Entry::by_name(name)).collect();
+        let module = register_module(&entries);
         // SAFETY: HIP's contract: valid for one hipModule_t.
         unsafe { put(out, as_ptr(module)) }
     })
@@ -997,14 +983,7 @@ pub unsafe extern "C" fn hipModuleLoadData(
 #[no_mangle]
 pub unsafe extern "C" fn hipModuleUnload(m: *mut c_void) -> hipError_t {
     call("hipModuleUnload", HipNeeds::Nothing, || {
-        let mut driver = driver();
-        let module = driver.remove(|d| &mut d.modules, handle(m), "module", "hipModuleUnload")?;
-        for kernel in &module.kernels {
-            kernel.unloaded.store(true, Ordering::Release);
-            driver.functions.remove(&kernel.function);
-            driver.retired.insert(kernel.function);
-        }
-        Ok(())
+        unload_module(handle(m), "hipModuleUnload")
     })
 }
 
@@ -1019,19 +998,14 @@ pub unsafe extern "C" fn hipModuleGetFunction(
     name: *const c_char,
 ) -> hipError_t {
     call("hipModuleGetFunction", HipNeeds::Nothing, || {
-        let module = driver().find(|d| &d.modules, handle(m), "module", "hipModuleGetFunction")?;
         if name.is_null() {
             return Err(INVALID_VALUE);
         }
         // SAFETY: HIP's contract: `name` is NUL-terminated.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let kernel = module
-            .kernels
-            .iter()
-            .find(|k| k.name == name)
-            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
+        let function = find_function(handle(m), &name, "hipModuleGetFunction")?;
         // SAFETY: HIP's contract: valid for one hipFunction_t.
-        unsafe { put(out, as_ptr(kernel.function)) }
+        unsafe { put(out, as_ptr(function)) }
     })
 }
 

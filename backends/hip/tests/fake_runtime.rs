@@ -13,69 +13,22 @@
 //! runtime tests of `tests/gpu/mod.rs`. What it cannot show: that ROCm behaves as the fake
 //! models it, or anything about speed.
 
+mod fake;
 mod gpu;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use halcyon::stream::CompletionStrategy;
-use halcyon::{Device, Driver, Executable, Result};
+use halcyon::{Device, Driver, Result};
 use halcyon_conformance::kernels;
-use halcyon_fake_gpu::client::Fake;
 use halcyon_hip::result::Hip;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
 
-/// `tests/data/conformance.hip` compiled for gfx900, the fake device's target.
-const CODE_OBJECT: &[u8] = include_bytes!("data/conformance-gfx900.hsaco");
-
-fn fake() -> &'static Fake {
-    Fake::open().expect("the fake GPU runtime is built with these tests")
-}
-
-fn path() -> &'static str {
-    fake().path().to_str().expect("a UTF-8 path")
-}
-
-/// The fake runtime.
-fn hip() -> Hip {
-    static HIP: OnceLock<Hip> = OnceLock::new();
-    *HIP.get_or_init(|| Hip::load(&[path()]).expect("the fake runtime loads"))
-}
-
-/// The fake runtime as HIP 5.2 is: without `hipLaunchHostFunc`, so host functions are stream
-/// callbacks.
-fn hip_5_2() -> Hip {
-    static HIP: OnceLock<Hip> = OnceLock::new();
-    *HIP.get_or_init(|| {
-        Hip::load_without(&[path()], &["hipLaunchHostFunc"]).expect("the fake runtime loads")
-    })
-}
+use fake::{fake, hip, hip_5_2, FakeKernels, CODE_OBJECT};
 
 /// For `gpu/mod.rs`: the fake runtime, which always has its device.
 fn runtime_with_a_device() -> Option<Hip> {
     Some(hip())
-}
-
-/// The suite's standard kernels from the gfx900 code object.
-struct FakeKernels;
-
-impl halcyon_conformance::Kernels for FakeKernels {
-    fn load(&self, device: &Device) -> Result<Executable> {
-        let module = HipModule::new(
-            CODE_OBJECT.to_vec(),
-            vec![
-                kernels::add_one_u32(),
-                kernels::saxpy_f32(),
-                kernels::fail(),
-            ],
-        );
-        device.load_executable(&module.spec())
-    }
-
-    /// `fail` sets its status word.
-    fn can_fail(&self) -> bool {
-        true
-    }
 }
 
 fn device(hip: Hip, completion: CompletionStrategy, memory: HostVisibleMemory) -> Result<Device> {

@@ -4,37 +4,14 @@
 //! completion strategy and host-function kind. One test in a process of its own, because the
 //! fake's counts are the whole process's.
 
+mod fake;
+
 use std::time::{Duration, Instant};
 
 use halcyon::stream::CompletionStrategy;
-use halcyon::{Device, Executable, Result};
-use halcyon_conformance::{cases, kernels, Case};
-use halcyon_fake_gpu::client::Fake;
+use halcyon_conformance::{cases, Case};
 use halcyon_fake_gpu::FakeStats;
-use halcyon_hip::result::Hip;
-use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
-
-const CODE_OBJECT: &[u8] = include_bytes!("data/conformance-gfx900.hsaco");
-
-struct FakeKernels;
-
-impl halcyon_conformance::Kernels for FakeKernels {
-    fn load(&self, device: &Device) -> Result<Executable> {
-        let module = HipModule::new(
-            CODE_OBJECT.to_vec(),
-            vec![
-                kernels::add_one_u32(),
-                kernels::saxpy_f32(),
-                kernels::fail(),
-            ],
-        );
-        device.load_executable(&module.spec())
-    }
-
-    fn can_fail(&self) -> bool {
-        true
-    }
-}
+use halcyon_hip::{HipDeviceOptions, HipDriver, HostVisibleMemory};
 
 /// What is alive in the runtime (not what ran).
 fn alive(stats: FakeStats) -> [u64; 5] {
@@ -49,10 +26,7 @@ fn alive(stats: FakeStats) -> [u64; 5] {
 
 #[test]
 fn a_dropped_device_leaves_nothing_alive_in_the_runtime() {
-    let fake = Fake::open().expect("the fake GPU runtime is built with these tests");
-    let path = fake.path().to_str().expect("a UTF-8 path");
-    let hip = Hip::load(&[path]).unwrap();
-    let hip_5_2 = Hip::load_without(&[path], &["hipLaunchHostFunc"]).unwrap();
+    let fake = fake::fake();
     let workload: [(&str, Case); 8] = [
         ("saxpy_dispatch", cases::saxpy_dispatch),
         ("binding_table_replay", cases::binding_table_replay),
@@ -80,17 +54,17 @@ fn a_dropped_device_leaves_nothing_alive_in_the_runtime() {
     ];
     for (hip, completion, memory) in [
         (
-            hip,
+            fake::hip(),
             CompletionStrategy::CompletionThread,
             HostVisibleMemory::Auto,
         ),
         (
-            hip,
+            fake::hip(),
             CompletionStrategy::HostCallback,
             HostVisibleMemory::MappedHost,
         ),
         (
-            hip_5_2,
+            fake::hip_5_2(),
             CompletionStrategy::HostCallback,
             HostVisibleMemory::Auto,
         ),
@@ -105,7 +79,7 @@ fn a_dropped_device_leaves_nothing_alive_in_the_runtime() {
             .create_device_with(0, &options)
             .unwrap();
         for (name, case) in workload {
-            halcyon_conformance::run(name, || Ok(device.clone()), &FakeKernels, case);
+            halcyon_conformance::run(name, || Ok(device.clone()), &fake::FakeKernels, case);
         }
         let busy = alive(fake.stats());
         assert!(
