@@ -33,8 +33,8 @@ use CUresult::{
 };
 
 use crate::exports::{
-    as_ptr, enqueue_launch, event, find_function, handle, memset_async, pool, put, reachable,
-    register_module, stream, unload_module,
+    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, memset_async, pool, put,
+    reachable, register_module, stream, unload_module,
 };
 
 /// Runs a call: the contract's checks, then `body`.
@@ -709,17 +709,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(out: *mut *mut c_void, props: *const c_
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: *mut c_void) -> CUresult {
     call("cuMemPoolDestroy", Needs::ContextEvenFaulted, || {
-        let mut driver = driver();
-        if driver.pools.remove(&handle(pool)) {
-            driver.retired.insert(handle(pool));
-            return Ok(());
-        }
-        drop(driver);
-        violation(format!(
-            "cuMemPoolDestroy({:#x}): not a live pool",
-            handle(pool)
-        ));
-        Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+        destroy_pool(pool, "cuMemPoolDestroy")
     })
 }
 

@@ -143,6 +143,20 @@ pub(crate) fn pool(pool: *mut c_void, call: &str) -> Ret {
     Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
+/// Destroys pool `pool` (allocations still outstanding stay valid): a violation and
+/// `CUDA_ERROR_INVALID_HANDLE` if it is not live. Checked and removed under one lock, so two
+/// destroys of one pool cannot both succeed.
+pub(crate) fn destroy_pool(pool: *mut c_void, call: &str) -> Ret {
+    let mut driver = driver();
+    if driver.pools.remove(&handle(pool)) {
+        driver.retired.insert(handle(pool));
+        return Ok(());
+    }
+    drop(driver);
+    violation(format!("{call}({:#x}): not a live pool", handle(pool)));
+    Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
 /// Registers a loaded module with a kernel (and function handle) per entry point: its handle.
 pub(crate) fn register_module(entries: &[Entry]) -> u64 {
     let module = next_handle();

@@ -47,8 +47,8 @@ use cudarc::driver::sys::CUresult;
 use crate::contract::{enter_hip, lock, set_hip_device, violation, HipNeeds, Ret};
 use crate::driver::{driver, next_handle};
 use crate::exports::{
-    as_ptr, enqueue_launch, event, find_function, handle, memset_async, pool, put, reachable,
-    register_module, stream, unload_module,
+    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, memset_async, pool, put,
+    reachable, register_module, stream, unload_module,
 };
 use crate::hsaco;
 use crate::kernels::Entry;
@@ -847,11 +847,7 @@ pub unsafe extern "C" fn hipMemPoolCreate(
 #[no_mangle]
 pub unsafe extern "C" fn hipMemPoolDestroy(p: *mut c_void) -> hipError_t {
     call("hipMemPoolDestroy", HipNeeds::Nothing, || {
-        pool(p, "hipMemPoolDestroy")?;
-        let mut driver = driver();
-        driver.pools.remove(&handle(p));
-        driver.retired.insert(handle(p));
-        Ok(())
+        destroy_pool(p, "hipMemPoolDestroy")
     })
 }
 

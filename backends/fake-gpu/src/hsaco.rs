@@ -69,7 +69,10 @@ pub(crate) unsafe fn image<'a>(image: *const u8) -> Result<&'a [u8], Refusal> {
     }
     // SAFETY: the caller's contract: the headers describe bytes of the image.
     let sections = unsafe { std::slice::from_raw_parts(image.add(shoff), shentsize * shnum) };
-    let mut end = (shoff + shentsize * shnum).max(phoff + phentsize * phnum);
+    // At least the header, which every later read of the image takes for granted.
+    let mut end = (shoff + shentsize * shnum)
+        .max(phoff + phentsize * phnum)
+        .max(64);
     for i in 0..shnum {
         let s = &sections[i * shentsize..];
         if u32_at(s, 4) != SHT_NOBITS {
