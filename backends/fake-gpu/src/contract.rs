@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::driver::{driver, PRIMARY_CONTEXT};
+use crate::driver::{context_device, driver, MAX_DEVICES};
 
 /// What a call returns to its export: `Err` is the `CUresult` to return.
 pub(crate) type Ret = Result<(), CUresult>;
@@ -16,16 +16,17 @@ pub(crate) type Ret = Result<(), CUresult>;
 static VIOLATIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// Record violations without aborting.
 static RECORD_ONLY: AtomicBool = AtomicBool::new(false);
-/// The sticky error of the current context.
-static STICKY: Mutex<Option<CUresult>> = Mutex::new(None);
+/// Each device's sticky error (its primary context's).
+static STICKY: Mutex<[Option<CUresult>; MAX_DEVICES]> = Mutex::new([None; MAX_DEVICES]);
 
 thread_local! {
     /// The context current on this thread (`cuCtxSetCurrent`), as its handle value.
     static CURRENT: Cell<usize> = const { Cell::new(0) };
     /// Set while this thread runs a host function.
     static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
-    /// Set once this thread called `hipSetDevice` (HIP's current device is per thread).
-    static HIP_DEVICE_SET: Cell<bool> = const { Cell::new(false) };
+    /// The device this thread made current with `hipSetDevice` (HIP's current device is per
+    /// thread).
+    static HIP_DEVICE: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
 /// Locks `mutex`, ignoring poisoning (a panic inside the fake aborts anyway).
@@ -64,31 +65,41 @@ pub(crate) fn violations() -> Vec<String> {
     lock(&VIOLATIONS).clone()
 }
 
-/// The context's sticky error, if the device faulted.
-pub(crate) fn sticky() -> Option<CUresult> {
-    *lock(&STICKY)
+/// Device `device`'s sticky error, if it faulted.
+pub(crate) fn sticky(device: u32) -> Option<CUresult> {
+    lock(&STICKY)[device as usize]
 }
 
-/// Faults the device with `code` (the first fault wins) and says why on stderr.
-pub(crate) fn fault(code: CUresult, why: &str) {
+/// Faults device `device` with `code` (its first fault wins) and says why on stderr.
+pub(crate) fn fault(device: u32, code: CUresult, why: &str) {
     let mut sticky = lock(&STICKY);
-    if sticky.is_none() {
-        *sticky = Some(code);
+    if sticky[device as usize].is_none() {
+        sticky[device as usize] = Some(code);
         let _ = writeln!(
             std::io::stderr(),
-            "halcyon-fake-gpu: device fault {code:?}: {why}"
+            "halcyon-fake-gpu: device {device} fault {code:?}: {why}"
         );
     }
 }
 
-/// Clears the sticky error (the context was destroyed).
-pub(crate) fn clear_fault() {
-    *lock(&STICKY) = None;
+/// Clears device `device`'s sticky error (its context was destroyed).
+pub(crate) fn clear_fault(device: u32) {
+    lock(&STICKY)[device as usize] = None;
 }
 
 /// Sets the calling thread's current context.
 pub(crate) fn set_current(context: usize) {
     CURRENT.with(|c| c.set(context));
+}
+
+/// The device current on the calling thread: the device of its current CUDA context, or the
+/// device it made current with `hipSetDevice` (device 0 if neither, as in HIP; CUDA calls
+/// that need one are refused by [`enter`] first).
+pub(crate) fn current_device() -> u32 {
+    HIP_DEVICE
+        .with(Cell::get)
+        .or_else(|| context_device(CURRENT.with(Cell::get)))
+        .unwrap_or(0)
 }
 
 /// Runs `f` as a host function on this thread: every driver call inside it is a violation.
@@ -123,9 +134,14 @@ pub(crate) fn enter(call: &str, needs: Needs) -> Ret {
     if needs == Needs::Nothing {
         return Ok(());
     }
+    let current = CURRENT.with(Cell::get);
+    let device = context_device(current);
     let (initialized, retains) = {
         let d = driver();
-        (d.initialized, d.retains)
+        (
+            d.initialized,
+            device.map_or(0, |dev| d.retains[dev as usize]),
+        )
     };
     if !initialized {
         violation(format!("{call} called before cuInit"));
@@ -134,26 +150,25 @@ pub(crate) fn enter(call: &str, needs: Needs) -> Ret {
     if needs == Needs::Init {
         return Ok(());
     }
-    let current = CURRENT.with(Cell::get);
-    if current != PRIMARY_CONTEXT || retains == 0 {
+    let Some(device) = device.filter(|_| retains > 0) else {
         violation(format!(
             "{call} on thread {:?} without a usable current context (current: {current:#x}, \
              primary context references: {retains})",
             std::thread::current().name().unwrap_or("<unnamed>")
         ));
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
-    }
+    };
     if needs == Needs::Context {
-        if let Some(code) = sticky() {
+        if let Some(code) = sticky(device) {
             return Err(code);
         }
     }
     Ok(())
 }
 
-/// Records that this thread made the (only) HIP device current.
-pub(crate) fn set_hip_device() {
-    HIP_DEVICE_SET.with(|d| d.set(true));
+/// Records that this thread made HIP device `device` current.
+pub(crate) fn set_hip_device(device: u32) {
+    HIP_DEVICE.with(|d| d.set(Some(device)));
 }
 
 /// What a HIP call needs before it may run.
@@ -179,7 +194,7 @@ pub(crate) fn enter_hip(call: &str, needs: HipNeeds) -> Ret {
         ));
         return Err(CUresult::CUDA_ERROR_NOT_PERMITTED);
     }
-    if needs == HipNeeds::Device && !HIP_DEVICE_SET.with(Cell::get) {
+    if needs == HipNeeds::Device && HIP_DEVICE.with(Cell::get).is_none() {
         violation(format!(
             "{call} on thread {:?}, which never called hipSetDevice (HIP keeps the current \
              device per thread: with more than one GPU this would act on device 0)",
@@ -187,4 +202,35 @@ pub(crate) fn enter_hip(call: &str, needs: HipNeeds) -> Ret {
         ));
     }
     Ok(())
+}
+
+/// Checks that `what` (a handle of device `device` that a CUDA call enqueues work on) belongs
+/// to the context current on the calling thread: CUDA runs the work in the current context,
+/// so a stream of another device's context is a violation and `CUDA_ERROR_INVALID_CONTEXT`.
+pub(crate) fn check_current(call: &str, device: u32, what: &str) -> Ret {
+    let current = context_device(CURRENT.with(Cell::get));
+    if current == Some(device) {
+        return Ok(());
+    }
+    violation(format!(
+        "{call} on {what} of device {device} while the current context is {} (on thread \
+         {:?}): make the device's context current first",
+        current.map_or("none".to_string(), |d| format!("device {d}'s")),
+        std::thread::current().name().unwrap_or("<unnamed>")
+    ));
+    Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+}
+
+/// Checks that two handles a call combines belong to one device (`what`, `first` of device
+/// `a`, and `other` of device `b`): a violation and `CUDA_ERROR_INVALID_HANDLE` otherwise
+/// (`hipErrorInvalidHandle` in HIP).
+pub(crate) fn check_same_device(call: &str, first: (&str, u32), other: (&str, u32)) -> Ret {
+    if first.1 == other.1 {
+        return Ok(());
+    }
+    violation(format!(
+        "{call} combines {} of device {} with {} of device {}",
+        first.0, first.1, other.0, other.1
+    ));
+    Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }

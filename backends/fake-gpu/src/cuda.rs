@@ -17,8 +17,13 @@ use cudarc::driver::sys::{
     CUresult, CUstreamCaptureMode, CUstreamCaptureStatus, CU_MEMHOSTALLOC_DEVICEMAP,
 };
 
-use crate::contract::{enter, set_current, sticky, violation, Needs, Ret};
-use crate::driver::{driver, next_handle, GRAPH_LAUNCHES, PRIMARY_CONTEXT};
+use crate::contract::{
+    check_current, check_same_device, current_device, enter, set_current, sticky, violation, Needs,
+    Ret,
+};
+use crate::driver::{
+    context_device, device_count, driver, next_handle, primary_context, GRAPH_LAUNCHES,
+};
 use crate::kernels::parse_ptx;
 use crate::memory::{memory, Kind, DEVICE_BYTES};
 use crate::stream::{Event, Op, Source, Stream};
@@ -42,18 +47,28 @@ use crate::exports::{
 /// then report the fault, as CUDA reports an earlier asynchronous error.
 fn call(name: &'static str, needs: Needs, body: impl FnOnce() -> Ret) -> CUresult {
     match enter(name, needs).and_then(|()| body()) {
-        Ok(()) if needs == Needs::ContextEvenFaulted => sticky().unwrap_or(CUDA_SUCCESS),
+        Ok(()) if needs == Needs::ContextEvenFaulted => {
+            sticky(current_device()).unwrap_or(CUDA_SUCCESS)
+        }
         Ok(()) => CUDA_SUCCESS,
         Err(code) => code,
     }
 }
 
-fn device(dev: CUdevice) -> Ret {
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_INVALID_DEVICE)
-    }
+/// Checks a device ordinal: the device's index.
+fn device(dev: CUdevice) -> Result<u32, CUresult> {
+    u32::try_from(dev)
+        .ok()
+        .filter(|&d| d < device_count())
+        .ok_or(CUDA_ERROR_INVALID_DEVICE)
+}
+
+/// The live stream `s`, which work is enqueued on: it must belong to the current context
+/// ([`check_current`]).
+fn cuda_stream(s: *mut c_void, call: &str) -> Result<Arc<Stream>, CUresult> {
+    let stream = stream(handle(s), call)?;
+    check_current(call, stream.device, "a stream")?;
+    Ok(stream)
 }
 
 // ------------------------------------------------------------------ errors and versions
@@ -153,7 +168,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 // ------------------------------------------------------------------ devices and the context
 
-/// `cuDeviceGetCount`: one device.
+/// `cuDeviceGetCount`: [`device_count`] devices.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -161,11 +176,11 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     call("cuDeviceGetCount", Needs::Init, || {
         // SAFETY: CUDA's contract: `count` is valid for one int.
-        unsafe { put(count, 1) }
+        unsafe { put(count, device_count() as c_int) }
     })
 }
 
-/// `cuDeviceGet`: ordinal 0 is device 0.
+/// `cuDeviceGet`: ordinal `n` is device `n`.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -174,7 +189,7 @@ pub unsafe extern "C" fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUre
     call("cuDeviceGet", Needs::Init, || {
         device(ordinal)?;
         // SAFETY: CUDA's contract: `out` is valid for one CUdevice.
-        unsafe { put(out, 0) }
+        unsafe { put(out, ordinal) }
     })
 }
 
@@ -246,7 +261,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
     })
 }
 
-/// `cuDevicePrimaryCtxRetain`: one more reference to the primary context.
+/// `cuDevicePrimaryCtxRetain`: one more reference to the device's primary context.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -256,38 +271,42 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
     dev: CUdevice,
 ) -> CUresult {
     call("cuDevicePrimaryCtxRetain", Needs::Init, || {
-        device(dev)?;
+        let dev = device(dev)?;
         // SAFETY: CUDA's contract: `out` is valid for one CUcontext.
-        unsafe { put(out, as_ptr(PRIMARY_CONTEXT as u64)) }?;
-        driver().retains += 1;
+        unsafe { put(out, as_ptr(primary_context(dev) as u64)) }?;
+        driver().retains[dev as usize] += 1;
         Ok(())
     })
 }
 
 /// `cuDevicePrimaryCtxRelease`: one reference fewer; the last one destroys the context and
-/// everything in it (what is still alive then was leaked: a violation, unless it faulted).
+/// everything in it (what is still alive then was leaked: a violation, unless it faulted),
+/// leaving the other devices' contexts as they are.
 ///
 /// # Safety
 /// CUDA's contract for the call.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     call("cuDevicePrimaryCtxRelease", Needs::Init, || {
-        device(dev)?;
+        let dev = device(dev)?;
         let mut driver = driver();
-        if driver.retains == 0 {
+        let retains = &mut driver.retains[dev as usize];
+        if *retains == 0 {
             drop(driver);
-            violation("cuDevicePrimaryCtxRelease without a matching retain".into());
+            violation(format!(
+                "cuDevicePrimaryCtxRelease({dev}) without a matching retain"
+            ));
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
-        driver.retains -= 1;
-        if driver.retains == 0 {
-            driver.destroy_context();
+        *retains -= 1;
+        if *retains == 0 {
+            driver.destroy_context(dev);
         }
         Ok(())
     })
 }
 
-/// `cuCtxSetCurrent`: the primary context (while retained) or null.
+/// `cuCtxSetCurrent`: a device's primary context (while retained) or null.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -295,7 +314,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 pub unsafe extern "C" fn cuCtxSetCurrent(context: *mut c_void) -> CUresult {
     call("cuCtxSetCurrent", Needs::Init, || {
         let context = context as usize;
-        if context != 0 && (context != PRIMARY_CONTEXT || driver().retains == 0) {
+        let retained =
+            context_device(context).is_some_and(|dev| driver().retains[dev as usize] > 0);
+        if context != 0 && !retained {
             violation(format!(
                 "cuCtxSetCurrent({context:#x}): not a retained context of this driver"
             ));
@@ -308,7 +329,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(context: *mut c_void) -> CUresult {
 
 // ------------------------------------------------------------------ streams
 
-/// `cuStreamCreate`: a stream with its worker thread.
+/// `cuStreamCreate`: a stream of the current context's device, with its worker thread.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -319,8 +340,12 @@ pub unsafe extern "C" fn cuStreamCreate(out: *mut *mut c_void, _flags: c_uint) -
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = next_handle();
-        let stream = Stream::spawn(h)?;
-        driver().streams.insert(h, stream);
+        let dev = current_device();
+        let stream = Stream::spawn(h, dev)?;
+        let mut driver = driver();
+        driver.streams.insert(h, stream);
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: CUDA's contract: `out` is valid for one CUstream.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -357,7 +382,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CUresult {
 }
 
 /// `cuStreamWaitEvent`: later work on the stream waits for the event's latest record (none:
-/// no wait). Flags must be 0.
+/// no wait). Flags must be 0. The event may be another device's, as in CUDA.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -368,7 +393,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
     flags: c_uint,
 ) -> CUresult {
     call("cuStreamWaitEvent", Needs::Context, || {
-        let stream = stream(handle(s), "cuStreamWaitEvent")?;
+        let stream = cuda_stream(s, "cuStreamWaitEvent")?;
         let event = event(handle(e), "cuStreamWaitEvent")?;
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -384,7 +409,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: *mut c_void, mode: c_uint) -> CUresult {
     call("cuStreamBeginCapture", Needs::Context, || {
-        let stream = stream(handle(s), "cuStreamBeginCapture")?;
+        let stream = cuda_stream(s, "cuStreamBeginCapture")?;
         // Relaxed mode only: the global and thread-local modes' bans on "unsafe" calls from
         // other threads are not modelled.
         if mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as c_uint {
@@ -402,7 +427,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: *mut c_void, mode: c_uint) -
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamEndCapture(s: *mut c_void, graph: *mut *mut c_void) -> CUresult {
     call("cuStreamEndCapture", Needs::Context, || {
-        let stream = stream(handle(s), "cuStreamEndCapture")?;
+        let stream = cuda_stream(s, "cuStreamEndCapture")?;
         let ended = stream.end_capture();
         let ops = match ended {
             Ok(ops) => ops,
@@ -413,7 +438,10 @@ pub unsafe extern "C" fn cuStreamEndCapture(s: *mut c_void, graph: *mut *mut c_v
             }
         };
         let h = next_handle();
-        driver().graphs.insert(h, Arc::new(ops));
+        let mut driver = driver();
+        driver.graphs.insert(h, Arc::new(ops));
+        driver.adopt(h, stream.device);
+        drop(driver);
         // SAFETY: CUDA's contract: `graph` is valid for one CUgraph.
         unsafe { put(graph, as_ptr(h)) }
     })
@@ -438,7 +466,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_uint
 
 // ------------------------------------------------------------------ events
 
-/// `cuEventCreate`: a never-recorded event (complete).
+/// `cuEventCreate`: a never-recorded event (complete) of the current context's device.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -449,7 +477,11 @@ pub unsafe extern "C" fn cuEventCreate(out: *mut *mut c_void, _flags: c_uint) ->
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = next_handle();
-        driver().events.insert(h, Event::new());
+        let dev = current_device();
+        let mut driver = driver();
+        driver.events.insert(h, Event::new(dev));
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: CUDA's contract: `out` is valid for one CUevent.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -469,7 +501,8 @@ pub unsafe extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CUresult {
 }
 
 /// `cuEventRecord`: a new record, completed when the stream gets to it (in a capture: a
-/// captured event, which only orders work within the capture; no graph node).
+/// captured event, which only orders work within the capture; no graph node). The event and
+/// the stream must be of one device.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -477,7 +510,13 @@ pub unsafe extern "C" fn cuEventDestroy_v2(e: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuEventRecord(e: *mut c_void, s: *mut c_void) -> CUresult {
     call("cuEventRecord", Needs::Context, || {
         let event = event(handle(e), "cuEventRecord")?;
-        stream(handle(s), "cuEventRecord")?.record(event);
+        let stream = cuda_stream(s, "cuEventRecord")?;
+        check_same_device(
+            "cuEventRecord",
+            ("an event", event.device),
+            ("a stream", stream.device),
+        )?;
+        stream.record(event);
         Ok(())
     })
 }
@@ -528,7 +567,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     data: *mut c_void,
 ) -> CUresult {
     call("cuLaunchHostFunc", Needs::Context, || {
-        let stream = stream(handle(s), "cuLaunchHostFunc")?;
+        let stream = cuda_stream(s, "cuLaunchHostFunc")?;
         let func = function.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         stream.enqueue(Op::Host {
             func,
@@ -540,11 +579,12 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
 
 // ------------------------------------------------------------------ memory
 
-fn allocate(out: *mut CUdeviceptr, bytes: usize, kind: Kind) -> Ret {
+/// Allocates `bytes` of `kind` on device `dev` into `out`.
+fn allocate(out: *mut CUdeviceptr, bytes: usize, kind: Kind, dev: u32) -> Ret {
     if out.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let ptr = memory().allocate(bytes, kind)?;
+    let ptr = memory().allocate(bytes, kind, dev)?;
     // SAFETY: non-null; CUDA's contract: valid for one CUdeviceptr.
     unsafe { put(out, ptr) }
 }
@@ -553,7 +593,7 @@ fn allocate_host(out: *mut *mut c_void, bytes: usize, mapped: bool) -> Ret {
     if out.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let ptr = memory().allocate(bytes, Kind::Pinned { mapped })?;
+    let ptr = memory().allocate(bytes, Kind::Pinned { mapped }, current_device())?;
     // SAFETY: non-null; CUDA's contract: valid for one pointer.
     unsafe { put(out, as_ptr(ptr)) }
 }
@@ -565,7 +605,7 @@ fn allocate_host(out: *mut *mut c_void, bytes: usize, mapped: bool) -> Ret {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(out: *mut CUdeviceptr, bytes: usize) -> CUresult {
     call("cuMemAlloc", Needs::Context, || {
-        allocate(out, bytes, Kind::Device)
+        allocate(out, bytes, Kind::Device, current_device())
     })
 }
 
@@ -583,7 +623,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
         if flags != 1 && flags != 2 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        allocate(out, bytes, Kind::Managed)
+        allocate(out, bytes, Kind::Managed, current_device())
     })
 }
 
@@ -685,7 +725,8 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     })
 }
 
-/// `cuMemPoolCreate`: a pool (allocations from it are ordinary stream-ordered ones).
+/// `cuMemPoolCreate`: a pool of pinned memory on the device its properties' location names
+/// (allocations from it are ordinary stream-ordered ones).
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -695,8 +736,19 @@ pub unsafe extern "C" fn cuMemPoolCreate(out: *mut *mut c_void, props: *const c_
         if props.is_null() || out.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: CUDA's contract: `props` points at a CUmemPoolProps, whose first four ints
+        // are the allocation type, the handle types and the location (type, id).
+        let [alloc_type, _handles, location_type, location_id] =
+            unsafe { std::ptr::read(props.cast::<[c_int; 4]>()) };
+        if alloc_type != 1 || location_type != 1 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let dev = device(location_id)?;
         let h = next_handle();
-        driver().pools.insert(h);
+        let mut driver = driver();
+        driver.pools.insert(h);
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: CUDA's contract: `out` is valid for one CUmemoryPool.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -739,24 +791,29 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(p: *mut c_void, _keep: usize) -> CUresult {
     call("cuMemPoolTrimTo", Needs::Context, || {
-        pool(p, "cuMemPoolTrimTo")
+        pool(p, "cuMemPoolTrimTo").map(drop)
     })
 }
 
+/// A stream-ordered allocation on stream `s`, from pool `from` (0: the stream's device's
+/// default pool) of device `pool_device` (`None`: the stream's).
 fn allocate_async(
     out: *mut CUdeviceptr,
     bytes: usize,
-    from: u64,
+    from: (u64, Option<u32>),
     s: *mut c_void,
     call: &str,
 ) -> Ret {
-    let stream = stream(handle(s), call)?;
+    let stream = cuda_stream(s, call)?;
+    if let (_, Some(pool_device)) = from {
+        check_same_device(call, ("a pool", pool_device), ("a stream", stream.device))?;
+    }
     if stream.capture_status().is_some() {
         // Memory nodes in graphs are not modelled.
         stream.invalidate_capture(CUDA_ERROR_NOT_SUPPORTED);
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    allocate(out, bytes, Kind::Pool(from))
+    allocate(out, bytes, Kind::Pool(from.0), stream.device)
 }
 
 /// `cuMemAllocAsync`: from the device's default pool, usable at once.
@@ -770,7 +827,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemAllocAsync", Needs::Context, || {
-        allocate_async(out, bytes, 0, s, "cuMemAllocAsync")
+        allocate_async(out, bytes, (0, None), s, "cuMemAllocAsync")
     })
 }
 
@@ -786,8 +843,14 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemAllocFromPoolAsync", Needs::Context, || {
-        pool(p, "cuMemAllocFromPoolAsync")?;
-        allocate_async(out, bytes, handle(p), s, "cuMemAllocFromPoolAsync")
+        let pool_device = pool(p, "cuMemAllocFromPoolAsync")?;
+        allocate_async(
+            out,
+            bytes,
+            (handle(p), Some(pool_device)),
+            s,
+            "cuMemAllocFromPoolAsync",
+        )
     })
 }
 
@@ -798,7 +861,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, s: *mut c_void) -> CUresult {
     call("cuMemFreeAsync", Needs::Context, || {
-        let stream = stream(handle(s), "cuMemFreeAsync")?;
+        let stream = cuda_stream(s, "cuMemFreeAsync")?;
         if stream.capture_status().is_some() {
             // Freeing in a graph (a memory node) is not modelled.
             stream.invalidate_capture(CUDA_ERROR_NOT_SUPPORTED);
@@ -876,8 +939,8 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemcpyHtoDAsync", Needs::Context, || {
-        let stream = stream(handle(s), "cuMemcpyHtoDAsync")?;
-        reachable(dst, bytes)?;
+        let stream = cuda_stream(s, "cuMemcpyHtoDAsync")?;
+        reachable(dst, bytes, stream.device, "cuMemcpyHtoDAsync")?;
         let from = src as usize as u64;
         let src = if memory().is_pinned(from, bytes) {
             Source::Checked(from)
@@ -912,8 +975,8 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemcpyDtoHAsync", Needs::Context, || {
-        let stream = stream(handle(s), "cuMemcpyDtoHAsync")?;
-        reachable(src, bytes)?;
+        let stream = cuda_stream(s, "cuMemcpyDtoHAsync")?;
+        reachable(src, bytes, stream.device, "cuMemcpyDtoHAsync")?;
         let to = dst as usize as u64;
         let pinned = memory().is_pinned(to, bytes);
         if !pinned {
@@ -929,7 +992,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         if let (false, Some(position)) = (pinned, position) {
             // Into pageable memory: done (or dropped, after a fault) before the call returns.
             stream.wait_for(position);
-            if let Some(code) = sticky() {
+            if let Some(code) = sticky(stream.device) {
                 return Err(code);
             }
         }
@@ -949,9 +1012,9 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemcpyDtoDAsync", Needs::Context, || {
-        let stream = stream(handle(s), "cuMemcpyDtoDAsync")?;
-        reachable(dst, bytes)?;
-        reachable(src, bytes)?;
+        let stream = cuda_stream(s, "cuMemcpyDtoDAsync")?;
+        reachable(dst, bytes, stream.device, "cuMemcpyDtoDAsync")?;
+        reachable(src, bytes, stream.device, "cuMemcpyDtoDAsync")?;
         stream.enqueue(Op::Copy {
             dst,
             dst_checked: true,
@@ -975,7 +1038,8 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemsetD8Async", Needs::Context, || {
-        memset_async(dst, u32::from(value), 1, count, s, "cuMemsetD8Async")
+        let stream = cuda_stream(s, "cuMemsetD8Async")?;
+        memset_async(dst, u32::from(value), 1, count, &stream, "cuMemsetD8Async")
     })
 }
 
@@ -991,7 +1055,8 @@ pub unsafe extern "C" fn cuMemsetD16Async(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemsetD16Async", Needs::Context, || {
-        memset_async(dst, u32::from(value), 2, count, s, "cuMemsetD16Async")
+        let stream = cuda_stream(s, "cuMemsetD16Async")?;
+        memset_async(dst, u32::from(value), 2, count, &stream, "cuMemsetD16Async")
     })
 }
 
@@ -1007,7 +1072,8 @@ pub unsafe extern "C" fn cuMemsetD32Async(
     s: *mut c_void,
 ) -> CUresult {
     call("cuMemsetD32Async", Needs::Context, || {
-        memset_async(dst, value, 4, count, s, "cuMemsetD32Async")
+        let stream = cuda_stream(s, "cuMemsetD32Async")?;
+        memset_async(dst, value, 4, count, &stream, "cuMemsetD32Async")
     })
 }
 
@@ -1110,7 +1176,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         let entries = parse_ptx(&text)
             .inspect_err(|message| log(message))
             .map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
-        let module = register_module(&entries);
+        let module = register_module(&entries, current_device());
         // SAFETY: CUDA's contract: `out` is valid for one CUmodule.
         unsafe { put(out, as_ptr(module)) }
     })
@@ -1199,7 +1265,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
 ) -> CUresult {
     call("cuLaunchKernel", Needs::Context, || {
         let kernel = driver().find(|d| &d.functions, handle(f), "function", "cuLaunchKernel")?;
-        let stream = stream(handle(s), "cuLaunchKernel")?;
+        let stream = cuda_stream(s, "cuLaunchKernel")?;
         let grid = [grid_x, grid_y, grid_z];
         let block = [block_x, block_y, block_z];
         let threads = u64::from(block_x) * u64::from(block_y) * u64::from(block_z);
@@ -1250,7 +1316,11 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = next_handle();
-        driver().execs.insert(h, Arc::new(ops.to_vec()));
+        let mut driver = driver();
+        let dev = driver.owner(handle(graph));
+        driver.execs.insert(h, Arc::new(ops.to_vec()));
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: CUDA's contract: `out` is valid for one CUgraphExec.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -1282,7 +1352,14 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: *mut c_void, s: *mut c_void) -> CUr
             "executable graph",
             "cuGraphLaunch",
         )?;
-        stream(handle(s), "cuGraphLaunch")?.enqueue_all(&ops);
+        let stream = cuda_stream(s, "cuGraphLaunch")?;
+        let exec_device = driver().owner(handle(exec));
+        check_same_device(
+            "cuGraphLaunch",
+            ("an executable graph", exec_device),
+            ("a stream", stream.device),
+        )?;
+        stream.enqueue_all(&ops);
         GRAPH_LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     })

@@ -1,4 +1,5 @@
-//! The driver's state: the primary context and every handle, by value.
+//! The driver's state: the devices' primary contexts and every handle, by value, with the
+//! device each handle belongs to.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,8 +12,34 @@ use crate::kernels::{Kernel, Module};
 use crate::memory::memory;
 use crate::stream::{Event, Op, Stream};
 
-/// The primary context's handle value (the only context there is).
-pub(crate) const PRIMARY_CONTEXT: usize = 0xc0_0000;
+/// The most devices the fake can have.
+pub(crate) const MAX_DEVICES: usize = 8;
+
+/// How many devices there are: `HALCYON_FAKE_GPU_DEVICES` (1 to [`MAX_DEVICES`]), default 2,
+/// so that a caller's per-device bookkeeping (which context or device is current on a thread,
+/// which device owns a handle or an allocation) is checked even by tests that use device 0.
+pub(crate) fn device_count() -> u32 {
+    static COUNT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::env::var("HALCYON_FAKE_GPU_DEVICES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=MAX_DEVICES as u32).contains(n))
+            .unwrap_or(2)
+    })
+}
+
+/// The handle value of device `device`'s primary context.
+pub(crate) fn primary_context(device: u32) -> usize {
+    0xc0_0000 + 0x100 * device as usize
+}
+
+/// The device whose primary context `context` is, if it is one.
+pub(crate) fn context_device(context: usize) -> Option<u32> {
+    let offset = context.checked_sub(primary_context(0))?;
+    let device = (offset / 0x100) as u32;
+    (offset % 0x100 == 0 && device < device_count()).then_some(device)
+}
 
 /// Handles are unique for the process, so a stale one is never mistaken for a live one.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0x10_0000);
@@ -28,20 +55,20 @@ pub(crate) static HOST_FUNCS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CONTEXTS_DESTROYED: AtomicU64 = AtomicU64::new(0);
 
-/// The primary context's incarnation: work queued in an earlier one never runs.
-static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Each primary context's incarnation: work queued in an earlier one never runs.
+static EPOCHS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
-/// The current context incarnation.
-pub(crate) fn epoch() -> u64 {
-    EPOCH.load(Ordering::Acquire)
+/// The current incarnation of device `device`'s primary context.
+pub(crate) fn epoch(device: u32) -> u64 {
+    EPOCHS[device as usize].load(Ordering::Acquire)
 }
 
 /// Everything the driver knows, under one lock (memory has its own: see [`crate::memory`]).
 #[derive(Default)]
 pub(crate) struct Driver {
     pub initialized: bool,
-    /// References to the primary context.
-    pub retains: u64,
+    /// References to each device's primary context.
+    pub retains: [u64; MAX_DEVICES],
     pub streams: HashMap<u64, Arc<Stream>>,
     pub events: HashMap<u64, Arc<Event>>,
     pub modules: HashMap<u64, Arc<Module>>,
@@ -51,6 +78,9 @@ pub(crate) struct Driver {
     pub graphs: HashMap<u64, Arc<Vec<Op>>>,
     pub execs: HashMap<u64, Arc<Vec<Op>>>,
     pub pools: HashSet<u64>,
+    /// The device of every live handle above (streams, events, modules, functions, graphs,
+    /// executable graphs and pools).
+    pub owners: HashMap<u64, u32>,
     /// Every handle destroyed so far, to tell "stale" from "garbage".
     pub retired: HashSet<u64>,
 }
@@ -96,7 +126,7 @@ impl Driver {
         call: &str,
     ) -> Result<T, CUresult> {
         if let Some(found) = pick(self).remove(&handle) {
-            self.retired.insert(handle);
+            self.retire(handle);
             return Ok(found);
         }
         let why = if self.retired.contains(&handle) {
@@ -108,35 +138,64 @@ impl Driver {
         Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
     }
 
-    /// The last primary-context reference went: the context and everything in it is destroyed.
-    /// What is still alive was leaked by the caller (unless the device faulted: CUDA drops
-    /// host functions, and what they hold, after a fault).
-    pub(crate) fn destroy_context(&mut self) {
-        let faulted = sticky().is_some();
-        let freed = memory().free_all();
+    /// Records that `handle` belongs to device `device`.
+    pub(crate) fn adopt(&mut self, handle: u64, device: u32) {
+        self.owners.insert(handle, device);
+    }
+
+    /// The device a live handle belongs to.
+    pub(crate) fn owner(&self, handle: u64) -> u32 {
+        self.owners.get(&handle).copied().unwrap_or(0)
+    }
+
+    /// Forgets a destroyed handle's device and remembers it was destroyed.
+    pub(crate) fn retire(&mut self, handle: u64) {
+        self.owners.remove(&handle);
+        self.retired.insert(handle);
+    }
+
+    /// The last reference to device `device`'s primary context went: the context and
+    /// everything in it is destroyed (the other devices' contexts are untouched). What is
+    /// still alive was leaked by the caller (unless the device faulted: CUDA drops host
+    /// functions, and what they hold, after a fault).
+    pub(crate) fn destroy_context(&mut self, device: u32) {
+        let faulted = sticky(device).is_some();
+        let freed = memory().free_all(device);
+        let mine: Vec<u64> = self
+            .owners
+            .iter()
+            .filter(|(_, &owner)| owner == device)
+            .map(|(&h, _)| h)
+            .collect();
+        let count = |map: &dyn Fn(u64) -> bool| mine.iter().filter(|&&h| map(h)).count();
         let leaked = [
-            ("streams", self.streams.len()),
-            ("events", self.events.len()),
-            ("modules", self.modules.len()),
-            ("graphs", self.graphs.len() + self.execs.len()),
-            ("memory pools", self.pools.len()),
+            ("streams", count(&|h| self.streams.contains_key(&h))),
+            ("events", count(&|h| self.events.contains_key(&h))),
+            ("modules", count(&|h| self.modules.contains_key(&h))),
+            (
+                "graphs",
+                count(&|h| self.graphs.contains_key(&h) || self.execs.contains_key(&h)),
+            ),
+            ("memory pools", count(&|h| self.pools.contains(&h))),
             ("allocations", freed.len()),
         ];
-        for stream in self.streams.values() {
-            stream.destroy();
+        for h in mine {
+            if let Some(stream) = self.streams.remove(&h) {
+                stream.destroy();
+            }
+            self.events.remove(&h);
+            self.modules.remove(&h);
+            self.functions.remove(&h);
+            self.graphs.remove(&h);
+            self.execs.remove(&h);
+            self.pools.remove(&h);
+            self.retire(h);
         }
-        self.streams.clear();
-        self.events.clear();
-        self.modules.clear();
-        self.functions.clear();
-        self.graphs.clear();
-        self.execs.clear();
-        self.pools.clear();
         CONTEXTS_DESTROYED.fetch_add(1, Ordering::Relaxed);
         // Work still queued (on streams destroyed or not) belongs to the old context: it is
         // dropped, not run against the next one.
-        EPOCH.fetch_add(1, Ordering::AcqRel);
-        clear_fault();
+        EPOCHS[device as usize].fetch_add(1, Ordering::AcqRel);
+        clear_fault(device);
         if !faulted && leaked.iter().any(|(_, n)| *n > 0) {
             let list: Vec<String> = leaked
                 .iter()
@@ -144,7 +203,8 @@ impl Driver {
                 .map(|(what, n)| format!("{n} {what}"))
                 .collect();
             violation(format!(
-                "the primary context was released by its last user with {} still alive \
+                "the primary context of device {device} was released by its last user with {} \
+                 still alive \
                  (leaked: freed only because the context went; allocations: {})",
                 list.join(", "),
                 freed.join("; ")

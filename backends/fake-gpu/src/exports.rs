@@ -8,9 +8,10 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUresult;
 use CUresult::CUDA_ERROR_INVALID_VALUE;
 
-use crate::contract::{set_record_only, sticky, violation, violations, Ret};
+use crate::contract::{check_same_device, set_record_only, sticky, violation, violations, Ret};
 use crate::driver::{
-    driver, next_handle, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN, KERNELS_RUN,
+    device_count, driver, next_handle, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN,
+    KERNELS_RUN,
 };
 use crate::kernels::{Entry, Kernel, Launch, Module};
 use crate::memory::memory;
@@ -46,30 +47,37 @@ pub(crate) fn event(h: u64, call: &str) -> Result<Arc<Event>, CUresult> {
     driver().find(|d| &d.events, h, "event", call)
 }
 
-/// Checks that the device may reach `len` bytes at `ptr` now: `CUDA_ERROR_INVALID_VALUE`
-/// otherwise (CUDA checks pointers when the call is made).
-pub(crate) fn reachable(ptr: u64, len: usize) -> Ret {
-    memory()
+/// Checks that device `device` may reach `len` bytes at `ptr` now: `CUDA_ERROR_INVALID_VALUE`
+/// otherwise (CUDA checks pointers when the call is made). Memory of another device is also
+/// a violation: the fake has no peer access, and halcyon never asks for it.
+pub(crate) fn reachable(ptr: u64, len: usize, device: u32, call: &str) -> Ret {
+    let memory = memory();
+    memory
         .check(ptr, len)
-        .map_err(|_| CUDA_ERROR_INVALID_VALUE)
+        .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    if let Err(why) = memory.check_on(ptr, len, device) {
+        drop(memory);
+        violation(format!("{call}: {why}"));
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(())
 }
 
-/// Enqueues a memset of `count` elements of `width` bytes at `dst` (checked now, and again
-/// when the device gets to it): the address must be `width`-aligned.
+/// Enqueues a memset of `count` elements of `width` bytes at `dst` on `stream` (checked now,
+/// and again when the device gets to it): the address must be `width`-aligned.
 pub(crate) fn memset_async(
     dst: u64,
     value: u32,
     width: usize,
     count: usize,
-    s: *mut c_void,
+    stream: &Stream,
     call: &str,
 ) -> Ret {
-    let stream = stream(handle(s), call)?;
     if dst % width as u64 != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let len = count.checked_mul(width).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    reachable(dst, len)?;
+    reachable(dst, len, stream.device, call)?;
     stream.enqueue(Op::Memset {
         dst,
         value,
@@ -94,6 +102,12 @@ pub(crate) unsafe fn enqueue_launch(
     block: [u32; 3],
     kernel_params: *mut *mut c_void,
 ) -> Ret {
+    let function_device = driver().owner(kernel.function);
+    check_same_device(
+        call,
+        ("a function", function_device),
+        ("a stream", stream.device),
+    )?;
     let Some(native) = kernel.native else {
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
@@ -133,12 +147,14 @@ pub(crate) unsafe fn enqueue_launch(
     Ok(())
 }
 
-/// Checks that `pool` is a live memory pool: a violation and `CUDA_ERROR_INVALID_HANDLE`
-/// otherwise.
-pub(crate) fn pool(pool: *mut c_void, call: &str) -> Ret {
-    if driver().pools.contains(&handle(pool)) {
-        return Ok(());
+/// Checks that `pool` is a live memory pool: its device; a violation and
+/// `CUDA_ERROR_INVALID_HANDLE` otherwise.
+pub(crate) fn pool(pool: *mut c_void, call: &str) -> Result<u32, CUresult> {
+    let driver = driver();
+    if driver.pools.contains(&handle(pool)) {
+        return Ok(driver.owner(handle(pool)));
     }
+    drop(driver);
     violation(format!("{call}({:#x}): not a live pool", handle(pool)));
     Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
@@ -149,7 +165,7 @@ pub(crate) fn pool(pool: *mut c_void, call: &str) -> Ret {
 pub(crate) fn destroy_pool(pool: *mut c_void, call: &str) -> Ret {
     let mut driver = driver();
     if driver.pools.remove(&handle(pool)) {
-        driver.retired.insert(handle(pool));
+        driver.retire(handle(pool));
         return Ok(());
     }
     drop(driver);
@@ -157,8 +173,9 @@ pub(crate) fn destroy_pool(pool: *mut c_void, call: &str) -> Ret {
     Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
-/// Registers a loaded module with a kernel (and function handle) per entry point: its handle.
-pub(crate) fn register_module(entries: &[Entry]) -> u64 {
+/// Registers a module loaded on device `device` with a kernel (and function handle) per entry
+/// point: its handle.
+pub(crate) fn register_module(entries: &[Entry], device: u32) -> u64 {
     let module = next_handle();
     let kernels: Vec<Arc<Kernel>> = entries
         .iter()
@@ -167,8 +184,10 @@ pub(crate) fn register_module(entries: &[Entry]) -> u64 {
     let mut driver = driver();
     for kernel in &kernels {
         driver.functions.insert(kernel.function, kernel.clone());
+        driver.adopt(kernel.function, device);
     }
     driver.modules.insert(module, Arc::new(Module { kernels }));
+    driver.adopt(module, device);
     module
 }
 
@@ -180,7 +199,7 @@ pub(crate) fn unload_module(m: u64, call: &str) -> Ret {
     for kernel in &module.kernels {
         kernel.unloaded.store(true, Ordering::Release);
         driver.functions.remove(&kernel.function);
-        driver.retired.insert(kernel.function);
+        driver.retire(kernel.function);
     }
     Ok(())
 }
@@ -205,7 +224,7 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
     let stats = {
         let d = driver();
         FakeStats {
-            context_retains: d.retains,
+            context_retains: d.retains.iter().sum(),
             contexts_destroyed: CONTEXTS_DESTROYED.load(Ordering::Relaxed),
             streams: d.streams.len() as u64,
             events: d.events.len() as u64,
@@ -256,8 +275,11 @@ pub extern "C" fn halcyon_fake_gpu_fault_next_kernel(code: c_uint) {
     crate::kernels::fault_next_kernel(code);
 }
 
-/// Whether the device has faulted (its sticky error's number, or 0).
+/// Whether a device has faulted: the sticky error's number of the first device that has, or
+/// 0.
 #[no_mangle]
 pub extern "C" fn halcyon_fake_gpu_sticky_error() -> c_uint {
-    sticky().map_or(0, |code| code as c_uint)
+    (0..device_count())
+        .find_map(sticky)
+        .map_or(0, |code| code as c_uint)
 }

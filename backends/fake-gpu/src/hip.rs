@@ -9,7 +9,10 @@
 //!
 //! * **No context.** The current device is per thread (`hipSetDevice`); a call that creates
 //!   something on it (a stream, an event, memory, a module) on a thread that never chose a
-//!   device is a violation: it works on one GPU by luck.
+//!   device is a violation: it works on one GPU by luck. What a call does on a stream happens
+//!   on the stream's device, whichever is current; an event recorded on another device's
+//!   stream, a function or pool of another device, and another device's memory (no peer
+//!   access) are violations.
 //! * **An event's lock.** HIP serialises everything done to an event under the event's lock,
 //!   and `hipEventSynchronize` holds it for its whole wait: a `hipEventQuery`,
 //!   `hipEventRecord` or `hipStreamWaitEvent` of an event another thread is synchronising on
@@ -44,8 +47,10 @@ use std::sync::{Arc, MutexGuard, TryLockError};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::contract::{enter_hip, lock, set_hip_device, violation, HipNeeds, Ret};
-use crate::driver::{driver, next_handle};
+use crate::contract::{
+    check_same_device, current_device, enter_hip, lock, set_hip_device, violation, HipNeeds, Ret,
+};
+use crate::driver::{device_count, driver, next_handle};
 use crate::exports::{
     as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, memset_async, pool, put,
     reachable, register_module, stream, unload_module,
@@ -82,12 +87,12 @@ fn call(name: &'static str, needs: HipNeeds, body: impl FnOnce() -> Ret) -> hipE
     }
 }
 
-fn device(ordinal: c_int) -> Ret {
-    if ordinal == 0 {
-        Ok(())
-    } else {
-        Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
-    }
+/// Checks a device ordinal: the device's index.
+fn device(ordinal: c_int) -> Result<u32, CUresult> {
+    u32::try_from(ordinal)
+        .ok()
+        .filter(|&d| d < device_count())
+        .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
 }
 
 // ------------------------------------------------------------------ errors and versions
@@ -186,7 +191,7 @@ pub extern "C" fn hipInit(flags: c_uint) -> hipError_t {
 
 // ------------------------------------------------------------------ devices
 
-/// `hipGetDeviceCount`: one device.
+/// `hipGetDeviceCount`: [`device_count`] devices.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -194,16 +199,15 @@ pub extern "C" fn hipInit(flags: c_uint) -> hipError_t {
 pub unsafe extern "C" fn hipGetDeviceCount(count: *mut c_int) -> hipError_t {
     call("hipGetDeviceCount", HipNeeds::Nothing, || {
         // SAFETY: HIP's contract: valid for one int.
-        unsafe { put(count, 1) }
+        unsafe { put(count, device_count() as c_int) }
     })
 }
 
-/// `hipSetDevice`: device 0 becomes current on this thread.
+/// `hipSetDevice`: the device becomes current on this thread.
 #[no_mangle]
 pub extern "C" fn hipSetDevice(ordinal: c_int) -> hipError_t {
     call("hipSetDevice", HipNeeds::Nothing, || {
-        device(ordinal)?;
-        set_hip_device();
+        set_hip_device(device(ordinal)?);
         Ok(())
     })
 }
@@ -304,8 +308,12 @@ pub unsafe extern "C" fn hipStreamCreateWithFlags(
             return Err(INVALID_VALUE);
         }
         let h = next_handle();
-        let stream = Stream::spawn(h)?;
-        driver().streams.insert(h, stream);
+        let dev = current_device();
+        let stream = Stream::spawn(h, dev)?;
+        let mut driver = driver();
+        driver.streams.insert(h, stream);
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: HIP's contract: valid for one hipStream_t.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -458,7 +466,11 @@ pub unsafe extern "C" fn hipEventCreateWithFlags(
             return Err(INVALID_VALUE);
         }
         let h = next_handle();
-        driver().events.insert(h, Event::new());
+        let dev = current_device();
+        let mut driver = driver();
+        driver.events.insert(h, Event::new(dev));
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: HIP's contract: valid for one hipEvent_t.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -478,7 +490,7 @@ pub unsafe extern "C" fn hipEventDestroy(e: *mut c_void) -> hipError_t {
 }
 
 /// `hipEventRecord`: a new record, completed when the stream gets to it (under the event's
-/// lock).
+/// lock). The event and the stream must be of one device.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -487,6 +499,11 @@ pub unsafe extern "C" fn hipEventRecord(e: *mut c_void, s: *mut c_void) -> hipEr
     call("hipEventRecord", HipNeeds::Nothing, || {
         let event = event(handle(e), "hipEventRecord")?;
         let stream = stream(handle(s), "hipEventRecord")?;
+        check_same_device(
+            "hipEventRecord",
+            ("an event", event.device),
+            ("a stream", stream.device),
+        )?;
         let _held = event_lock(&event, handle(e), "hipEventRecord");
         stream.record(event.clone());
         Ok(())
@@ -529,9 +546,9 @@ pub unsafe extern "C" fn hipEventSynchronize(e: *mut c_void) -> hipError_t {
 
 // ------------------------------------------------------------------ memory
 
-/// Allocates `bytes` of `kind` into `out`: zero bytes are a null pointer and success, as in
-/// HIP.
-fn allocate(out: *mut *mut c_void, bytes: usize, kind: Kind) -> Ret {
+/// Allocates `bytes` of `kind` on device `dev` into `out`: zero bytes are a null pointer and
+/// success, as in HIP.
+fn allocate(out: *mut *mut c_void, bytes: usize, kind: Kind, dev: u32) -> Ret {
     if out.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -539,7 +556,7 @@ fn allocate(out: *mut *mut c_void, bytes: usize, kind: Kind) -> Ret {
         // SAFETY: non-null; HIP's contract: valid for one pointer.
         return unsafe { put(out, std::ptr::null_mut()) };
     }
-    let ptr = memory().allocate(bytes, kind)?;
+    let ptr = memory().allocate(bytes, kind, dev)?;
     // SAFETY: non-null; HIP's contract: valid for one pointer.
     unsafe { put(out, as_ptr(ptr)) }
 }
@@ -559,7 +576,7 @@ fn synchronize_all_streams() {
 #[no_mangle]
 pub unsafe extern "C" fn hipMalloc(out: *mut *mut c_void, bytes: usize) -> hipError_t {
     call("hipMalloc", HipNeeds::Device, || {
-        allocate(out, bytes, Kind::Device)
+        allocate(out, bytes, Kind::Device, current_device())
     })
 }
 
@@ -577,7 +594,7 @@ pub unsafe extern "C" fn hipMallocManaged(
         if flags != 1 && flags != 2 {
             return Err(INVALID_VALUE);
         }
-        allocate(out, bytes, Kind::Managed)
+        allocate(out, bytes, Kind::Managed, current_device())
     })
 }
 
@@ -594,7 +611,7 @@ pub unsafe extern "C" fn hipHostMalloc(
 ) -> hipError_t {
     call("hipHostMalloc", HipNeeds::Device, || {
         let mapped = flags & HOST_MALLOC_MAPPED != 0;
-        allocate(out, bytes, Kind::Pinned { mapped })
+        allocate(out, bytes, Kind::Pinned { mapped }, current_device())
     })
 }
 
@@ -692,19 +709,26 @@ pub unsafe extern "C" fn hipMemcpyAsync(
         let (dst_ok, src_ok) = (allocated(to, bytes), allocated(from, bytes));
         let pageable = match kind {
             HOST_TO_DEVICE => {
-                reachable(to, bytes)?;
+                reachable(to, bytes, stream.device, "hipMemcpyAsync")?;
                 !src_ok
             }
             DEVICE_TO_HOST => {
-                reachable(from, bytes)?;
+                reachable(from, bytes, stream.device, "hipMemcpyAsync")?;
                 !dst_ok
             }
             DEVICE_TO_DEVICE => {
-                reachable(to, bytes)?;
-                reachable(from, bytes)?;
+                reachable(to, bytes, stream.device, "hipMemcpyAsync")?;
+                reachable(from, bytes, stream.device, "hipMemcpyAsync")?;
                 false
             }
-            DEFAULT => !(src_ok && dst_ok),
+            DEFAULT => {
+                for (ptr, ok) in [(to, dst_ok), (from, src_ok)] {
+                    if ok {
+                        reachable(ptr, bytes, stream.device, "hipMemcpyAsync")?;
+                    }
+                }
+                !(src_ok && dst_ok)
+            }
             _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
         };
         if bytes == 0 {
@@ -759,12 +783,13 @@ pub unsafe extern "C" fn hipMemsetD8Async(
     s: *mut c_void,
 ) -> hipError_t {
     call("hipMemsetD8Async", HipNeeds::Nothing, || {
+        let stream = stream(handle(s), "hipMemsetD8Async")?;
         memset_async(
             handle(dst),
             u32::from(value),
             1,
             count,
-            s,
+            &stream,
             "hipMemsetD8Async",
         )
     })
@@ -782,12 +807,13 @@ pub unsafe extern "C" fn hipMemsetD16Async(
     s: *mut c_void,
 ) -> hipError_t {
     call("hipMemsetD16Async", HipNeeds::Nothing, || {
+        let stream = stream(handle(s), "hipMemsetD16Async")?;
         memset_async(
             handle(dst),
             u32::from(value),
             2,
             count,
-            s,
+            &stream,
             "hipMemsetD16Async",
         )
     })
@@ -805,14 +831,23 @@ pub unsafe extern "C" fn hipMemsetD32Async(
     s: *mut c_void,
 ) -> hipError_t {
     call("hipMemsetD32Async", HipNeeds::Nothing, || {
-        memset_async(handle(dst), value as u32, 4, count, s, "hipMemsetD32Async")
+        let stream = stream(handle(s), "hipMemsetD32Async")?;
+        memset_async(
+            handle(dst),
+            value as u32,
+            4,
+            count,
+            &stream,
+            "hipMemsetD32Async",
+        )
     })
 }
 
 // ------------------------------------------------------------------ memory pools
 
-/// `hipMemPoolCreate`: pinned device memory on device 0 (`hipMemAllocationTypePinned`,
-/// `hipMemLocationTypeDevice`); allocations from it are ordinary stream-ordered ones.
+/// `hipMemPoolCreate`: pinned device memory on the device its properties' location names
+/// (`hipMemAllocationTypePinned`, `hipMemLocationTypeDevice`); allocations from it are
+/// ordinary stream-ordered ones.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -832,9 +867,12 @@ pub unsafe extern "C" fn hipMemPoolCreate(
         if alloc_type != 1 || location_type != 1 {
             return Err(INVALID_VALUE);
         }
-        device(location_id)?;
+        let dev = device(location_id)?;
         let h = next_handle();
-        driver().pools.insert(h);
+        let mut driver = driver();
+        driver.pools.insert(h);
+        driver.adopt(h, dev);
+        drop(driver);
         // SAFETY: HIP's contract: valid for one hipMemPool_t.
         unsafe { put(out, as_ptr(h)) }
     })
@@ -877,11 +915,11 @@ pub unsafe extern "C" fn hipMemPoolSetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn hipMemPoolTrimTo(p: *mut c_void, _keep: usize) -> hipError_t {
     call("hipMemPoolTrimTo", HipNeeds::Nothing, || {
-        pool(p, "hipMemPoolTrimTo")
+        pool(p, "hipMemPoolTrimTo").map(drop)
     })
 }
 
-/// `hipMallocAsync`: from the device's default pool, usable at once.
+/// `hipMallocAsync`: from the stream's device's default pool, usable at once.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -892,12 +930,12 @@ pub unsafe extern "C" fn hipMallocAsync(
     s: *mut c_void,
 ) -> hipError_t {
     call("hipMallocAsync", HipNeeds::Nothing, || {
-        stream(handle(s), "hipMallocAsync")?;
-        allocate(out, bytes, Kind::Pool(0))
+        let stream = stream(handle(s), "hipMallocAsync")?;
+        allocate(out, bytes, Kind::Pool(0), stream.device)
     })
 }
 
-/// `hipMallocFromPoolAsync`: from `pool`, usable at once.
+/// `hipMallocFromPoolAsync`: from `pool` (of the stream's device), usable at once.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -909,9 +947,14 @@ pub unsafe extern "C" fn hipMallocFromPoolAsync(
     s: *mut c_void,
 ) -> hipError_t {
     call("hipMallocFromPoolAsync", HipNeeds::Nothing, || {
-        pool(p, "hipMallocFromPoolAsync")?;
-        stream(handle(s), "hipMallocFromPoolAsync")?;
-        allocate(out, bytes, Kind::Pool(handle(p)))
+        let pool_device = pool(p, "hipMallocFromPoolAsync")?;
+        let stream = stream(handle(s), "hipMallocFromPoolAsync")?;
+        check_same_device(
+            "hipMallocFromPoolAsync",
+            ("a pool", pool_device),
+            ("a stream", stream.device),
+        )?;
+        allocate(out, bytes, Kind::Pool(handle(p)), stream.device)
     })
 }
 
@@ -965,7 +1008,7 @@ pub unsafe extern "C" fn hipModuleLoadData(
             }
         })?;
         let entries: Vec<Entry> = names.iter().map(|name| Entry::by_name(name)).collect();
-        let module = register_module(&entries);
+        let module = register_module(&entries, current_device());
         // SAFETY: HIP's contract: valid for one hipModule_t.
         unsafe { put(out, as_ptr(module)) }
     })

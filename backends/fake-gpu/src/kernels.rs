@@ -435,7 +435,9 @@ pub(crate) fn fault_next_kernel(code: CUresult) {
 
 /// Runs `launch`: `Err((code, why, broken))` faults the device; `broken` when the caller broke
 /// the contract (memory it passed was freed before the kernel ran, or never was memory).
-pub(crate) fn run(launch: &Launch) -> Result<(), (CUresult, String, bool)> {
+/// `device` is the device of the stream it runs on: memory only another device reaches is
+/// such a broken contract too.
+pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String, bool)> {
     KERNELS_RUN.fetch_add(1, Ordering::Relaxed);
     if let Some(code) = lock(&NEXT_FAULT).take() {
         return Err((code, "a fault injected by the test".into(), false));
@@ -447,7 +449,7 @@ pub(crate) fn run(launch: &Launch) -> Result<(), (CUresult, String, bool)> {
     let threads = gx * bx;
     let args = &launch.args;
     let mut memory = memory();
-    if sticky().is_some() {
+    if sticky(device).is_some() {
         return Ok(()); // faulted meanwhile: the host may have freed what this uses
     }
     if launch.kernel.unloaded.load(Ordering::Acquire) {
@@ -458,7 +460,7 @@ pub(crate) fn run(launch: &Launch) -> Result<(), (CUresult, String, bool)> {
         ));
     }
     let check = |memory: &crate::memory::Memory, ptr: u64, len: u64, what: &str| {
-        memory.check(ptr, len as usize).map_err(|why| {
+        memory.check_on(ptr, len as usize, device).map_err(|why| {
             (
                 CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
                 format!("{what}: {why}"),

@@ -25,6 +25,10 @@
 //! * **The contract is checked where CUDA would not say.** On a real driver a broken rule is
 //!   undefined behaviour that may pass by luck; here each one is a *violation*:
 //!   - a call on a thread with no current context, or with the primary context released;
+//!   - work enqueued on a stream of another device than the current context's, and a call
+//!     that combines two devices' handles (a function or an event or a pool with another
+//!     device's stream) or reaches another device's memory (there is no peer access; managed
+//!     and pinned host memory are reachable from every device);
 //!   - any call from inside a host function (CUDA forbids it);
 //!   - a destroyed or unknown stream, event, module, function, graph or pool handle, or the
 //!     legacy default stream (halcyon only uses its own non-blocking streams);
@@ -62,13 +66,17 @@
 //! }
 //! ```
 //!
-//! The device: one, `cuda://0`, compute capability 9.0, 1 GiB of device memory, memory pools,
-//! concurrent managed access, driver version 13.0 (so halcyon takes its CUDA 12.4+ paths, such
-//! as `cuFuncGetParamInfo`).
+//! The devices: two by default (`HALCYON_FAKE_GPU_DEVICES`, 1 to 8), so that a caller's
+//! per-device bookkeeping is checked even where it uses only `cuda://0`: which context is
+//! current on a thread, which device owns a handle or an allocation. Each has its own primary
+//! context, whose release destroys (and checks for leaks) only what was made in it, and its
+//! own sticky error. Each is compute capability 9.0 with 1 GiB of device memory, memory
+//! pools and concurrent managed access; the driver version is 13.0 (so halcyon takes its
+//! CUDA 12.4+ paths, such as `cuFuncGetParamInfo`).
 //!
 //! For HIP, open the library with [`client::Fake::open`] and hand its [`client::Fake::path`]
-//! to halcyon-hip as the runtime's name (`HipDriver::with_sonames`, `Hip::load`): its device
-//! is `hip://0`, a gfx900 (compute 9.0, wavefronts of 64) with managed memory and memory
+//! to halcyon-hip as the runtime's name (`HipDriver::with_sonames`, `Hip::load`): its devices
+//! are `hip://0` and `hip://1` (as many as on the CUDA side), each a gfx900 (compute 9.0, wavefronts of 64) with managed memory and memory
 //! pools, HIP 6.2.0. One process should use one of the two APIs: they share the model's
 //! handles and counts.
 

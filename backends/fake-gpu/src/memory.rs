@@ -8,8 +8,9 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use cudarc::driver::sys::CUresult;
 
 use crate::contract::{lock, violation};
+use crate::driver::MAX_DEVICES;
 
-/// Device memory (device, managed and stream-ordered allocations together).
+/// Each device's memory (device, managed and stream-ordered allocations together).
 pub(crate) const DEVICE_BYTES: usize = 1 << 30;
 /// Page-locked host memory.
 pub(crate) const PINNED_BYTES: usize = 1 << 30;
@@ -38,24 +39,32 @@ impl Kind {
     fn on_device(self) -> bool {
         !matches!(self, Kind::Pinned { .. })
     }
+
+    /// Whether only its own device reaches it (device and stream-ordered memory; managed and
+    /// pinned host memory are reachable from every device).
+    fn device_local(self) -> bool {
+        matches!(self, Kind::Device | Kind::Pool(_))
+    }
 }
 
 #[derive(Debug)]
 struct Allocation {
     len: usize,
     kind: Kind,
+    /// The device (context) that allocated it.
+    device: u32,
 }
 
 /// The table of live allocations, by base address.
 #[derive(Default)]
 pub(crate) struct Memory {
     live: BTreeMap<u64, Allocation>,
-    /// Quarantined freed allocations (base → length, what freed it), oldest first in
-    /// `quarantine`.
-    freed: BTreeMap<u64, (usize, &'static str)>,
+    /// Quarantined freed allocations (base → length, what freed it, its device), oldest first
+    /// in `quarantine`.
+    freed: BTreeMap<u64, (usize, &'static str, u32)>,
     quarantine: std::collections::VecDeque<u64>,
     quarantined_bytes: usize,
-    device_bytes: usize,
+    device_bytes: [usize; MAX_DEVICES],
     pinned_bytes: usize,
 }
 
@@ -80,14 +89,20 @@ fn dealloc(base: u64, len: usize) {
 }
 
 impl Memory {
-    /// Allocates `len` zeroed bytes of `kind`: `CUDA_ERROR_INVALID_VALUE` for 0 bytes,
-    /// `CUDA_ERROR_OUT_OF_MEMORY` beyond the device's (or the host's pinned) capacity.
-    pub(crate) fn allocate(&mut self, len: usize, kind: Kind) -> Result<u64, CUresult> {
+    /// Allocates `len` zeroed bytes of `kind` for device `device`: `CUDA_ERROR_INVALID_VALUE`
+    /// for 0 bytes, `CUDA_ERROR_OUT_OF_MEMORY` beyond the device's (or the host's pinned)
+    /// capacity.
+    pub(crate) fn allocate(
+        &mut self,
+        len: usize,
+        kind: Kind,
+        device: u32,
+    ) -> Result<u64, CUresult> {
         if len == 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let (used, capacity) = if kind.on_device() {
-            (&mut self.device_bytes, DEVICE_BYTES)
+            (&mut self.device_bytes[device as usize], DEVICE_BYTES)
         } else {
             (&mut self.pinned_bytes, PINNED_BYTES)
         };
@@ -102,7 +117,7 @@ impl Memory {
         }
         *used += len;
         let base = ptr as usize as u64;
-        self.live.insert(base, Allocation { len, kind });
+        self.live.insert(base, Allocation { len, kind, device });
         Ok(base)
     }
 
@@ -124,7 +139,7 @@ impl Memory {
                 return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
             }
             None => {
-                if let Some((len, by)) = self.freed.get(&base) {
+                if let Some((len, by, _)) = self.freed.get(&base) {
                     violation(format!(
                         "{call}({base:#x}): double free ({len} bytes already freed by {by})"
                     ));
@@ -134,14 +149,15 @@ impl Memory {
         }
         let allocation = self.live.remove(&base).expect("checked above");
         self.account(&allocation);
-        self.freed.insert(base, (allocation.len, call));
+        self.freed
+            .insert(base, (allocation.len, call, allocation.device));
         self.quarantine.push_back(base);
         self.quarantined_bytes += allocation.len;
         while self.quarantined_bytes > QUARANTINE_BYTES {
             let Some(oldest) = self.quarantine.pop_front() else {
                 break;
             };
-            if let Some((len, _)) = self.freed.remove(&oldest) {
+            if let Some((len, _, _)) = self.freed.remove(&oldest) {
                 self.quarantined_bytes -= len;
                 dealloc(oldest, len);
             }
@@ -152,28 +168,42 @@ impl Memory {
     /// Takes `allocation` off its capacity.
     fn account(&mut self, allocation: &Allocation) {
         if allocation.kind.on_device() {
-            self.device_bytes -= allocation.len;
+            self.device_bytes[allocation.device as usize] -= allocation.len;
         } else {
             self.pinned_bytes -= allocation.len;
         }
     }
 
-    /// Frees everything (the context went), describing each allocation that was still live.
-    pub(crate) fn free_all(&mut self) -> Vec<String> {
-        let live = std::mem::take(&mut self.live);
-        let described = live
+    /// Frees everything device `device` allocated (its context went), describing each
+    /// allocation that was still live.
+    pub(crate) fn free_all(&mut self, device: u32) -> Vec<String> {
+        let bases: Vec<u64> = self
+            .live
             .iter()
-            .map(|(&base, a)| {
-                self.account(a);
+            .filter(|(_, a)| a.device == device)
+            .map(|(&base, _)| base)
+            .collect();
+        let described = bases
+            .into_iter()
+            .map(|base| {
+                let a = self.live.remove(&base).expect("listed above");
+                self.account(&a);
                 dealloc(base, a.len);
                 format!("{:?} of {} bytes at {base:#x}", a.kind, a.len)
             })
             .collect();
-        for (base, (len, _)) in std::mem::take(&mut self.freed) {
+        let freed: Vec<u64> = self
+            .freed
+            .iter()
+            .filter(|(_, &(_, _, d))| d == device)
+            .map(|(&base, _)| base)
+            .collect();
+        for base in freed {
+            let (len, _, _) = self.freed.remove(&base).expect("listed above");
+            self.quarantined_bytes -= len;
             dealloc(base, len);
         }
-        self.quarantine.clear();
-        self.quarantined_bytes = 0;
+        self.quarantine.retain(|base| self.freed.contains_key(base));
         described
     }
 
@@ -199,7 +229,21 @@ impl Memory {
         matches!(self.kind_of(ptr, len), Some(Kind::Pinned { .. }))
     }
 
-    /// Checks that the device may reach `len` bytes at `ptr` (any live allocation: device
+    /// Checks that device `device` may reach `len` bytes at `ptr`: as [`Memory::check`], and
+    /// device or stream-ordered memory must be `device`'s own (the fake has no peer access).
+    pub(crate) fn check_on(&self, ptr: u64, len: usize, device: u32) -> Result<(), String> {
+        self.check(ptr, len)?;
+        match self.covering(ptr, len) {
+            Some((base, a)) if a.kind.device_local() && a.device != device => Err(format!(
+                "{len} bytes at {ptr:#x} lie in device {}'s {:?} memory ({} bytes at \
+                 {base:#x}), which device {device} cannot reach (no peer access)",
+                a.device, a.kind, a.len
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that a device may reach `len` bytes at `ptr` (any live allocation: device
     /// memory, managed memory, or pinned host memory, which unified addressing maps).
     pub(crate) fn check(&self, ptr: u64, len: usize) -> Result<(), String> {
         if len == 0 || self.covering(ptr, len).is_some() {
@@ -209,9 +253,9 @@ impl Memory {
             .freed
             .range(..=ptr)
             .next_back()
-            .filter(|(&base, &(n, _))| ptr < base + n as u64);
+            .filter(|(&base, &(n, _, _))| ptr < base + n as u64);
         Err(match freed {
-            Some((base, (n, by))) => format!(
+            Some((base, (n, by, _))) => format!(
                 "{len} bytes at {ptr:#x} lie in memory already freed ({n} bytes at {base:#x}, \
                  freed by {by})"
             ),

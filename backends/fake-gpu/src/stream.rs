@@ -35,6 +35,8 @@ fn kernel_latency() -> Duration {
 /// latest record was made in a stream capture (a *captured event*, which only orders work
 /// inside the capture).
 pub(crate) struct Event {
+    /// The device it was created on.
+    pub device: u32,
     state: Mutex<EventState>,
     completed: Condvar,
     /// HIP's per-event lock, which `hipEventSynchronize` holds for its whole wait (see
@@ -61,8 +63,10 @@ impl EventState {
 }
 
 impl Event {
-    pub(crate) fn new() -> Arc<Event> {
+    /// A new event of device `device`.
+    pub(crate) fn new(device: u32) -> Arc<Event> {
         Arc::new(Event {
+            device,
             state: Mutex::default(),
             completed: Condvar::new(),
             hip_lock: Mutex::new(()),
@@ -113,17 +117,17 @@ impl Event {
         lock(&self.state).is_done(generation)
     }
 
-    /// Blocks until record `generation` completed: the sticky error if the device faults.
-    /// (`CUDA_ERROR_CONTEXT_IS_DESTROYED` if the context goes meanwhile: the record was
-    /// dropped.)
+    /// Blocks until record `generation` completed: the sticky error if the event's device
+    /// faults. (`CUDA_ERROR_CONTEXT_IS_DESTROYED` if its context goes meanwhile: the record
+    /// was dropped.)
     pub(crate) fn wait(&self, generation: u64) -> Ret {
-        let epoch = crate::driver::epoch();
+        let epoch = crate::driver::epoch(self.device);
         let mut state = lock(&self.state);
         while !state.is_done(generation) {
-            if let Some(code) = sticky() {
+            if let Some(code) = sticky(self.device) {
                 return Err(code);
             }
-            if crate::driver::epoch() != epoch {
+            if crate::driver::epoch(self.device) != epoch {
                 return Err(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
             }
             state = self
@@ -186,7 +190,8 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    fn run(&self, stream: u64) {
+    /// Runs the operation on `stream`, a stream of device `device`.
+    fn run(&self, stream: u64, device: u32) {
         match self {
             Op::Wait { event, generation } => {
                 let _ = event.wait(*generation);
@@ -194,12 +199,12 @@ impl Op {
             Op::Record { event, generation } => event.complete(*generation),
             Op::Kernel(launch) => {
                 std::thread::sleep(kernel_latency());
-                if let Err((code, why, broken)) = kernels::run(launch) {
+                if let Err((code, why, broken)) = kernels::run(launch, device) {
                     let why = format!("kernel {} on stream {stream:#x}: {why}", launch.name());
                     if broken {
                         violation(why.clone());
                     }
-                    fault(code, &why);
+                    fault(device, code, &why);
                 }
             }
             Op::Copy {
@@ -210,23 +215,23 @@ impl Op {
                 call,
             } => {
                 let mut memory = memory();
-                if sticky().is_some() {
+                if sticky(device).is_some() {
                     return; // faulted meanwhile: the host may have freed what this uses
                 }
                 let mut checked = if *dst_checked {
-                    memory.check(*dst, *len)
+                    memory.check_on(*dst, *len, device)
                 } else {
                     Ok(())
                 };
                 if let (Ok(()), Source::Checked(src)) = (&checked, src) {
-                    checked = memory.check(*src, *len);
+                    checked = memory.check_on(*src, *len, device);
                 }
                 if let Err(why) = checked {
                     drop(memory);
                     let why =
                         format!("{call} on stream {stream:#x}, when the device got to it: {why}");
                     violation(why.clone());
-                    fault(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
                     return;
                 }
                 let from = match src {
@@ -244,16 +249,16 @@ impl Op {
                 count,
             } => {
                 let mut memory = memory();
-                if sticky().is_some() {
+                if sticky(device).is_some() {
                     return;
                 }
                 let len = width * count;
-                if let Err(why) = memory.check(*dst, len) {
+                if let Err(why) = memory.check_on(*dst, len, device) {
                     drop(memory);
                     let why =
                         format!("a memset on stream {stream:#x}, when the device got to it: {why}");
                     violation(why.clone());
-                    fault(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
                     return;
                 }
                 memory.fill(*dst, *value, *width, *count);
@@ -273,7 +278,7 @@ impl Op {
             }
             Op::FreeAsync { ptr, call } => {
                 let mut memory = memory();
-                if sticky().is_none()
+                if sticky(device).is_none()
                     && memory
                         .free(*ptr, |k| matches!(k, Kind::Pool(_)), call)
                         .is_err()
@@ -308,7 +313,9 @@ struct State {
 /// A stream: a worker thread running its operations in order.
 pub(crate) struct Stream {
     pub handle: u64,
-    /// The context incarnation it was made in ([`crate::driver::epoch`]).
+    /// The device it was created on.
+    pub device: u32,
+    /// Its context's incarnation when it was made ([`crate::driver::epoch`]).
     epoch: u64,
     state: Mutex<State>,
     work: Condvar,
@@ -316,12 +323,13 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    /// A new stream and its worker thread (which lives until the stream is destroyed and
+    /// A new stream of device `device` and its worker thread (which lives until the stream is destroyed and
     /// drained).
-    pub(crate) fn spawn(handle: u64) -> Result<Arc<Stream>, CUresult> {
+    pub(crate) fn spawn(handle: u64, device: u32) -> Result<Arc<Stream>, CUresult> {
         let stream = Arc::new(Stream {
             handle,
-            epoch: crate::driver::epoch(),
+            device,
+            epoch: crate::driver::epoch(device),
             state: Mutex::default(),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -350,8 +358,8 @@ impl Stream {
             };
             // After a fault the device runs nothing more (host functions included), nor after
             // its context went.
-            if sticky().is_none() && self.epoch == crate::driver::epoch() {
-                op.run(self.handle);
+            if sticky(self.device).is_none() && self.epoch == crate::driver::epoch(self.device) {
+                op.run(self.handle, self.device);
             }
             drop(op);
             let mut state = lock(&self.state);
@@ -449,7 +457,7 @@ impl Stream {
     pub(crate) fn synchronize(&self) -> Ret {
         let position = lock(&self.state).enqueued;
         self.wait_for(position);
-        sticky().map_or(Ok(()), Err)
+        sticky(self.device).map_or(Ok(()), Err)
     }
 
     /// `cuStreamDestroy`: the worker finishes what is queued, then exits.

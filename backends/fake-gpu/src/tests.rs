@@ -452,6 +452,142 @@ fn a_kernel_whose_module_was_unloaded_before_it_ran_is_a_violation() {
     );
 }
 
+/// Makes device `device`'s primary context current on this thread (retained by the caller).
+fn make_current(device: u32) {
+    let context = crate::driver::primary_context(device) as *mut c_void;
+    // SAFETY: a primary context the caller retained.
+    assert_eq!(unsafe { cuCtxSetCurrent(context) }, CUresult::CUDA_SUCCESS);
+}
+
+#[test]
+fn devices_keep_their_own_handles_memory_faults_and_contexts() {
+    let session = Session::new();
+    let s0 = session.stream();
+    let (m0, f0) = session.add_one();
+    let x0 = alloc(256);
+    let mut context = null_mut();
+    // SAFETY: a valid out-pointer; balanced by the release below.
+    let retained = unsafe { cuDevicePrimaryCtxRetain(&mut context, 1) };
+    assert_eq!(retained, CUresult::CUDA_SUCCESS);
+    make_current(1);
+    let s1 = session.stream();
+    let (m1, f1) = session.add_one();
+    let x1 = alloc(256);
+    let (mut e0, mut e1) = (null_mut(), null_mut());
+    // SAFETY: live handles of this driver, some combined across devices (the case under
+    // test); valid out-pointers.
+    unsafe {
+        assert_eq!(cuEventCreate(&mut e1, 0), CUresult::CUDA_SUCCESS);
+        // Device 0's function on device 1's stream; device 0's stream under device 1's
+        // context; device 0's memory in a copy on device 1's stream.
+        assert_eq!(
+            session.launch_add_one(f0, x1, 64, s1),
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(
+            session.launch_add_one(f0, x0, 64, s0),
+            CUresult::CUDA_ERROR_INVALID_CONTEXT
+        );
+        assert_eq!(
+            cuMemcpyDtoDAsync_v2(x1, x0, 256, s1),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        // Device 1's own work, recorded; device 0 waits for it across devices (allowed).
+        assert_eq!(
+            session.launch_add_one(f1, x1, 64, s1),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuEventRecord(e1, s1), CUresult::CUDA_SUCCESS);
+        make_current(0);
+        assert_eq!(cuEventCreate(&mut e0, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(e1, s0), CUresult::CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuStreamWaitEvent(s0, e1, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(f0, x0, 64, s0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuStreamSynchronize(s0), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(read_u32s(x0, 64), vec![1; 64]);
+    assert_eq!(read_u32s(x1, 64), vec![1; 64]);
+    let found = session.new_violations();
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(found[0].contains("a function of device 0 with a stream of device 1"));
+    assert!(found[1].contains("the current context is device 1's"));
+    assert!(found[2].contains("which device 1 cannot reach"));
+    assert!(found[3].contains("an event of device 1 with a stream of device 0"));
+    // A fault on device 1 is device 1's: device 0 goes on; releasing device 1's context (its
+    // handles destroyed first, which works after a fault) leaves device 0's alone.
+    make_current(1);
+    crate::kernels::fault_next_kernel(CUresult::CUDA_ERROR_LAUNCH_FAILED);
+    // SAFETY: live handles of this driver.
+    unsafe {
+        assert_eq!(
+            session.launch_add_one(f1, x1, 64, s1),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuStreamSynchronize(s1), CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        let mut e = null_mut();
+        assert_eq!(cuEventCreate(&mut e, 0), CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        for code in [
+            cuEventDestroy_v2(e1),
+            cuMemFree_v2(x1),
+            cuModuleUnload(m1),
+            cuStreamDestroy_v2(s1),
+        ] {
+            assert_eq!(code, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        }
+        assert_eq!(cuDevicePrimaryCtxRelease_v2(1), CUresult::CUDA_SUCCESS);
+        make_current(0);
+        assert_eq!(
+            session.launch_add_one(f0, x0, 64, s0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuStreamSynchronize(s0), CUresult::CUDA_SUCCESS);
+        assert_eq!(read_u32s(x0, 64), vec![2; 64]);
+        for code in [
+            cuEventDestroy_v2(e0),
+            cuMemFree_v2(x0),
+            cuModuleUnload(m0),
+            cuStreamDestroy_v2(s0),
+        ] {
+            assert_eq!(code, CUresult::CUDA_SUCCESS);
+        }
+    }
+    assert_eq!(session.new_violations().len(), 4);
+}
+
+#[test]
+fn releasing_one_devices_context_reports_only_its_leaks() {
+    let session = Session::new();
+    let s0 = session.stream();
+    let mut context = null_mut();
+    // SAFETY: a valid out-pointer; balanced by the release below.
+    let retained = unsafe { cuDevicePrimaryCtxRetain(&mut context, 1) };
+    assert_eq!(retained, CUresult::CUDA_SUCCESS);
+    make_current(1);
+    let _leaked = alloc(64);
+    // SAFETY: balances the retain above.
+    assert_eq!(
+        unsafe { cuDevicePrimaryCtxRelease_v2(1) },
+        CUresult::CUDA_SUCCESS
+    );
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1
+            && found[0].contains("device 1")
+            && found[0].contains("1 allocations")
+            && !found[0].contains("streams"),
+        "{found:?}"
+    );
+    make_current(0);
+    // SAFETY: device 0's stream, still alive.
+    unsafe {
+        assert_eq!(cuStreamSynchronize(s0), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s0), CUresult::CUDA_SUCCESS);
+    }
+}
+
 // ------------------------------------------------------------------ HIP
 
 /// The HIP exports, for one test: device 0 current on this thread; on drop, checks that the
@@ -737,5 +873,42 @@ fn hip_code_objects_are_read_for_their_kernels_and_target() {
             209
         );
         assert_eq!(crate::hip::hipModuleUnload(module), 0);
+    }
+}
+
+#[test]
+fn hip_devices_keep_their_own_streams_events_and_memory() {
+    use crate::hip::*;
+    let session = HipSession::new();
+    let (s0, e0) = (session.stream(), session.event());
+    assert_eq!(hipSetDevice(1), 0);
+    let (s1, e1, x1) = (session.stream(), session.event(), session.malloc(256));
+    // SAFETY: live handles of this runtime, some combined across devices (the case under
+    // test).
+    unsafe {
+        assert_eq!(hipEventRecord(e0, s1), 400, "hipErrorInvalidHandle");
+        assert_eq!(hipMemsetD32Async(x1, 7, 64, s0), 1, "hipErrorInvalidValue");
+        // Device 1's own work, waited for by device 0's stream (allowed across devices).
+        assert_eq!(hipMemsetD32Async(x1, 7, 64, s1), 0);
+        assert_eq!(hipEventRecord(e1, s1), 0);
+        assert_eq!(hipStreamWaitEvent(s0, e1, 0), 0);
+        assert_eq!(hipStreamSynchronize(s0), 0);
+        assert_eq!(hipEventQuery(e1), 0);
+    }
+    let found = session.new_violations();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("an event of device 0 with a stream of device 1"));
+    assert!(found[1].contains("which device 0 cannot reach"));
+    // SAFETY: live handles, each destroyed once.
+    unsafe {
+        for code in [
+            hipFree(x1),
+            hipEventDestroy(e0),
+            hipEventDestroy(e1),
+            hipStreamDestroy(s0),
+            hipStreamDestroy(s1),
+        ] {
+            assert_eq!(code, 0);
+        }
     }
 }
