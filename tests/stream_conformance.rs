@@ -1,7 +1,9 @@
 //! The conformance suite on the generic stream device over the host stream API, once per
 //! completion strategy, with the standard kernels written as host kernels; and the failure
 //! case once more per strategy with a `fail` kernel that fails through a status word, as a GPU
-//! kernel does, instead of returning an error from its launch.
+//! kernel does, instead of returning an error from its launch. The multi-device cases run on two
+//! such devices (each over its own host stream API), for both completion strategies, and their
+//! failure case once more per strategy with the status-word `fail` kernel.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -153,5 +155,58 @@ mod status_word {
     #[test]
     fn failing_dispatch_fails_the_chain_completion_thread() {
         failing_dispatch_fails_the_chain(CompletionStrategy::CompletionThread);
+    }
+}
+
+/// Two devices, each over its own host stream API, with the given completion strategy.
+fn pair(completion: CompletionStrategy) -> Result<(Device, Device)> {
+    Ok((
+        create_device(HostStreamApi::new(), options(completion))?,
+        create_device(HostStreamApi::new(), options(completion))?,
+    ))
+}
+
+/// The multi-device cases with host-callback completions on both devices.
+mod host_callback_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(CompletionStrategy::HostCallback),
+        HostKernels(Fail::LaunchError)
+    );
+}
+
+/// The multi-device cases with completion threads on both devices.
+mod completion_thread_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(CompletionStrategy::CompletionThread),
+        HostKernels(Fail::LaunchError)
+    );
+}
+
+/// The cross-device failure case with the `fail` kernel failing through its status word (whose
+/// submissions signal from the host after the check), in both completion strategies.
+mod status_word_pair {
+    use super::*;
+
+    fn cross_device_failure_propagates(completion: CompletionStrategy) {
+        halcyon_conformance::run_pair(
+            "cross_device_failure_propagates",
+            || pair(completion),
+            &HostKernels(Fail::StatusWord),
+            halcyon_conformance::cases::cross_device_failure_propagates,
+        );
+    }
+
+    #[test]
+    fn cross_device_failure_propagates_host_callback() {
+        cross_device_failure_propagates(CompletionStrategy::HostCallback);
+    }
+
+    #[test]
+    fn cross_device_failure_propagates_completion_thread() {
+        cross_device_failure_propagates(CompletionStrategy::CompletionThread);
     }
 }

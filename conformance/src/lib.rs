@@ -20,6 +20,23 @@
 //! A factory that returns an [`halcyon::StatusCode::Unavailable`] error (no driver library, no
 //! hardware) makes every test print why and pass as skipped; any other error fails the test.
 //!
+//! ## Two devices
+//!
+//! The [multi-device cases](cases#multi-device-cases) (each a [`PairCase`]) take two devices of
+//! one driver: two GPUs, or two logical devices over one. They check what crosses a device
+//! boundary: work on one device waiting on another device's semaphores, failures travelling
+//! across, foreign buffers and executables, and one device dropped while the other waits on it.
+//! A backend instantiates them with [`multi_device_tests!`], with a factory returning both
+//! devices (called once per test; [`run_pair`] skips the case the same way when it returns
+//! `Unavailable`):
+//!
+//! ```ignore
+//! halcyon_conformance::multi_device_tests!(
+//!     || Ok((my_backend::create_device()?, my_backend::create_device()?)),
+//!     MyKernels
+//! );
+//! ```
+//!
 //! Cases never assert on elapsed time: every await is guarded by a generous deadline
 //! ([`harness::HANG`]) that only turns a hang into a failure.
 
@@ -57,6 +74,33 @@ pub fn run(
             "conformance case '{name}' failed on device {}: {error}",
             device.info().id
         );
+    }
+}
+
+/// The signature of every multi-device case: the two devices under test (owned, so that a
+/// case can drop one of them) and the backend's kernels, which the case loads on each device.
+pub type PairCase = fn(Device, Device, &dyn Kernels) -> Result<()>;
+
+/// Runs one multi-device case: creates both devices (skipping the case if the factory returns
+/// `Unavailable`), runs the case, and panics with the case name, both devices and the error if
+/// it fails.
+pub fn run_pair(
+    name: &str,
+    make_devices: impl FnOnce() -> Result<(Device, Device)>,
+    kernels: &dyn Kernels,
+    case: PairCase,
+) {
+    let (a, b) = match make_devices() {
+        Ok(devices) => devices,
+        Err(error) if error.code() == StatusCode::Unavailable => {
+            eprintln!("skipping conformance case '{name}': the devices are unavailable: {error}");
+            return;
+        }
+        Err(error) => panic!("conformance case '{name}': cannot create the two devices: {error}"),
+    };
+    let ids = format!("{} and {}", a.info().id, b.info().id);
+    if let Err(error) = case(a, b, kernels) {
+        panic!("conformance case '{name}' failed on devices {ids}: {error}");
     }
 }
 
@@ -125,6 +169,40 @@ macro_rules! conformance_tests {
                 $crate::run(
                     ::std::stringify!($case),
                     $make_device,
+                    &$kernels,
+                    $crate::cases::$case,
+                );
+            }
+        )*
+    };
+}
+
+/// Expands to one `#[test]` per multi-device case ([`PairCase`], run with [`run_pair`]).
+///
+/// `multi_device_tests!(make_devices, kernels)`: `make_devices` is an expression callable as
+/// `FnOnce() -> halcyon::Result<(halcyon::Device, halcyon::Device)>`, returning two distinct
+/// devices of the backend (two GPUs, or two logical devices over one; evaluated once per test,
+/// so each test gets fresh devices); `kernels` is an expression whose value implements
+/// [`Kernels`]. Invoke it once per device configuration, each in its own module.
+#[macro_export]
+macro_rules! multi_device_tests {
+    ($make_devices:expr, $kernels:expr $(,)?) => {
+        $crate::multi_device_tests!(@cases ($make_devices, $kernels)
+            cross_device_wait,
+            cross_device_ping_pong,
+            cross_device_failure_propagates,
+            concurrent_devices,
+            foreign_resources,
+            device_dropped_while_other_waits,
+        );
+    };
+    (@cases ($make_devices:expr, $kernels:expr) $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::run_pair(
+                    ::std::stringify!($case),
+                    $make_devices,
                     &$kernels,
                     $crate::cases::$case,
                 );

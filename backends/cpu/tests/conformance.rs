@@ -1,5 +1,5 @@
 //! The conformance suite on the CPU device, in both execution modes, with the standard kernels
-//! written as Rust kernels.
+//! written as Rust kernels; and the multi-device cases on two CPU devices, in both modes.
 
 use std::ops::Range;
 
@@ -79,4 +79,33 @@ mod inline {
         }),
         CpuKernels
     );
+}
+
+/// Two devices of the pool configuration (each with its own reactor and worker pool).
+mod pool_pair {
+    use super::*;
+
+    fn device() -> Result<Device> {
+        halcyon_cpu::create_device(CpuDeviceOptions {
+            mode: ExecutionMode::Pool { workers: 0 },
+            queue_count: 2,
+        })
+    }
+
+    halcyon_conformance::multi_device_tests!(|| Ok((device()?, device()?)), CpuKernels);
+}
+
+/// Two inline devices: work runs on the thread that issues it, which for work released by the
+/// other device is this device's reactor thread.
+mod inline_pair {
+    use super::*;
+
+    fn device() -> Result<Device> {
+        halcyon_cpu::create_device(CpuDeviceOptions {
+            mode: ExecutionMode::Inline,
+            ..CpuDeviceOptions::default()
+        })
+    }
+
+    halcyon_conformance::multi_device_tests!(|| Ok((device()?, device()?)), CpuKernels);
 }

@@ -319,6 +319,12 @@ pub(crate) struct VulkanExecutable {
 }
 
 impl VulkanExecutable {
+    /// Whether this executable was loaded by the device of `context` (its pipelines and layouts
+    /// are objects of that `VkDevice` only).
+    pub(crate) fn loaded_by(&self, context: &Arc<Context>) -> bool {
+        Arc::ptr_eq(&self.context, context)
+    }
+
     pub(crate) fn load(context: &Arc<Context>, spec: &ExecutableSpec) -> Result<VulkanExecutable> {
         let parsed;
         let module: &SpirvModule = match &spec.source {

@@ -682,6 +682,18 @@ impl Recording {
                     dispatch.executable.format()
                 ))
             })?;
+        // Its pipelines and layouts are objects of the VkDevice that loaded it: binding them
+        // in this device's command buffer (or allocating sets with its layouts here) is invalid
+        // usage (VUID-vkCmdBindPipeline-commonparent), so refuse another device's executable.
+        if !executable.loaded_by(&self.context) {
+            return Err(internal(format!(
+                "executable {} (format '{}') was loaded by another Vulkan device than {}; load \
+                 it on the device that dispatches it",
+                dispatch.executable.id(),
+                dispatch.executable.format(),
+                self.context.id
+            )));
+        }
         let index = dispatch.entry_point as usize;
         let pipeline = &executable.pipelines[index];
         let entry = &executable.entry_points()[index];

@@ -5,9 +5,25 @@
 //! The `fail` kernel fails its dispatch through the status word (a `uint` storage buffer at
 //! `STATUS_SET`, `STATUS_BINDING`) that the backend checks on completion, so every case runs,
 //! `failing_dispatch_fails_the_chain` included.
+//!
+//! The multi-device cases run on two logical devices created over `vulkan://0` (two
+//! `VkDevice`s on one physical device).
 
 mod common;
 
 use common::VulkanKernels;
 
 halcyon_conformance::conformance_tests!(|| halcyon_vulkan::create_device(0), VulkanKernels);
+
+/// The multi-device cases on two logical devices over the same physical device.
+mod pair {
+    use super::VulkanKernels;
+
+    halcyon_conformance::multi_device_tests!(
+        || Ok((
+            halcyon_vulkan::create_device(0)?,
+            halcyon_vulkan::create_device(0)?
+        )),
+        VulkanKernels
+    );
+}

@@ -381,6 +381,55 @@ fn transfer_queues_move_memory_and_refuse_dispatches() {
     .unwrap();
 }
 
+/// An executable holds pipelines of the `VkDevice` that loaded it, so another device (two
+/// logical devices over one physical device here) refuses to dispatch it, with
+/// `InvalidArgument` naming the mix-up, before recording anything: binding a foreign pipeline is
+/// invalid usage even where it happens to work (lavapipe runs it). The same dispatch of the
+/// device's own executable works.
+#[test]
+fn dispatch_of_another_devices_executable_is_refused() {
+    let Some(a) = device_or_skip("dispatch_of_another_devices_executable_is_refused") else {
+        return;
+    };
+    let b = halcyon_vulkan::create_device(0).unwrap();
+    block_on(async {
+        let foreign = StandardKernels::load(&a, &VulkanKernels)?;
+        let own = StandardKernels::load(&b, &VulkanKernels)?;
+        let queue = b.queue(0)?;
+        let buffer = b.allocator().allocate(256 * 4, BufferParams::DEVICE)?;
+        done(
+            "fill",
+            queue.fill(Timepoints::default(), &buffer.whole(), &[0]),
+        )
+        .await?;
+        let signal = b.create_semaphore(0)?;
+        let refused = foreign
+            .add_one(
+                &queue,
+                (Fence::new(), Fence::at(&signal, 1)),
+                &buffer.whole(),
+                256,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), StatusCode::InvalidArgument, "{refused}");
+        assert!(
+            refused.message().contains("another Vulkan device"),
+            "{refused}"
+        );
+        assert_eq!(signal.query().unwrap_err().message(), refused.message());
+        done(
+            "own dispatch",
+            own.add_one(&queue, Timepoints::default(), &buffer.whole(), 256),
+        )
+        .await?;
+        let bytes = done("read", queue.read(Timepoints::default(), &buffer.whole())).await?;
+        assert!(bytes_u32(&bytes)?.iter().all(|&v| v == 1), "one increment");
+        Ok(())
+    })
+    .unwrap();
+}
+
 const CHECK_WGSL: &str = r#"
 @group(0) @binding(0) var<storage, read_write> flag: array<u32>;
 @group(1) @binding(0) var<storage, read_write> status: atomic<u32>;

@@ -14,11 +14,12 @@ use crate::harness::{
 };
 use crate::kernels::{Kernels, StandardKernels};
 
-const N: u32 = 256;
+/// Elements of the buffer [`downstream`] works on.
+pub(crate) const N: u32 = 256;
 
 /// Work downstream of `first`: a write, an increment, a barrier and a host call, each waiting on
 /// the previous semaphore of `chain` (`chain[0]` is `first`'s signal). The host call sets `ran`.
-fn downstream(
+pub(crate) fn downstream(
     queue: &Queue,
     kernels: &StandardKernels,
     buffer: &Buffer,
@@ -43,7 +44,7 @@ fn downstream(
 
 /// Awaits every submission and checks each failed with `error`'s code and message, and that
 /// every semaphore of `chain` failed the same way.
-async fn assert_chain_failed(
+pub(crate) async fn assert_chain_failed(
     submissions: Vec<Submission>,
     chain: &[Semaphore],
     error: &Error,

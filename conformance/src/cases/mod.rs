@@ -1,8 +1,16 @@
 //! The conformance cases. Each is a [`crate::Case`]: it gets the device under test and the
 //! backend's [`crate::Kernels`], returns `Err` for unexpected failures and panics on violated
 //! expectations. Their doc comments say what each checks.
+//!
+//! # Multi-device cases
+//!
+//! [`cross_device_wait`], [`cross_device_ping_pong`], [`cross_device_failure_propagates`],
+//! [`concurrent_devices`], [`foreign_resources`] and [`device_dropped_while_other_waits`] are
+//! [`crate::PairCase`]s: they take two devices of one driver (see
+//! [`crate::multi_device_tests!`]).
 
 mod binding_table;
+mod devices;
 mod failure;
 mod lifetime;
 mod mapping;
@@ -14,6 +22,7 @@ mod validation_resources;
 mod validation_transfer;
 
 pub use binding_table::*;
+pub use devices::*;
 pub use failure::*;
 pub use lifetime::*;
 pub use mapping::*;
