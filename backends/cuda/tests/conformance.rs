@@ -9,6 +9,9 @@
 //!
 //! `failing_dispatch_fails_the_chain` runs the `fail` kernel, which fails its dispatch through
 //! its status word (see `CudaKernels::can_fail`).
+//!
+//! The multi-device cases run on `cuda://0` and `cuda://1` where the machine has two GPUs, and
+//! otherwise on two halcyon devices over `cuda://0` (two `CudaApi`s on one primary context).
 
 mod common;
 
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use common::CudaKernels;
 use halcyon::stream::CompletionStrategy;
+use halcyon::{Device, Result};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions};
 
 fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
@@ -76,4 +80,31 @@ mod graphs {
     use super::*;
 
     halcyon_conformance::conformance_tests!(|| create_device_with(0, with_graphs()), CudaKernels);
+}
+
+/// `cuda://0` and a second device: `cuda://1` if there is one, else `cuda://0` again.
+fn pair(options: CudaDeviceOptions) -> Result<(Device, Device)> {
+    let first = create_device_with(0, options)?;
+    let second = create_device_with(1, options).or_else(|_| create_device_with(0, options))?;
+    Ok((first, second))
+}
+
+/// The multi-device cases with completion threads.
+mod completion_thread_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// The multi-device cases with host callbacks.
+mod host_callback_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(options(CompletionStrategy::HostCallback)),
+        CudaKernels
+    );
 }

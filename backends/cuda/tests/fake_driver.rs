@@ -96,6 +96,48 @@ mod graphs {
     );
 }
 
+/// `cuda://0` and `cuda://1` on the fake driver (two devices, each with its own primary
+/// context), with the same options.
+fn fake_devices(options: CudaDeviceOptions) -> halcyon::Result<(Device, Device)> {
+    Ok((fake_device(options)?, create_device_with(1, options)?))
+}
+
+/// The multi-device cases on `cuda://0` and `cuda://1` with completion threads: each call
+/// binds its own device's context on whichever thread makes it (the fake checks that work is
+/// enqueued under the stream's own context and never reaches the other device's memory).
+mod completion_thread_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || fake_devices(options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// The multi-device cases on `cuda://0` and `cuda://1` with host callbacks.
+mod host_callback_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || fake_devices(options(CompletionStrategy::HostCallback)),
+        CudaKernels
+    );
+}
+
+/// The multi-device cases on two halcyon devices over `cuda://0`: one primary context shared
+/// by two `CudaApi`s, whose handles and buffers are still each device's own.
+mod one_gpu_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || Ok((
+            fake_device(options(CompletionStrategy::CompletionThread))?,
+            fake_device(options(CompletionStrategy::HostCallback))?
+        )),
+        CudaKernels
+    );
+}
+
 /// The fake really is the driver here: kernels, host functions and graph launches reach it.
 #[test]
 fn work_reaches_the_fake_driver() {

@@ -142,3 +142,71 @@ fn a_trapping_kernel_fails_its_dispatch() {
     drop((queue, executable, device));
     wait_for_context_release(fake);
 }
+
+/// Two devices (`cuda://0` and `cuda://1`, each with its own primary context): a fault on one
+/// fails that device's work in flight and after it, while the other goes on as if nothing
+/// happened, under both completion strategies; dropping the faulted device releases only its
+/// context.
+#[test]
+fn a_fault_on_one_device_leaves_the_other_working() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(fake) = fake_or_skip("a_fault_on_one_device_leaves_the_other_working") else {
+        return;
+    };
+    for completion in [
+        CompletionStrategy::CompletionThread,
+        CompletionStrategy::HostCallback,
+    ] {
+        let devices = [0, 1].map(|index| create_device_with(index, options(completion)).unwrap());
+        let executables = devices.each_ref().map(|device| {
+            device
+                .load_executable(&common::standard_module().spec())
+                .unwrap()
+        });
+        let add_one = executables[0].entry_point_index("add_one_u32").unwrap();
+        let queues = devices.each_ref().map(|device| device.queue(0).unwrap());
+        let buffers = queues
+            .each_ref()
+            .map(|queue| block_on(upload_u32(queue, &[1, 2, 3, 4])).unwrap());
+        let dispatch = |i: usize| {
+            queues[i].dispatch(
+                Timepoints::default(),
+                &executables[i],
+                add_one,
+                [1, 1, 1],
+                &[4],
+                &[buffers[i].whole()],
+            )
+        };
+        block_on(dispatch(0)).unwrap();
+        block_on(dispatch(1)).unwrap();
+
+        fake.fault_next_kernel(ILLEGAL_ADDRESS);
+        let e = block_on(dispatch(0)).unwrap_err();
+        assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}");
+        let e = block_on(dispatch(0)).unwrap_err();
+        assert!(
+            e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{completion:?}: device 0 after its fault: {e}"
+        );
+        for _ in 0..3 {
+            block_on(dispatch(1)).unwrap_or_else(|e| {
+                panic!("{completion:?}: device 1 failed after device 0's fault: {e}")
+            });
+        }
+        let out = block_on(download_u32(&queues[1], Fence::new(), &buffers[1].whole())).unwrap();
+        assert_eq!(out, [5, 6, 7, 8], "{completion:?}: device 1's results");
+
+        let [b0, b1] = buffers;
+        let [q0, q1] = queues;
+        let [x0, x1] = executables;
+        let [d0, d1] = devices;
+        drop((b0, q0, x0, d0));
+        // Device 0's context goes once its threads end; device 1 still works meanwhile.
+        let buffer = block_on(upload_u32(&q1, &[7])).unwrap();
+        let out = block_on(download_u32(&q1, Fence::new(), &buffer.whole())).unwrap();
+        assert_eq!(out, [7]);
+        drop((buffer, b1, q1, x1, d1));
+        wait_for_context_release(fake);
+    }
+}

@@ -122,6 +122,29 @@ fn hip_driver_reports_what_is_missing() {
     }
 }
 
+/// Two halcyon devices over `hip://0` (the code object is compiled for its architecture, which
+/// a second GPU need not share), each with its own streams, events and memory.
+fn pair(completion: CompletionStrategy) -> Result<(Device, Device)> {
+    Ok((device(completion)?, device(completion)?))
+}
+
+/// The multi-device cases with completion threads.
+mod completion_thread_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(CompletionStrategy::CompletionThread),
+        HipKernels
+    );
+}
+
+/// The multi-device cases with stream callbacks.
+mod host_callback_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(|| pair(CompletionStrategy::HostCallback), HipKernels);
+}
+
 /// Completions through a thread per queue blocked on blocking-sync events (the default).
 mod completion_thread {
     use super::*;

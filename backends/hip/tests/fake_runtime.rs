@@ -101,6 +101,57 @@ mod mapped_host {
     );
 }
 
+/// `hip://0` and `hip://1` on the fake runtime, with the same configuration.
+fn devices(
+    hip: Hip,
+    completion: CompletionStrategy,
+    memory: HostVisibleMemory,
+) -> Result<(Device, Device)> {
+    let options = HipDeviceOptions {
+        queue_count: 2,
+        completion,
+        probe_interval: Duration::from_millis(10),
+        host_visible_memory: memory,
+        ..HipDeviceOptions::default()
+    };
+    let driver = HipDriver::with_hip(hip);
+    Ok((
+        driver.create_device_with(0, &options)?,
+        driver.create_device_with(1, &options)?,
+    ))
+}
+
+/// The multi-device cases on `hip://0` and `hip://1` with completion threads: every thread
+/// that calls HIP for a device makes that device current first (the fake checks that each
+/// stream, event, allocation and module lands on its own device and that no call mixes the
+/// two).
+mod completion_thread_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || devices(
+            hip(),
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::Auto
+        ),
+        FakeKernels
+    );
+}
+
+/// The multi-device cases on `hip://0` and `hip://1` with stream callbacks, as on HIP 5.2.
+mod stream_callbacks_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || devices(
+            hip_5_2(),
+            CompletionStrategy::HostCallback,
+            HostVisibleMemory::MappedHost
+        ),
+        FakeKernels
+    );
+}
+
 #[test]
 fn the_fake_device_is_listed() {
     let driver = HipDriver::with_hip(hip());
