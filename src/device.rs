@@ -161,7 +161,12 @@ struct Inner {
     executables: ExecutableCache,
 }
 
-/// A device handle. Cheap to clone; the device lives while any handle or submission does.
+/// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
+/// hold one), and work it already issued to the hardware completes (and settles its fences)
+/// even after the last handle goes. Queue actions still waiting on semaphores when the last
+/// handle goes are dropped unissued: their signal fences fail with
+/// [`StatusCode::Aborted`](crate::StatusCode::Aborted) (see [`crate::queue`]), so keep the
+/// device alive until what you submitted has been issued.
 #[derive(Clone)]
 pub struct Device {
     inner: Arc<Inner>,

@@ -128,6 +128,15 @@ impl Fake {
         f(code);
     }
 
+    /// Makes `cuMemHostGetDevicePointer` and `hipHostGetDevicePointer` answer a device
+    /// address that differs from the host address (`true`), as on a system where pinned memory
+    /// has no single address, or the host address again (`false`, the default). For the whole
+    /// process: set it before creating devices, in a test process of its own.
+    pub fn offset_mapped_pointers(&self, offset: bool) {
+        let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_gpu_offset_mapped_pointers\0");
+        f(c_int::from(offset));
+    }
+
     /// The device's sticky error (0: it has not faulted).
     pub fn sticky_error(&self) -> u32 {
         let f: extern "C" fn() -> c_uint = self.function(b"halcyon_fake_gpu_sticky_error\0");

@@ -38,8 +38,8 @@ use CUresult::{
 };
 
 use crate::exports::{
-    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, memset_async, pool, put,
-    reachable, register_module, stream, unload_module,
+    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, mapped_address,
+    memset_async, pool, put, reachable, register_module, stream, unload_module,
 };
 
 /// Runs a call: the contract's checks, then `body`.
@@ -653,8 +653,8 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     })
 }
 
-/// `cuMemHostGetDevicePointer`: a mapped pinned address is its own device address; flags
-/// must be 0.
+/// `cuMemHostGetDevicePointer`: a mapped pinned address is its own device address (unless
+/// the test made them differ: see [`crate::exports::mapped_address`]); flags must be 0.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -670,7 +670,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: CUDA's contract: `out` is valid for one CUdeviceptr.
-        unsafe { put(out, address) }
+        unsafe { put(out, mapped_address(address)) }
     })
 }
 

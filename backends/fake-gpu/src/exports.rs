@@ -2,7 +2,7 @@
 //! events, and the controls a test reads the fake through (`halcyon_fake_gpu_*`).
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
@@ -213,7 +213,33 @@ pub(crate) fn find_function(m: u64, name: &str, call: &str) -> Result<u64, CUres
         .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
 }
 
+/// Set by [`halcyon_fake_gpu_offset_mapped_pointers`].
+static OFFSET_MAPPED: AtomicBool = AtomicBool::new(false);
+
+/// How far a mapped pinned allocation's device address lies from its host address while
+/// [`OFFSET_MAPPED`] is set: past the 47-bit user address space, so never a live address.
+const MAPPED_OFFSET: u64 = 1 << 47;
+
+/// The device address of mapped pinned memory at host address `host`
+/// (`cuMemHostGetDevicePointer`, `hipHostGetDevicePointer`): the host address, as with unified
+/// addressing, or one that differs from it, as on a system without.
+pub(crate) fn mapped_address(host: u64) -> u64 {
+    if OFFSET_MAPPED.load(Ordering::Relaxed) {
+        host + MAPPED_OFFSET
+    } else {
+        host
+    }
+}
+
 // ------------------------------------------------------------------ the test's controls
+
+/// Makes `cuMemHostGetDevicePointer` and `hipHostGetDevicePointer` answer a device address
+/// that differs from the host address (non-zero), as on a system where pinned memory has no
+/// single address, or the host address again (0, the default).
+#[no_mangle]
+pub extern "C" fn halcyon_fake_gpu_offset_mapped_pointers(offset: c_int) {
+    OFFSET_MAPPED.store(offset != 0, Ordering::Relaxed);
+}
 
 /// Writes the fake's [`FakeStats`] to `out`.
 ///

@@ -52,8 +52,8 @@ use crate::contract::{
 };
 use crate::driver::{device_count, driver, next_handle};
 use crate::exports::{
-    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, memset_async, pool, put,
-    reachable, register_module, stream, unload_module,
+    as_ptr, destroy_pool, enqueue_launch, event, find_function, handle, mapped_address,
+    memset_async, pool, put, reachable, register_module, stream, unload_module,
 };
 use crate::hsaco;
 use crate::kernels::Entry;
@@ -615,7 +615,8 @@ pub unsafe extern "C" fn hipHostMalloc(
     })
 }
 
-/// `hipHostGetDevicePointer`: the same address, for mapped pinned memory; flags must be 0.
+/// `hipHostGetDevicePointer`: the same address, for mapped pinned memory (unless the test
+/// made them differ: see [`crate::exports::mapped_address`]); flags must be 0.
 ///
 /// # Safety
 /// HIP's contract for the call.
@@ -634,7 +635,7 @@ pub unsafe extern "C" fn hipHostGetDevicePointer(
             _ => return Err(INVALID_VALUE),
         }
         // SAFETY: HIP's contract: valid for one pointer.
-        unsafe { put(out, host) }
+        unsafe { put(out, as_ptr(mapped_address(handle(host)))) }
     })
 }
 

@@ -414,8 +414,9 @@ impl<A: StreamApi> Core<A> {
                 Error::new(
                     StatusCode::InvalidArgument,
                     format!(
-                        "executable {} (format '{}', loaded by {}) was not loaded by {}; load it \
-                         on the device that dispatches it",
+                        "executable {} (format '{}') was loaded by another device instance \
+                         ({}) than {}, which dispatches it; load it on the device that \
+                         dispatches it",
                         dispatch.executable.id(),
                         dispatch.executable.format(),
                         dispatch.executable.device_id(),
@@ -566,8 +567,8 @@ impl<A: StreamApi> Core<A> {
                 Error::new(
                     StatusCode::InvalidArgument,
                     format!(
-                        "buffer {} was not allocated by {}; allocate it from this device's \
-                         allocator",
+                        "buffer {} was not allocated by this device instance ({}); allocate \
+                         it from this device's allocator",
                         range.buffer().id(),
                         self.name
                     ),
