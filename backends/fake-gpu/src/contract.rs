@@ -221,8 +221,8 @@ pub(crate) fn check_current(call: &str, device: u32, what: &str) -> Ret {
     Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
 }
 
-/// Checks that two handles a call combines belong to one device (`what`, `first` of device
-/// `a`, and `other` of device `b`): a violation and `CUDA_ERROR_INVALID_HANDLE` otherwise
+/// Checks that two handles a call combines, `first` and `other` (each what it is and its
+/// device), belong to one device: a violation and `CUDA_ERROR_INVALID_HANDLE` otherwise
 /// (`hipErrorInvalidHandle` in HIP).
 pub(crate) fn check_same_device(call: &str, first: (&str, u32), other: (&str, u32)) -> Ret {
     if first.1 == other.1 {
