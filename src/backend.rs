@@ -73,6 +73,11 @@ pub trait SemaphoreExt {
 
     /// The smallest value a registered waiter awaits: the value a reactor should watch.
     fn min_awaited(&self) -> Option<u64>;
+
+    /// The failure, if the semaphore failed before reaching `value`: work the device ran after
+    /// a native wait for `value` must fail with it. A failure after `value` was reached (a later
+    /// operation's) is `None`: the work's input was complete.
+    fn failure_before(&self, value: u64) -> Option<Error>;
 }
 
 impl SemaphoreExt for Semaphore {
@@ -90,5 +95,9 @@ impl SemaphoreExt for Semaphore {
 
     fn min_awaited(&self) -> Option<u64> {
         Semaphore::min_awaited(self)
+    }
+
+    fn failure_before(&self, value: u64) -> Option<Error> {
+        Semaphore::failure_before(self, value)
     }
 }

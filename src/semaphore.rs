@@ -66,6 +66,8 @@ struct Shared {
 
 struct State {
     failure: Option<Error>,
+    /// The payload when the semaphore failed (meaningful once `failure` is set).
+    failed_at: u64,
     /// Registered waiters ordered by the value they wait for, then by registration.
     waiters: BTreeMap<WaitKey, Waker>,
     next_waiter: u64,
@@ -94,6 +96,7 @@ impl Semaphore {
                 value: AtomicU64::new(initial_value.min(Self::MAX_VALUE)),
                 state: Mutex::new(State {
                     failure: None,
+                    failed_at: 0,
                     waiters: BTreeMap::new(),
                     next_waiter: 0,
                 }),
@@ -212,6 +215,7 @@ impl Semaphore {
             return;
         }
         state.failure = Some(error.clone());
+        state.failed_at = self.shared.value.load(Ordering::Relaxed);
         self.shared.value.store(FAILED, Ordering::Release);
         let woken = Woken::All(std::mem::take(&mut state.waiters));
         drop(state);
@@ -219,6 +223,32 @@ impl Semaphore {
             native.fail(&error);
         }
         woken.wake();
+    }
+
+    /// Whether the payload had reached `value` before the semaphore failed: `true` once it has
+    /// failed at a payload of `value` or more, `false` otherwise (not failed, or failed below it).
+    ///
+    /// Every wait on a failed semaphore gets its failure, whatever the value; this tells a
+    /// [`crate::Submission`] that its own signal was reached, so the failure is a later one's.
+    pub(crate) fn reached_before_failure(&self, value: u64) -> bool {
+        if self.shared.value.load(Ordering::Acquire) != FAILED {
+            return false;
+        }
+        lock(&self.shared.state).failed_at >= value
+    }
+
+    /// The failure, if the semaphore failed before its payload reached `value`: what work that
+    /// waited for `value` on the device (and so may have run on a failed input) must fail with.
+    /// `None` if it has not failed, or reached `value` first.
+    pub(crate) fn failure_before(&self, value: u64) -> Option<Error> {
+        if self.shared.value.load(Ordering::Acquire) != FAILED {
+            return None;
+        }
+        let state = lock(&self.shared.state);
+        if state.failed_at >= value {
+            return None;
+        }
+        state.failure.clone()
     }
 
     /// Whether the semaphore has failed.

@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::{Fence, WaitAll};
+use crate::queue::ordered::{fail_in_order, failure_order};
 use crate::reactor::ReactorHandle;
 use crate::sync::{lock, Arc, Mutex};
 
@@ -54,6 +55,8 @@ struct Pending {
 
 struct Parked {
     wait: Fence,
+    /// What a failure of the action waits for (see [`ActionQueue::submit_parked`]).
+    order: Fence,
     signal: Fence,
     issue: Issue,
 }
@@ -65,10 +68,14 @@ enum Release {
 }
 
 impl Release {
-    fn run(self) {
+    fn run(self, reactor: &ReactorHandle) {
         match self {
-            Release::Issue(action) => issue_now(action.issue, &action.signal),
-            Release::Fail(action, error) => action.signal.fail(error),
+            Release::Issue(action) => {
+                issue_now(reactor, action.issue, &action.order, action.signal)
+            }
+            Release::Fail(action, error) => {
+                fail_in_order(reactor, &action.order, action.signal, error)
+            }
         }
     }
 }
@@ -86,18 +93,31 @@ impl ActionQueue {
     ///
     /// Never blocks. If `wait` is already reached and nothing of this queue is pending, `issue`
     /// runs now on this thread; otherwise the action is parked on the reactor. Failures go to
-    /// `signal` (see the [module docs](super)); this call itself cannot fail.
+    /// `signal` (see the [module docs](super)), after the entries of `wait` on semaphores that
+    /// `signal` also signals have settled; this call itself cannot fail.
     pub fn submit(&self, wait: Fence, signal: Fence, issue: Issue) {
+        let order = failure_order(&wait, &signal);
+        self.submit_parked(wait, order, signal, issue)
+    }
+
+    /// [`ActionQueue::submit`] for a backend that parks an action on other semaphores than the
+    /// ones the operation waits on: the action issues once `park` is reached (a backend parks on
+    /// "signal scheduled on the device" for waits the device honours itself, say), while a
+    /// failure (of a wait in `park`, or of the issue) fails `signal` only once every entry of
+    /// `order` has settled. Pass [`failure_order`] of the operation's own wait and signal
+    /// fences, so that the failure never overtakes the work before it on those timelines.
+    pub fn submit_parked(&self, park: Fence, order: Fence, signal: Fence, issue: Issue) {
+        let wait = park;
         let mut pending = lock(&self.pending);
         if pending.actions.is_empty() && pending.releasing == 0 {
             match wait.query() {
                 Ok(true) => {
                     drop(pending);
-                    return issue_now(issue, &signal);
+                    return issue_now(&self.reactor, issue, &order, signal);
                 }
                 Err(error) => {
                     drop(pending);
-                    return signal.fail(error);
+                    return fail_in_order(&self.reactor, &order, signal, error);
                 }
                 Ok(false) => {}
             }
@@ -109,6 +129,7 @@ impl ActionQueue {
             number,
             Parked {
                 wait,
+                order,
                 signal,
                 issue,
             },
@@ -119,6 +140,7 @@ impl ActionQueue {
             number,
             waits,
             queue: self.pending.clone(),
+            reactor: self.reactor.clone(),
         });
     }
 
@@ -144,8 +166,8 @@ impl fmt::Debug for ActionQueue {
     }
 }
 
-fn issue_now(issue: Issue, signal: &Fence) {
-    let result = catch_unwind(AssertUnwindSafe(|| issue(signal))).unwrap_or_else(|panic| {
+fn issue_now(reactor: &ReactorHandle, issue: Issue, order: &Fence, signal: Fence) {
+    let result = catch_unwind(AssertUnwindSafe(|| issue(&signal))).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -157,7 +179,7 @@ fn issue_now(issue: Issue, signal: &Fence) {
         ))
     });
     if let Err(error) = result {
-        signal.fail(error);
+        fail_in_order(reactor, order, signal, error);
     }
 }
 
@@ -172,6 +194,7 @@ struct PendingAction {
     number: u64,
     waits: WaitAll,
     queue: Arc<Mutex<Pending>>,
+    reactor: ReactorHandle,
 }
 
 impl Future for PendingAction {
@@ -217,7 +240,9 @@ impl Future for PendingAction {
             queue: &self.queue,
             count,
         };
-        released.into_iter().for_each(Release::run);
+        released
+            .into_iter()
+            .for_each(|release| release.run(&self.reactor));
         Poll::Ready(())
     }
 }

@@ -21,12 +21,19 @@
 //! * If a wait fails, the action does not issue; its signal fence is failed with that same
 //!   error, so failure travels down any chain of dependent actions without hangs.
 //! * If issuing fails (or panics), the signal fence is failed with that error.
+//! * A failure never overtakes earlier work on the action's own timelines: where the action
+//!   also waits on a semaphore it signals (its *order*, see [`ActionQueue::submit_parked`]),
+//!   its signal fence fails only once that wait has settled, reached or failed. Work signalling
+//!   the values before it completes and reports its own outcome.
 //! * If the reactor shuts down (its device was dropped) before the waits are reached, the action
 //!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
 
 mod action;
+mod ordered;
 
 pub use action::{ActionQueue, Issue};
+pub(crate) use ordered::fail_in_order;
+pub use ordered::failure_order;
 mod submit;
 
 pub use submit::{Queue, ReadSink, Submission, Timeline, Timepoints};

@@ -119,6 +119,11 @@ type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 /// A submitted queue operation: completes when its signal fence is reached, with its output
 /// (the bytes, for a read), or with the failure. Either way every entry of the signal fence
 /// has settled (reached or failed) by the time it completes. Dropping it never cancels the work.
+///
+/// It reports this operation's outcome, however late it is awaited: once every entry of its
+/// signal fence was reached, it completes with its output even if a semaphore of the fence
+/// fails afterwards (a later operation's failure, say on the same [`Timeline`]). A plain
+/// [`crate::Semaphore::wait`] on such a semaphore gets the failure whatever the value.
 #[must_use = "dropping a Submission does not cancel it, but its failure would go unseen"]
 pub struct Submission<T = ()> {
     /// Waits on the signal fence's entries not yet settled.
@@ -154,11 +159,14 @@ impl<T> Future for Submission<T> {
         let this = &mut *self;
         // Backends settle signal entries in fence order, so the last entry settles last: wait
         // on it alone (one wake per completion, not one per entry), then collect the others,
-        // which are settled by then. The earliest entry's error wins.
+        // which are settled by then. The earliest entry's error wins. An entry whose semaphore
+        // reached its value before failing was signalled by this operation: the failure is a
+        // later operation's, not this one's.
         while let Some(last) = this.unsettled.last_mut() {
-            match Pin::new(last).poll(cx) {
+            match Pin::new(&mut *last).poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) if last.semaphore().reached_before_failure(last.value()) => {}
                 Poll::Ready(Err(error)) => this.failed = Some(error),
             }
             this.unsettled.pop();

@@ -33,8 +33,8 @@ pub(crate) struct Timepoint {
     pub(crate) event: Option<Event>,
     /// Settled (in order) once the event completes.
     pub(crate) signal: Fence,
-    /// Semaphores its stream waited on through their events.
-    pub(crate) waited: Vec<Semaphore>,
+    /// Semaphores its stream waited on through their events, with the values waited for.
+    pub(crate) waited: Vec<(Semaphore, u64)>,
     /// Buffer memory its commands address.
     pub(crate) memory: Vec<Arc<dyn BufferMemory>>,
     /// The work itself (commands, executables, captured bytes).

@@ -23,7 +23,7 @@ use std::time::Duration;
 use ash::vk;
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, SemaphoreExt, Work};
 use halcyon::device::keys;
-use halcyon::queue::ActionQueue;
+use halcyon::queue::{failure_order, ActionQueue};
 use halcyon::reactor::{Parker, Reactor, Unpark};
 use halcyon::{
     BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, QueueCapabilities,
@@ -51,8 +51,9 @@ pub(crate) struct InFlight {
     device_signalled: Vec<bool>,
     /// Native semaphores it signals (their `in_flight` counts it).
     natives: Vec<Arc<SemInner>>,
-    /// Semaphores waited on in `vkQueueSubmit`: if one failed, the submission fails.
-    waited: Vec<Semaphore>,
+    /// Semaphores waited on in `vkQueueSubmit`, with the values: if one failed before reaching
+    /// its value, the submission fails.
+    waited: Vec<(Semaphore, u64)>,
     /// What it recorded (command pool, staging, descriptor pool, retained resources), and what
     /// runs on completion before the fence is signalled (a read's copy-out).
     recording: Recording,
@@ -71,7 +72,7 @@ struct Retired {
     recording: Recording,
     _signal: Fence,
     _natives: Vec<Arc<SemInner>>,
-    _waited: Vec<Semaphore>,
+    _waited: Vec<(Semaphore, u64)>,
 }
 
 struct QueueState {
@@ -222,7 +223,7 @@ impl Core {
             signal,
             device_signalled,
             natives,
-            waited: native_waits.into_iter().map(|(s, _)| s).collect(),
+            waited: native_waits,
             recording,
         });
         drop(state);
@@ -288,9 +289,11 @@ impl Core {
             ..
         } = done;
         let mut recording = recording;
+        // A failure after the value was reached is a later operation's: the input was whole.
         let mut result = waited
             .iter()
-            .try_for_each(|s| s.query().map(drop))
+            .find_map(|(s, v)| s.failure_before(*v))
+            .map_or(Ok(()), Err)
             .map_err(|e| e.context("a semaphore this submission waited on failed"));
         let after = recording.take_after();
         if result.is_ok() {
@@ -781,8 +784,10 @@ impl DeviceBackend for VulkanDevice {
         }
         let core = self.core.clone();
         let index = queue as usize;
-        actions.submit(
+        let order = failure_order(&wait, &signal);
+        actions.submit_parked(
             host,
+            order,
             signal,
             Box::new(move |signal: &Fence| core.execute(index, native, signal.clone(), work)),
         );

@@ -94,7 +94,7 @@ impl<A: StreamApi> Core<A> {
                 Some(WaitSource::Reached) => {}
                 Some(WaitSource::Event(event)) => {
                     events.push(event);
-                    waited.push(semaphore.clone());
+                    waited.push((semaphore.clone(), value));
                 }
                 Some(WaitSource::Unscheduled) | None => match semaphore.query() {
                     Ok(current) if current >= value => {}

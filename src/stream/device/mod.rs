@@ -54,7 +54,7 @@ use crate::device::{keys as device_keys, DeviceFeatures, DeviceInfo};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::ExecutableSpec;
 use crate::fence::Fence;
-use crate::queue::ActionQueue;
+use crate::queue::{failure_order, ActionQueue};
 use crate::reactor::Reactor;
 use crate::semaphore::Semaphore;
 use crate::stream::api::{Capabilities, EventFlags, EventHandle, StreamApi};
@@ -495,8 +495,10 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         }
         let core = core.clone();
         let index = queue as usize;
-        actions.submit(
+        let order = failure_order(&wait, &signal);
+        actions.submit_parked(
             parked,
+            order,
             signal,
             Box::new(move |signal: &Fence| core.issue(index, &wait, signal, work)),
         );

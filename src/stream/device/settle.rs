@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
+use crate::queue::{fail_in_order, failure_order};
+use crate::semaphore::Semaphore;
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Stats, Via};
 use crate::stream::device::reclaim::defer_frees;
@@ -60,7 +62,9 @@ impl<A: StreamApi> Core<A> {
         let stream_done = status.is_ok();
         let mut result = status.and_then(|()| timepoint.error.take().map_or(Ok(()), Err));
         if result.is_ok() {
-            if let Some(error) = timepoint.waited.iter().find_map(|s| s.query().err()) {
+            // A failure after the value was reached is a later operation's: the input was whole.
+            let failed = |(s, v): &(Semaphore, u64)| s.failure_before(*v);
+            if let Some(error) = timepoint.waited.iter().find_map(failed) {
                 result = Err(error);
             }
         }
@@ -105,8 +109,18 @@ impl<A: StreamApi> Core<A> {
         // are made, or handed to the reclaimer, first), so an allocation made by a task that
         // awaited this submission finds the memory free, or pending (`Reclaim::flush`).
         let signal = std::mem::take(&mut timepoint.signal);
+        // A failure waits for what the submission waited on its own signal semaphores (the
+        // device ran it after those, but their completions may not have reached the host yet),
+        // so it never overtakes the work before it on those timelines.
+        let order = match result {
+            Ok(()) => Fence::new(),
+            Err(_) => {
+                let waited: Fence = timepoint.waited.iter().map(|(s, v)| (s, *v)).collect();
+                failure_order(&waited, &signal)
+            }
+        };
         self.timepoints.release(timepoint);
-        self.settle(&signal, result);
+        self.settle(&signal, result, &order);
     }
 
     /// After the submission's event completed successfully (so its kernels' writes to their
@@ -151,10 +165,13 @@ impl<A: StreamApi> Core<A> {
         ))
     }
 
-    /// Signals `signal` in fence order (or fails it).
-    fn settle(&self, signal: &Fence, result: Result<()>) {
+    /// Signals `signal` in fence order (or fails it, once `order` has settled).
+    fn settle(&self, signal: &Fence, result: Result<()>, order: &Fence) {
         if let Err(error) = result {
-            return signal.fail(error);
+            return match self.reactor.get() {
+                Some(reactor) => fail_in_order(reactor, order, signal.clone(), error),
+                None => signal.fail(error),
+            };
         }
         let mut first_error = None;
         for (semaphore, value) in signal.iter() {
