@@ -127,6 +127,8 @@ macro_rules! conformance_tests {
             failing_dispatch_fails_the_chain,
             failed_wait_semaphore_fails_the_chain,
             failing_host_call_fails_the_chain,
+            submission_outlives_a_later_failure,
+            later_failure_waits_for_earlier_work,
             // memory
             alloca_dealloca_reuses_memory,
             deallocated_buffer_is_refused,
@@ -140,6 +142,8 @@ macro_rules! conformance_tests {
             queue_read_returns_bytes,
             saxpy_dispatch,
             binding_table_replay,
+            // random programs checked against a model
+            random_programs,
             // validation
             fill_pattern_length_3,
             fill_misaligned,
@@ -194,6 +198,7 @@ macro_rules! multi_device_tests {
             concurrent_devices,
             foreign_resources,
             device_dropped_while_other_waits,
+            random_programs_across_devices,
         );
     };
     (@cases ($make_devices:expr, $kernels:expr) $($case:ident),* $(,)?) => {

@@ -9,8 +9,8 @@ use halcyon::{
 };
 
 use crate::harness::{
-    assert_error, assert_failed, block_on, download_u32, link, pattern_u32, semaphores, signals,
-    u32_bytes, upload_u32, within,
+    assert_error, assert_failed, block_on, bytes_u32, download_u32, link, pattern_u32, semaphores,
+    signals, u32_bytes, upload_u32, within,
 };
 use crate::kernels::{Kernels, StandardKernels};
 
@@ -149,5 +149,42 @@ pub fn failing_host_call_fails_the_chain(device: &Device, _: &dyn Kernels) -> Re
         let call = queue.host_call(signals(&s[0], 1), move || Err(returned));
         let barrier = queue.barrier(Timepoints::new(Fence::at(&s[0], 1), Fence::at(&s[1], 1)));
         assert_chain_failed(vec![call, barrier], &s, &error).await
+    })
+}
+
+/// A submission reports its own outcome however late it is awaited: on a queue [`Timeline`],
+/// a read (signalling 1), then a host call failing (waiting 1, signalling 2). Awaited after
+/// the failure, the read still completes with its bytes, since its signal was reached before
+/// the timeline failed; a wait on the timeline semaphore gets the failure, whatever the value
+/// (a failed semaphore fails every waiter).
+///
+/// [`Timeline`]: halcyon::Timeline
+pub fn submission_outlives_a_later_failure(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let data = pattern_u32(N as usize, 6);
+        let buffer = upload_u32(&queue, &data).await?;
+        let timeline = queue.timeline()?;
+        let error = Error::new(StatusCode::DataLoss, "host call 77 lost its data");
+        let returned = error.clone();
+        let read = queue.read(timeline.next(), &buffer.whole());
+        let call = queue.host_call(timeline.next(), move || Err(returned));
+        let outcome = within("the failing host call", call).await?;
+        assert_error(outcome, error.code(), &[error.message()]);
+        let bytes = within("the read before the failure", read)
+            .await?
+            .map_err(|e| e.context("a read completed before a later failure reported it"))?;
+        assert_eq!(
+            bytes_u32(&bytes)?,
+            data,
+            "the read returned the wrong bytes"
+        );
+        let late = within(
+            "a wait on the failed timeline",
+            timeline.semaphore().wait(1),
+        )
+        .await?;
+        assert_error(late, error.code(), &[error.message()]);
+        Ok(())
     })
 }

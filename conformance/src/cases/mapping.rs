@@ -129,3 +129,47 @@ pub fn map_after_signal_reached(device: &Device, kernels: &dyn Kernels) -> Resul
         Ok(())
     })
 }
+
+/// A failure does not overtake earlier work on its timeline: a fill of a mappable buffer waits
+/// on a closed gate and signals `s` to 1; a barrier waits on `s` at 1 and on a semaphore the host
+/// then fails, and signals `s` to 2. While the gate is closed `s` must not fail (the fill is
+/// still to run) and mapping the buffer is refused; once the gate opens the fill runs and
+/// completes successfully, the mapping shows it, and only then does `s` fail, with the host's
+/// error, as does the barrier.
+pub fn later_failure_waits_for_earlier_work(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = host_buffer(device)?;
+        let id = buffer.id().to_string();
+        let (gate, s, doomed) = (
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+            device.create_semaphore(0)?,
+        );
+        let fill = queue.fill(
+            Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
+            &buffer.whole(),
+            &[0x5A],
+        );
+        let mut wait = Fence::at(&s, 1);
+        wait.insert(&doomed, 1);
+        let barrier = queue.barrier(Timepoints::new(wait, Fence::at(&s, 2)));
+        let cancelled = halcyon::Error::new(StatusCode::Aborted, "cancelled by the host");
+        doomed.fail(cancelled.clone());
+        let write = buffer.map_write(..).map(|g| g.len());
+        assert_error(write, StatusCode::FailedPrecondition, &[&id]);
+        assert_eq!(
+            s.query()?,
+            0,
+            "the barrier's failure overtook the fill it waits for"
+        );
+        gate.signal(1)?;
+        done("the fill before the failure", fill).await?;
+        let outcome = within("the barrier", barrier).await?;
+        assert_error(outcome, StatusCode::Aborted, &[cancelled.message()]);
+        assert_failed(&s, StatusCode::Aborted, cancelled.message());
+        let guard = buffer.map_read(..)?;
+        assert!(guard.iter().all(|&b| b == 0x5A), "the fill did not run");
+        Ok(())
+    })
+}

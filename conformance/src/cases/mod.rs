@@ -7,7 +7,7 @@
 //! [`cross_device_wait`], [`cross_device_ping_pong`], [`cross_device_failure_propagates`],
 //! [`concurrent_devices`], [`foreign_resources`] and [`device_dropped_while_other_waits`] are
 //! [`crate::PairCase`]s: they take two devices of one driver (see
-//! [`crate::multi_device_tests!`]).
+//! [`crate::multi_device_tests!`]). [`random_programs_across_devices`] is one too.
 
 mod binding_table;
 mod devices;
@@ -16,6 +16,7 @@ mod lifetime;
 mod mapping;
 mod ordering;
 mod pool;
+mod random;
 mod transfer;
 mod validation_dispatch;
 mod validation_resources;
@@ -28,6 +29,7 @@ pub use lifetime::*;
 pub use mapping::*;
 pub use ordering::*;
 pub use pool::*;
+pub use random::*;
 pub use transfer::*;
 pub use validation_dispatch::*;
 pub use validation_resources::*;
