@@ -107,10 +107,9 @@ impl ActionQueue {
     /// `order` has settled. Pass [`failure_order`] of the operation's own wait and signal
     /// fences, so that the failure never overtakes the work before it on those timelines.
     pub fn submit_parked(&self, park: Fence, order: Fence, signal: Fence, issue: Issue) {
-        let wait = park;
         let mut pending = lock(&self.pending);
         if pending.actions.is_empty() && pending.releasing == 0 {
-            match wait.query() {
+            match park.query() {
                 Ok(true) => {
                     drop(pending);
                     return issue_now(&self.reactor, issue, &order, signal);
@@ -124,11 +123,11 @@ impl ActionQueue {
         }
         let number = pending.next;
         pending.next += 1;
-        let waits = wait.wait_all();
+        let waits = park.wait_all();
         pending.actions.insert(
             number,
             Parked {
-                wait,
+                wait: park,
                 order,
                 signal,
                 issue,
