@@ -297,3 +297,68 @@ fn ready_actions_issue_in_submission_order() {
         );
     });
 }
+
+/// A task on the reactor awaits two semaphores that two host threads signal. The second wake
+/// can land while the reactor is between taking the task off its ready set and polling it, when
+/// the first wake is still marked queued and so the second pushes nothing: the poll must then see
+/// the second signal. (With `queued` reset by a plain store it could not, store-buffering style,
+/// and the task slept forever; this model found that.)
+#[test]
+fn wake_during_a_poll_is_not_lost() {
+    // Four threads, as below: a bound of 2.
+    model_with_bound(2, || {
+        let reactor = Reactor::new("loom").unwrap();
+        let (a, b, done) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+        let both: Fence = [(&a, 1), (&b, 1)].into_iter().collect();
+        let task_done = done.clone();
+        reactor
+            .handle()
+            .spawn(async move {
+                both.wait_all().await.unwrap();
+                task_done.signal(1).unwrap();
+            })
+            .unwrap();
+        let signallers: Vec<_> = [a, b]
+            .into_iter()
+            .map(|s| thread::spawn(move || s.signal(1)))
+            .collect();
+        block_on(done.wait(1)).expect("the task saw both signals");
+        for signaller in signallers {
+            signaller.join().unwrap().unwrap();
+        }
+        drop(reactor);
+    });
+}
+
+/// An action waits on `s` at 1 and on `doomed`, and signals `s` to 2, while one host thread
+/// signals `s` to 1 and another fails `doomed`. The action never issues, and its failure is
+/// ordered after `s` reaches 1 (see `halcyon::queue`): the host's signal to 1 always succeeds,
+/// and `s` then fails with `doomed`'s error, so its waiter ends and nothing is left pending.
+#[test]
+fn failure_waits_for_the_earlier_signal() {
+    // Four threads: a bound of 2 takes seconds (and finds the lost wake above), 3 takes minutes.
+    model_with_bound(2, || {
+        let reactor = Reactor::new("loom").unwrap();
+        let queue = ActionQueue::new(reactor.handle());
+        let (s, doomed) = (Semaphore::new(0), Semaphore::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let failure = Error::new(StatusCode::DataLoss, "upload failed");
+        let signaller = {
+            let s = s.clone();
+            thread::spawn(move || s.signal(1))
+        };
+        let failer = {
+            let (doomed, failure) = (doomed.clone(), failure.clone());
+            thread::spawn(move || doomed.fail(failure))
+        };
+        let wait: Fence = [(&s, 1), (&doomed, 1)].into_iter().collect();
+        queue.submit(wait, Fence::at(&s, 2), counting_issue(&calls));
+        let error = block_on(s.wait(2)).expect_err("the action's wait failed");
+        assert!(error.same_as(&failure), "wrong error: {error}");
+        signaller.join().unwrap().unwrap();
+        failer.join().unwrap();
+        drop(reactor);
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+        assert_eq!(queue.pending(), 0);
+    });
+}

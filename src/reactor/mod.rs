@@ -414,7 +414,12 @@ impl Executor {
             let Some((task, waker)) = self.tasks.get_mut(&id) else {
                 continue;
             };
-            task.waker.queued.store(false, Ordering::Release);
+            // A read-modify-write, not a store: a wake racing with this poll either swaps
+            // `queued` before it (and this swap reads its value, so the poll sees what the waker
+            // published before waking) or after it (and queues the task again). With a plain
+            // store both could miss each other (store buffering): the waker reading a stale
+            // `true` and pushing nothing, the poll reading the state from before the wake.
+            task.waker.queued.swap(false, Ordering::AcqRel);
             shared
                 .stats
                 .polls
