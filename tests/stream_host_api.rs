@@ -128,6 +128,99 @@ fn host_api_semantics() -> Result<()> {
     Ok(())
 }
 
+/// A stream wait gets the outcome of the record it captured, not of a later record of the same
+/// event: the stream layer returns events to its pool (and re-records them) while waits on their
+/// previous record may still be queued. Both ways round: a later failed record must not fail the
+/// waiting stream, and a later successful one must not hide the awaited record's failure.
+#[test]
+fn a_stream_wait_gets_the_outcome_of_its_own_record() -> Result<()> {
+    let api = HostStreamApi::new();
+    let module = HostModule::new()
+        .kernel(entry("fail", 0, 0), |_: &LaunchArgs<'_>| {
+            Err("failed on purpose".into())
+        })
+        .kernel(entry("count", 1, 0), |args: &LaunchArgs<'_>| {
+            // SAFETY: the only binding, one u32.
+            unsafe { args.binding_mut::<u32>(0)[0] += 1 };
+            Ok(())
+        });
+    let loaded = api.load_module(&module.spec())?;
+    let fail = api.get_function(loaded.module, "fail")?;
+    let count = api.get_function(loaded.module, "count")?;
+    let one = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let counter = api.allocate(4, MemoryPlacement::Device)?;
+    // Enqueues `record` on a new stream, after `work` (failing or not), once `gate` opens.
+    let gated_record = |event, failing: bool| -> Result<std::sync::mpsc::Sender<()>> {
+        let stream = api.create_stream()?;
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        api.launch_host_func(
+            stream,
+            Box::new(move || {
+                let _ = gate.recv();
+            }),
+        )?;
+        if failing {
+            let params = KernelParams {
+                bindings: &[],
+                constants: &[],
+                status: None,
+            };
+            api.launch_kernel(fail, &one, &params, stream)?;
+        }
+        api.record_event(event, stream)?;
+        Ok(open)
+    };
+    for first_fails in [false, true] {
+        let event = api.create_event(EventFlags::BLOCKING_SYNC)?;
+        let first = gated_record(event, first_fails)?;
+        // The waiter: blocked behind its own gate, then waits on the first record, then counts.
+        let waiter = api.create_stream()?;
+        let (open_waiter, gate) = std::sync::mpsc::channel::<()>();
+        api.launch_host_func(
+            waiter,
+            Box::new(move || {
+                let _ = gate.recv();
+            }),
+        )?;
+        api.stream_wait_event(waiter, event)?;
+        let params = KernelParams {
+            bindings: &[counter],
+            constants: &[],
+            status: None,
+        };
+        api.launch_kernel(count, &one, &params, waiter)?;
+        let observed = api.create_event(EventFlags::BLOCKING_SYNC)?;
+        api.record_event(observed, waiter)?;
+        // The first record completes, then the event is re-recorded after the opposite outcome
+        // and that completes too, all before the waiter reaches its wait.
+        first.send(()).expect("the gated stream waits for this");
+        while !matches!(api.query_event(event), Ok(true) | Err(_)) {
+            std::thread::yield_now();
+        }
+        let second = gated_record(event, !first_fails)?;
+        second.send(()).expect("the gated stream waits for this");
+        assert_eq!(api.synchronize_event(event).is_err(), !first_fails);
+        open_waiter.send(()).expect("the waiter waits for this");
+        let outcome = api.synchronize_event(observed);
+        assert_eq!(
+            outcome.is_err(),
+            first_fails,
+            "the waiter got the outcome of the later record ({outcome:?})"
+        );
+    }
+    let mut value = 0u32;
+    // SAFETY: `value` outlives the copy; the stream is synchronised right after.
+    let copy = api.create_stream()?;
+    unsafe { api.copy_device_to_host_async((&mut value as *mut u32).cast(), counter, 4, copy)? };
+    api.synchronize_stream(copy)?;
+    assert_eq!(value, 1, "the count ran only after the successful record");
+    Ok(())
+}
+
 /// After a fault, synchronising and querying return the fault at once (no hang), event waits
 /// blocked before the fault are woken, and host functions do not run.
 #[test]

@@ -106,8 +106,7 @@ impl StreamApi for HostStreamApi {
         let shared = self.shared();
         shared.control.check()?;
         let event = shared.event(event)?;
-        let generation = event.current();
-        match event.wait_for(generation, &shared.control, &shared.closing) {
+        match event.ticket().wait(&shared.control, &shared.closing) {
             Waited::Done(None) => Ok(()),
             Waited::Done(Some(error)) => Err(error),
             Waited::Abandoned => shared.control.check().and_then(|()| {
@@ -125,8 +124,7 @@ impl StreamApi for HostStreamApi {
         self.not_capturing(stream, "an event wait")?;
         let event = shared.event(event)?;
         shared.stats.bump(&shared.stats.stream_waits);
-        let generation = event.current();
-        shared.stream(stream)?.push(|| Op::Wait(event, generation))
+        shared.stream(stream)?.push(|| Op::Wait(event.ticket()))
     }
 
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::HostFunc;
-use crate::stream::host::event::{HostEvent, Waited};
+use crate::stream::host::event::{HostEvent, Ticket, Waited};
 use crate::stream::host::Shared;
 
 /// A memory or kernel operation; skipped while an error is pending on the stream. Shared and
@@ -29,8 +29,8 @@ pub(crate) enum Op {
     HostFunc(HostFunc),
     /// Complete this generation of the event.
     Record(Arc<HostEvent>, u64),
-    /// Wait until this generation of the event completed.
-    Wait(Arc<HostEvent>, u64),
+    /// Wait until the event's record captured by the ticket completed.
+    Wait(Ticket),
 }
 
 #[derive(Default)]
@@ -134,12 +134,11 @@ fn execute(op: Op, pending: &mut Option<Error>, shared: &Shared) {
     let control = &shared.control;
     let stats = &shared.stats;
     match op {
-        Op::Wait(event, generation) => {
+        Op::Wait(ticket) => {
             if control.admit_wait().is_err() {
                 return stats.bump(&stats.discarded);
             }
-            if let Waited::Done(Some(error)) = event.wait_for(generation, control, &shared.closing)
-            {
+            if let Waited::Done(Some(error)) = ticket.wait(control, &shared.closing) {
                 pending.get_or_insert(error);
             }
         }
