@@ -19,7 +19,7 @@
 //! event timeline on a GPU stream) through [`crate::backend::NativeSemaphore`]; the waiters stay
 //! here and the backend moves the payload with [`crate::backend::SemaphoreExt::advance`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -71,6 +71,9 @@ struct State {
     /// Registered waiters ordered by the value they wait for, then by registration.
     waiters: BTreeMap<WaitKey, Waker>,
     next_waiter: u64,
+    /// Values above the payload that submitted work will signal (or fail); see
+    /// [`Semaphore::expect_signal`]. Emptied by a failure, and pruned as the payload passes them.
+    pending: BTreeSet<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -99,6 +102,7 @@ impl Semaphore {
                     failed_at: 0,
                     waiters: BTreeMap::new(),
                     next_waiter: 0,
+                    pending: BTreeSet::new(),
                 }),
                 native,
             }),
@@ -183,6 +187,7 @@ impl Semaphore {
             native.signal(value)?;
         }
         self.shared.value.store(value, Ordering::Release);
+        state.prune_pending(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         woken.wake();
@@ -202,6 +207,7 @@ impl Semaphore {
             return;
         }
         self.shared.value.store(value, Ordering::Release);
+        state.prune_pending(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         woken.wake();
@@ -216,6 +222,7 @@ impl Semaphore {
         }
         state.failure = Some(error.clone());
         state.failed_at = self.shared.value.load(Ordering::Relaxed);
+        state.pending.clear();
         self.shared.value.store(FAILED, Ordering::Release);
         let woken = Woken::All(std::mem::take(&mut state.waiters));
         drop(state);
@@ -249,6 +256,33 @@ impl Semaphore {
             return None;
         }
         state.failure.clone()
+    }
+
+    /// Records that submitted work will signal (or fail) `value`: until the payload reaches it
+    /// (or the semaphore fails), a failure of a later value waits for it (see
+    /// [`Semaphore::pending_below`]). Ignored for a value already reached or a failed semaphore.
+    pub(crate) fn expect_signal(&self, value: u64) {
+        if self.shared.value.load(Ordering::Acquire) >= value {
+            return; // reached, or failed (FAILED is above every value)
+        }
+        let mut state = lock(&self.shared.state);
+        if state.failure.is_none() && value > self.shared.value.load(Ordering::Relaxed) {
+            state.pending.insert(value);
+        }
+    }
+
+    /// The highest value below `value` that submitted work will still signal (registered with
+    /// [`Semaphore::expect_signal`] and not yet reached): what a failure of `value` must wait
+    /// for, so that it never overtakes the earlier work on this timeline.
+    pub(crate) fn pending_below(&self, value: u64) -> Option<u64> {
+        let state = lock(&self.shared.state);
+        let payload = self.shared.value.load(Ordering::Relaxed);
+        state
+            .pending
+            .range(..value)
+            .next_back()
+            .copied()
+            .filter(|v| *v > payload && payload != FAILED)
     }
 
     /// Whether the semaphore has failed.
@@ -321,6 +355,16 @@ impl fmt::Debug for Semaphore {
             Err(error) => d.field("failure", &error),
         };
         d.field("native", &self.shared.native.is_some()).finish()
+    }
+}
+
+impl State {
+    /// Forgets the pending signals the payload reached.
+    fn prune_pending(&mut self, payload: u64) {
+        if self.pending.first().is_some_and(|v| *v <= payload) {
+            // payload <= MAX_VALUE, so no overflow.
+            self.pending = self.pending.split_off(&(payload + 1));
+        }
     }
 }
 

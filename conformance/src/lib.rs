@@ -129,6 +129,7 @@ macro_rules! conformance_tests {
             failing_host_call_fails_the_chain,
             submission_outlives_a_later_failure,
             later_failure_waits_for_earlier_work,
+            failure_through_another_semaphore_waits_for_earlier_work,
             // memory
             alloca_dealloca_reuses_memory,
             deallocated_buffer_is_refused,

@@ -7,8 +7,11 @@
 //! consumer of `v`, though nothing they depend on failed. So the failure waits for the action's
 //! waits on its own signal semaphores (its *order*) to settle, reached or failed, and only then
 //! fails the fence: work before the action on its timelines completes and reports its own
-//! outcome; work after it fails. An order entry that never settles holds the failure back, as it
-//! would have held the action back. If the reactor shuts down first, the fence fails at once.
+//! outcome; work after it fails. The same holds for the lower values of its signal semaphores
+//! that submitted work will still signal (`Semaphore::expect_signal`, registered by every
+//! [`crate::Queue`] submission), which covers dependencies through other semaphores. An order
+//! entry that never settles holds the failure back, as it would have held the action back. If
+//! the reactor shuts down first, the fence fails at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,11 +30,21 @@ pub fn failure_order(wait: &Fence, signal: &Fence) -> Fence {
         .collect()
 }
 
-/// Fails `signal` with `error` once every entry of `order` has settled: at once if they all have
-/// (the usual case), else from a task on `reactor`.
-pub(crate) fn fail_in_order(reactor: &ReactorHandle, order: &Fence, signal: Fence, error: Error) {
+/// Fails `signal` with `error` once every entry of `order` has settled, and every lower value of
+/// each signal semaphore that submitted work will still signal has too: at once if they all
+/// have (the usual case), else from a task on `reactor`. What a backend calls when work it ran
+/// failed (pass [`failure_order`] of the work's wait and signal fences); see the
+/// [module docs](super) for the ordering this keeps.
+pub fn fail_in_order(reactor: &ReactorHandle, order: &Fence, signal: Fence, error: Error) {
+    // Besides `order`, the earlier values of the signal semaphores that submitted work will
+    // still signal: work this action depends on through other semaphores (a chain of queue
+    // operations ending in this one) or whose completion the host has not seen yet.
+    let earlier = signal
+        .iter()
+        .filter_map(|(semaphore, value)| Some((semaphore, semaphore.pending_below(value)?)));
     let waits: Vec<Wait> = order
         .iter()
+        .chain(earlier)
         .filter(|(semaphore, value)| matches!(semaphore.query(), Ok(current) if current < *value))
         .map(|(semaphore, value)| semaphore.wait(value))
         .collect();

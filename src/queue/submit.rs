@@ -263,6 +263,10 @@ impl Queue {
                 return Submission::failed(error);
             }
         }
+        // Later failures on these timelines wait for this work (see `crate::queue`).
+        for (semaphore, value) in signal.iter() {
+            semaphore.expect_signal(value);
+        }
         // `done` goes first: a fence is signalled in order, so the buffer trackers (which watch
         // `done`) see the work complete before anyone woken by the caller's semaphores looks.
         let signal = done_fence.join(&signal);

@@ -23,8 +23,8 @@ use std::time::Duration;
 use ash::vk;
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, SemaphoreExt, Work};
 use halcyon::device::keys;
-use halcyon::queue::{failure_order, ActionQueue};
-use halcyon::reactor::{Parker, Reactor, Unpark};
+use halcyon::queue::{fail_in_order, failure_order, ActionQueue};
+use halcyon::reactor::{Parker, Reactor, ReactorHandle, Unpark};
 use halcyon::{
     BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, QueueCapabilities,
     Result, Semaphore, StatusCode,
@@ -106,6 +106,8 @@ pub(crate) struct VkQueue {
 pub(crate) struct Core {
     pub(crate) context: Arc<Context>,
     pub(crate) queues: Vec<VkQueue>,
+    /// Set once the reactor runs: failures of completed work are ordered on it.
+    reactor: std::sync::OnceLock<ReactorHandle>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -318,7 +320,16 @@ impl Core {
                     signal.fail(error);
                 }
             }
-            Err(error) => signal.fail(error),
+            // Never before the work this submission waited on (on another queue, say) has
+            // settled on the host: the failure must not overtake it.
+            Err(error) => match self.reactor.get() {
+                Some(reactor) => {
+                    let waited: Fence = waited.iter().map(|(s, v)| (s, *v)).collect();
+                    let order = failure_order(&waited, &signal);
+                    fail_in_order(reactor, &order, signal.clone(), error)
+                }
+                None => signal.fail(error),
+            },
         }
         for native in &natives {
             native.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -583,12 +594,14 @@ impl VulkanDevice {
         let core = Arc::new(Core {
             context: context.clone(),
             queues,
+            reactor: std::sync::OnceLock::new(),
         });
         let parker = VulkanParker {
             core: core.clone(),
             control_seen: 0,
         };
         let reactor = Reactor::with_parker(format!("vulkan{index}"), Box::new(parker))?;
+        let _ = core.reactor.set(reactor.handle());
         let mut completers = Vec::new();
         for i in 0..core.queues.len() {
             let thread_core = core.clone();

@@ -173,3 +173,49 @@ pub fn later_failure_waits_for_earlier_work(device: &Device, _: &dyn Kernels) ->
         Ok(())
     })
 }
+
+/// A failure waits for earlier work on its timeline even when it reaches that timeline through
+/// another semaphore, the shape of an `alloca` .. `dealloca` chain: a fill behind a closed gate
+/// signals `s` to 1; a barrier waits on `s` at 1 and on a semaphore the host fails, and signals a
+/// private `chain`; a second barrier waits only on `chain` and signals `s` to 2. The first
+/// barrier fails `chain` at once, but `s` must not fail while the fill is still to run: the
+/// fill then completes successfully, and only then does `s` fail, with the host's error.
+pub fn failure_through_another_semaphore_waits_for_earlier_work(
+    device: &Device,
+    _: &dyn Kernels,
+) -> Result<()> {
+    block_on(async {
+        let (queue, other) = (device.queue(0)?, device.queue(device.queue_count() - 1)?);
+        let buffer = host_buffer(device)?;
+        let [gate, s, doomed, chain] = [(); 4].map(|()| device.create_semaphore(0));
+        let (gate, s, doomed, chain) = (gate?, s?, doomed?, chain?);
+        let fill = queue.fill(
+            Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
+            &buffer.whole(),
+            &[0x3C],
+        );
+        let mut wait = Fence::at(&s, 1);
+        wait.insert(&doomed, 1);
+        let first = other.barrier(Timepoints::new(wait, Fence::at(&chain, 1)));
+        let second = queue.barrier(Timepoints::new(Fence::at(&chain, 1), Fence::at(&s, 2)));
+        let cancelled = halcyon::Error::new(StatusCode::Aborted, "cancelled by the host");
+        doomed.fail(cancelled.clone());
+        let outcome = within("the barrier on the failed semaphore", first).await?;
+        assert_error(outcome, StatusCode::Aborted, &[cancelled.message()]);
+        assert_failed(&chain, StatusCode::Aborted, cancelled.message());
+        assert!(
+            matches!(s.query(), Ok(0)),
+            "the failure reached `s` through `chain` before the fill that signals `s` to 1 ran: \
+             {:?}",
+            s.query()
+        );
+        gate.signal(1)?;
+        done("the fill before the failure", fill).await?;
+        let outcome = within("the barrier after the chain", second).await?;
+        assert_error(outcome, StatusCode::Aborted, &[cancelled.message()]);
+        assert_failed(&s, StatusCode::Aborted, cancelled.message());
+        let guard = buffer.map_read(..)?;
+        assert!(guard.iter().all(|&b| b == 0x3C), "the fill did not run");
+        Ok(())
+    })
+}
