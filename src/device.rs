@@ -165,7 +165,7 @@ struct Inner {
 /// hold one), and work it already issued to the hardware completes (and settles its fences)
 /// even after the last handle goes. Queue actions still waiting on semaphores when the last
 /// handle goes are dropped unissued: their signal fences fail with
-/// [`StatusCode::Aborted`](crate::StatusCode::Aborted) (see [`crate::queue`]), so keep the
+/// [`crate::StatusCode::Aborted`] (see [`crate::queue`]), so keep the
 /// device alive until what you submitted has been issued.
 #[derive(Clone)]
 pub struct Device {

@@ -103,9 +103,10 @@ impl ActionQueue {
     /// [`ActionQueue::submit`] for a backend that parks an action on other semaphores than the
     /// ones the operation waits on: the action issues once `park` is reached (a backend parks on
     /// "signal scheduled on the device" for waits the device honours itself, say), while a
-    /// failure (of a wait in `park`, or of the issue) fails `signal` only once every entry of
-    /// `order` has settled. Pass [`failure_order`] of the operation's own wait and signal
-    /// fences, so that the failure never overtakes the work before it on those timelines.
+    /// failure (of a wait in `park`, or of the issue) fails each entry of `signal` only once the
+    /// entries of `order` on its semaphore have settled (see [`fail_in_order`]). Pass
+    /// [`failure_order`] of the operation's own wait and signal fences, so that the failure
+    /// never overtakes the work before it on those timelines.
     pub fn submit_parked(&self, park: Fence, order: Fence, signal: Fence, issue: Issue) {
         let mut pending = lock(&self.pending);
         if pending.actions.is_empty() && pending.releasing == 0 {

@@ -21,15 +21,15 @@
 //! * If a wait fails, the action does not issue; its signal fence is failed with that same
 //!   error, so failure travels down any chain of dependent actions without hangs.
 //! * If issuing fails (or panics), the signal fence is failed with that error.
-//! * A failure never overtakes earlier work on the action's own timelines: its signal fence fails
-//!   only once its *order* has settled, reached or failed. The order is every wait of the action
-//!   on a semaphore it signals (see [`ActionQueue::submit_parked`]) and, for each semaphore it
-//!   signals, the highest lower value that work already submitted through a [`Queue`] will
-//!   signal: work it depends on through other semaphores (an `alloca` .. `dealloca` chain on a
-//!   private semaphore ending in a signal of the caller's timeline), or whose completion the host
-//!   has not seen yet (a device that completes queues independently). Work signalling the values
-//!   before it completes and reports its own outcome. Work submitted only after the failure
-//!   finds its semaphore failed and fails too.
+//! * A failure never overtakes earlier work on the action's own timelines: each entry `(s, v)` of
+//!   its signal fence fails only once the earlier work on `s` has settled, reached or failed:
+//!   the action's waits on `s` (its *order*, see [`ActionQueue::submit_parked`]) and the highest
+//!   value below `v` that work already submitted through a [`Queue`] will signal on `s`. The
+//!   latter covers work it depends on through other semaphores (an `alloca` .. `dealloca` chain
+//!   on a private semaphore ending in a signal of the caller's timeline) and work whose
+//!   completion the host has not seen yet (a device that completes queues independently). Work
+//!   signalling the values before it completes and reports its own outcome; work submitted only
+//!   after the failure finds the semaphore failed and fails too.
 //! * If the reactor shuts down (its device was dropped) before the waits are reached, the action
 //!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
 

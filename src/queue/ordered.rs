@@ -4,14 +4,15 @@
 //! Failing a semaphore at once would let the failure overtake earlier work on that same
 //! timeline: an action signalling `s` to `v + 1` that also waits for `s` to reach `v` would fail
 //! `s` while the work signalling `v` is still running, failing that work's submission and every
-//! consumer of `v`, though nothing they depend on failed. So the failure waits for the action's
-//! waits on its own signal semaphores (its *order*) to settle, reached or failed, and only then
-//! fails the fence: work before the action on its timelines completes and reports its own
-//! outcome; work after it fails. The same holds for the lower values of its signal semaphores
-//! that submitted work will still signal (`Semaphore::expect_signal`, registered by every
-//! [`crate::Queue`] submission), which covers dependencies through other semaphores. An order
-//! entry that never settles holds the failure back, as it would have held the action back. If
-//! the reactor shuts down first, the fence fails at once.
+//! consumer of `v`, though nothing they depend on failed. So each signal entry `(s, v)` fails
+//! only once the earlier work on `s` has settled, reached or failed: the action's own waits on
+//! `s` (its *order*, [`failure_order`]) and the highest value below `v` that submitted work will
+//! still signal on `s` (registered by every [`crate::Queue`] submission with
+//! `Semaphore::expect_signal`), which covers work the action depends on through other
+//! semaphores and completions the host has not seen yet. Work before the action on its
+//! timelines completes and reports its own outcome; work after it fails. An entry whose earlier
+//! work never settles holds its failure back, as that work would have held the action back. If
+//! the reactor shuts down first, the entries fail at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +21,7 @@ use std::task::{Context, Poll};
 use crate::error::Error;
 use crate::fence::Fence;
 use crate::reactor::ReactorHandle;
-use crate::semaphore::Wait;
+use crate::semaphore::{Semaphore, Wait};
 
 /// The entries of `wait` on semaphores that `signal` also signals: what a failure of an action
 /// with these timepoints waits for (its *order*, see [`super::ActionQueue::submit_parked`]).
@@ -30,40 +31,41 @@ pub fn failure_order(wait: &Fence, signal: &Fence) -> Fence {
         .collect()
 }
 
-/// Fails `signal` with `error` once every entry of `order` has settled, and every lower value of
-/// each signal semaphore that submitted work will still signal has too: at once if they all
-/// have (the usual case), else from a task on `reactor`. What a backend calls when work it ran
-/// failed (pass [`failure_order`] of the work's wait and signal fences); see the
-/// [module docs](super) for the ordering this keeps.
+/// Fails each entry `(s, v)` of `signal` with `error` once the earlier work on `s` has settled:
+/// the entries of `order` on `s`, and the highest value below `v` that work submitted through a
+/// [`crate::Queue`] will still signal on `s`. Entries with nothing to wait for (the usual case)
+/// fail at once, in fence order; the others from a task on `reactor`, each as soon as its own
+/// timeline allows (so one entry never waits for another semaphore's work, which could wait for
+/// this very failure). What a backend calls when work it ran failed, with [`failure_order`] of
+/// the work's wait and signal fences; see the [module docs](super) for the ordering this keeps.
 pub fn fail_in_order(reactor: &ReactorHandle, order: &Fence, signal: Fence, error: Error) {
-    // Besides `order`, the earlier values of the signal semaphores that submitted work will
-    // still signal: work this action depends on through other semaphores (a chain of queue
-    // operations ending in this one) or whose completion the host has not seen yet.
-    let earlier = signal
-        .iter()
-        .filter_map(|(semaphore, value)| Some((semaphore, semaphore.pending_below(value)?)));
-    let waits: Vec<Wait> = order
-        .iter()
-        .chain(earlier)
-        .filter(|(semaphore, value)| matches!(semaphore.query(), Ok(current) if current < *value))
-        .map(|(semaphore, value)| semaphore.wait(value))
-        .collect();
-    if waits.is_empty() {
-        return signal.fail(error);
+    let mut held = Vec::new();
+    for (semaphore, value) in signal.iter() {
+        let earlier = order
+            .iter()
+            .filter(|(s, _)| s.ptr_eq(semaphore))
+            .map(|(_, v)| v)
+            .chain(semaphore.pending_below(value))
+            .max();
+        match earlier {
+            Some(earlier) if matches!(semaphore.query(), Ok(current) if current < earlier) => {
+                held.push((semaphore.clone(), semaphore.wait(earlier)))
+            }
+            _ => semaphore.fail(error.clone()),
+        }
     }
-    // After shutdown the task comes straight back and is dropped here, failing the fence.
-    let _ = reactor.spawn(FailAfter {
-        waits,
-        signal,
-        error: Some(error),
-    });
+    if held.is_empty() {
+        return;
+    }
+    // After shutdown the task comes straight back and is dropped here, failing what it held.
+    let _ = reactor.spawn(FailAfter { held, error });
 }
 
-/// Fails `signal` with `error` once every wait has completed, either way; on drop if sooner.
+/// Fails each held semaphore with `error` once its wait has completed, either way; every one
+/// still held on drop.
 struct FailAfter {
-    waits: Vec<Wait>,
-    signal: Fence,
-    error: Option<Error>,
+    held: Vec<(Semaphore, Wait)>,
+    error: Error,
 }
 
 impl Future for FailAfter {
@@ -71,22 +73,25 @@ impl Future for FailAfter {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        this.waits
-            .retain_mut(|wait| Pin::new(wait).poll(cx).is_pending());
-        if !this.waits.is_empty() {
-            return Poll::Pending;
+        let error = &this.error;
+        this.held.retain_mut(|(semaphore, wait)| {
+            let pending = Pin::new(wait).poll(cx).is_pending();
+            if !pending {
+                semaphore.fail(error.clone());
+            }
+            pending
+        });
+        match this.held.is_empty() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
         }
-        if let Some(error) = this.error.take() {
-            this.signal.fail(error);
-        }
-        Poll::Ready(())
     }
 }
 
 impl Drop for FailAfter {
     fn drop(&mut self) {
-        if let Some(error) = self.error.take() {
-            self.signal.fail(error);
+        for (semaphore, _) in self.held.drain(..) {
+            semaphore.fail(self.error.clone());
         }
     }
 }
