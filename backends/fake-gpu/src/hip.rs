@@ -966,6 +966,15 @@ pub unsafe extern "C" fn hipMallocFromPoolAsync(
 #[no_mangle]
 pub unsafe extern "C" fn hipFreeAsync(ptr: *mut c_void, s: *mut c_void) -> hipError_t {
     call("hipFreeAsync", HipNeeds::Nothing, || {
+        if s.is_null() {
+            // HIP allows the null stream here, and the HIP backend frees pool memory outside
+            // stream order that way once no work can use it. halcyon enqueues nothing else on
+            // the null stream, so the free happens at once.
+            return memory()
+                .free(handle(ptr), |k| matches!(k, Kind::Pool(_)), "hipFreeAsync")
+                .map(drop)
+                .map_err(|_| INVALID_VALUE);
+        }
         let stream = stream(handle(s), "hipFreeAsync")?;
         if !memory().is_base(handle(ptr), |k| matches!(k, Kind::Pool(_))) {
             return Err(INVALID_VALUE);

@@ -31,7 +31,9 @@
 //!     and pinned host memory are reachable from every device);
 //!   - any call from inside a host function (CUDA forbids it);
 //!   - a destroyed or unknown stream, event, module, function, graph or pool handle, or the
-//!     legacy default stream (halcyon only uses its own non-blocking streams);
+//!     legacy default stream (halcyon only uses its own non-blocking streams; the one exception
+//!     is `hipFreeAsync` of pool memory, which HIP allows on the null stream and the HIP backend
+//!     uses to free such memory outside stream order, a free the fake makes at once);
 //!   - device memory a queued kernel, copy or fill reaches that was freed before the device got
 //!     to it (memory must outlive the work using it), a double free;
 //!   - resources still alive when the last primary-context reference goes (a leak), unless the
