@@ -282,7 +282,8 @@ impl Semaphore {
             .range(..value)
             .next_back()
             .copied()
-            .filter(|v| *v > payload && payload != FAILED)
+            // A failed semaphore reads FAILED, above every value: nothing is pending then.
+            .filter(|v| *v > payload)
     }
 
     /// Whether the semaphore has failed.

@@ -213,8 +213,8 @@ fn a_stream_wait_gets_the_outcome_of_its_own_record() -> Result<()> {
         );
     }
     let mut value = 0u32;
-    // SAFETY: `value` outlives the copy; the stream is synchronised right after.
     let copy = api.create_stream()?;
+    // SAFETY: `value` outlives the copy; the stream is synchronised right after.
     unsafe { api.copy_device_to_host_async((&mut value as *mut u32).cast(), counter, 4, copy)? };
     api.synchronize_stream(copy)?;
     assert_eq!(value, 1, "the count ran only after the successful record");
