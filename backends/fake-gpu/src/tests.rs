@@ -22,6 +22,8 @@ const PTX: &str = "//\n.version 8.0\n.target sm_52\n.address_size 64\n\
 struct Session {
     _serial: MutexGuard<'static, ()>,
     violations: usize,
+    /// Whether [`Session::release`] already released the context.
+    released: bool,
 }
 
 impl Session {
@@ -41,6 +43,7 @@ impl Session {
         Session {
             _serial: serial,
             violations: violations().len(),
+            released: false,
         }
     }
 
@@ -112,10 +115,23 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Releases the context now (destroying it), and returns the violations recorded since the
+    /// session began: read while the session still serialises the tests, so no other test's
+    /// violations slip in.
+    fn release(&mut self) -> Vec<String> {
+        if !self.released {
+            self.released = true;
+            // SAFETY: balances the retain.
+            unsafe { cuDevicePrimaryCtxRelease_v2(0) };
+        }
+        self.new_violations()
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
-        // SAFETY: balances the retain.
-        unsafe { cuDevicePrimaryCtxRelease_v2(0) };
+        self.release();
     }
 }
 
@@ -281,12 +297,10 @@ fn stale_handles_and_double_frees_are_violations() {
 
 #[test]
 fn resources_alive_when_the_context_goes_are_leaks() {
-    let session = Session::new();
+    let mut session = Session::new();
     let _s = session.stream();
     let _x = alloc(64);
-    let before = session.violations;
-    drop(session);
-    let found = violations()[before..].to_vec();
+    let found = session.release();
     assert!(
         found.len() == 1 && found[0].contains("1 streams") && found[0].contains("1 allocations"),
         "{found:?}"
@@ -429,6 +443,52 @@ fn ptx_is_read_for_entry_points_and_rejected_with_a_log() {
     let log =
         String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap()]).to_string();
     assert!(log.contains("Unknown instruction 'bogus.u32'"), "{log}");
+    assert!(session.new_violations().is_empty());
+}
+
+/// `.maxntid` caps a kernel's block size: `cuFuncGetAttribute` reports the cap, a launch of a
+/// larger block is refused as a driver refuses one too large for a kernel's registers, and a
+/// malformed directive is a PTX error.
+#[test]
+fn maxntid_limits_the_block_size() {
+    let session = Session::new();
+    let ptx = ".version 8.0\n.target sm_52\n.visible .entry empty()\n.maxntid 16, 2\n\
+               .minnctapersm 1\n{\n\tret;\n}\n\0";
+    let (mut module, mut empty) = (null_mut(), null_mut());
+    let mut max = 0;
+    // SAFETY: NUL-terminated PTX and name; valid out-pointers.
+    unsafe {
+        assert_eq!(
+            cuModuleLoadData(&mut module, ptx.as_ptr().cast()),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuModuleGetFunction(&mut empty, module, c"empty".as_ptr()),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuFuncGetAttribute(&mut max, 0, empty),
+            CUresult::CUDA_SUCCESS
+        );
+    }
+    assert_eq!(max, 32);
+    let s = session.stream();
+    let launch = |block_x: u32| {
+        // SAFETY: a live function without parameters and a live stream.
+        unsafe { cuLaunchKernel(empty, 1, 1, 1, block_x, 1, 1, 0, s, null_mut(), null_mut()) }
+    };
+    assert_eq!(launch(33), CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    assert_eq!(launch(32), CUresult::CUDA_SUCCESS);
+    // SAFETY: live handles, destroyed once, after the launch completed.
+    unsafe {
+        assert_eq!(cuStreamSynchronize(s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+    }
+    let bad = ".version 8.0\n.target sm_52\n.visible .entry k()\n.maxntid 0\n{\n\tret;\n}\n\0";
+    // SAFETY: NUL-terminated PTX; a valid out-pointer.
+    let code = unsafe { cuModuleLoadData(&mut module, bad.as_ptr().cast()) };
+    assert_eq!(code, CUresult::CUDA_ERROR_INVALID_PTX);
     assert!(session.new_violations().is_empty());
 }
 
