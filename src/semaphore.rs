@@ -238,10 +238,7 @@ impl Semaphore {
     /// Every wait on a failed semaphore gets its failure, whatever the value; this tells a
     /// [`crate::Submission`] that its own signal was reached, so the failure is a later one's.
     pub(crate) fn reached_before_failure(&self, value: u64) -> bool {
-        if self.shared.value.load(Ordering::Acquire) != FAILED {
-            return false;
-        }
-        lock(&self.shared.state).failed_at >= value
+        self.is_failed() && self.failure_before(value).is_none()
     }
 
     /// The failure, if the semaphore failed before its payload reached `value`: what work that
