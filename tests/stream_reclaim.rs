@@ -90,6 +90,45 @@ fn an_allocation_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
     Ok(())
 }
 
+/// The same for a queue `alloca` (stream-ordered allocation on the queue's stream): memory
+/// whose free is pending with the reclaimer is waited for, not reported missing.
+#[test]
+fn a_queue_alloca_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
+    const SIZE: u64 = 600 << 10;
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        api.limit_memory(1 << 20);
+        api.delay_frees(Duration::from_millis(2));
+        block_on(async {
+            for round in 0..50 {
+                let context = |e: halcyon::Error| e.context(format!("round {round}, {strategy:?}"));
+                let buffer = device.allocator().allocate(SIZE, BufferParams::DEVICE)?;
+                let hold = api.hold();
+                let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[round as u8]);
+                drop(buffer);
+                drop(hold);
+                done("fill", fill).await?;
+                let (scratch, allocated) = queue
+                    .alloca(Timepoints::default(), SIZE, BufferParams::DEVICE)
+                    .map_err(context)?;
+                done("alloca", allocated).await.map_err(context)?;
+                done("dealloca", queue.dealloca(Timepoints::default(), &scratch)).await?;
+                drop(scratch);
+                // The dealloca's free runs on the queue's stream, after this point.
+                eventually("the stream freed the scratch memory", || {
+                    api.stats().allocations == 0
+                })
+                .await?;
+            }
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 50, "{strategy:?}");
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// An executable the application drops while a dispatch of it is in flight is unloaded when
 /// that submission is settled, by the reclaimer (an unload may wait for the device, like a
 /// free); one dropped with nothing in flight is unloaded at once.

@@ -141,10 +141,21 @@ impl<A: StreamApi> StreamMemory<A> {
         order: &Arc<StreamOrder>,
         reclaim: &Arc<Reclaim>,
     ) -> Result<Self> {
-        let ptr = {
+        let allocate = || {
             let _in_order = order.issue.lock().unwrap_or_else(|p| p.into_inner());
             order.free_deferred(&**api, stream);
-            api.allocate_async(size, stream)?
+            api.allocate_async(size, stream)
+        };
+        let ptr = match allocate() {
+            // As for a plain allocation: memory whose free is pending with the reclaimer may be
+            // what is missing (waited for outside the issue lock, which frees do not need).
+            Err(error)
+                if error.code() == StatusCode::ResourceExhausted && reclaim.pending() > 0 =>
+            {
+                reclaim.flush();
+                allocate()?
+            }
+            allocated => allocated?,
         };
         Ok(StreamMemory {
             api: api.clone(),
