@@ -10,7 +10,7 @@
 //!
 //! | core vocabulary ([`StreamApi`])     | CUDA driver call                                               |
 //! |-------------------------------------|----------------------------------------------------------------|
-//! | the device's context                | `cuDevicePrimaryCtxRetain` (released on drop), `cuCtxSetCurrent` once per thread |
+//! | the device's context                | `cuDevicePrimaryCtxRetain` (released on drop), `cuCtxSetCurrent` when another context is current on the thread |
 //! | `create_stream` / `destroy_stream`  | `cuStreamCreate(CU_STREAM_NON_BLOCKING)` / `cuStreamDestroy`     |
 //! | `synchronize_stream`                | `cuStreamSynchronize`                                          |
 //! | `create_event` / `destroy_event`    | `cuEventCreate(CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC per flags)` / `cuEventDestroy` |
@@ -29,7 +29,7 @@
 //! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
-//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, or cubin/fatbin) with a JIT error log; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
+//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`                                          |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
@@ -45,13 +45,13 @@
 //! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is.
 //!
 //! **Context binding.** Each `CudaApi` retains its device's primary context (shared with the
-//! CUDA runtime and every other user of the device in the process). A thread-local records
-//! which `CudaApi` last made its context current on the thread, so `cuCtxSetCurrent` runs once
-//! per thread and API rather than once per call. The record is keyed by the `CudaApi`'s
-//! process-unique id, not by the `CUcontext` value: a primary context released by everyone and
-//! retained again may come back at the same address. Assumption: code that makes another
-//! context current on a thread that also calls halcyon-cuda (cudarc's safe layer does, for its
-//! own contexts) either restores ours or calls [`forget_bound_context`] afterwards.
+//! CUDA runtime and every other user of the device in the process). Every method asks the
+//! driver which context is current on the calling thread (`cuCtxGetCurrent`, a thread-local
+//! read in the driver) and calls `cuCtxSetCurrent` only when it is not this device's, so
+//! halcyon-cuda shares threads with any other CUDA code (the CUDA runtime's `cudaSetDevice`,
+//! cudarc's safe layer, another device's `CudaApi`) without either having to restore the
+//! other's context. The retained context cannot be destroyed and its address reused while
+//! this `CudaApi` lives, so comparing the current context with it is exact.
 //!
 //! **Host functions after a device fault.** CUDA drops enqueued host functions after a sticky
 //! error without running them. Their closures live in a registry (`src/callback.rs`), not in
@@ -65,7 +65,6 @@
 //! and reused by later copies before anything new is allocated; they are freed in
 //! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
@@ -91,18 +90,6 @@ use crate::raw::{self, Code};
 use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// The id of the `CudaApi` whose context this thread last made current (0: none).
-    static BOUND: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Forgets which context halcyon-cuda made current on this thread, so the next call binds its
-/// context again. Call it after making another CUDA context current on a thread that also uses
-/// halcyon-cuda (see the [module docs](self)).
-pub fn forget_bound_context() {
-    BOUND.with(|b| b.set(0));
-}
 
 /// Bytes of JIT error log kept when loading a module fails.
 const JIT_LOG_BYTES: usize = 16 << 10;
@@ -452,7 +439,9 @@ impl CudaApi {
 
     /// Makes this device's context current on the calling thread, unless it already is.
     fn bind(&self) -> Result<()> {
-        if BOUND.with(Cell::get) == self.id {
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        if unsafe { raw::cuCtxGetCurrent(&mut current) }.is_success() && current == self.context {
             return Ok(());
         }
         // SAFETY: the context is retained for as long as `self` lives.
@@ -462,8 +451,40 @@ impl CudaApi {
                 self.ordinal
             )
         })?;
-        BOUND.with(|b| b.set(self.id));
         Ok(())
+    }
+
+    /// Refuses an entry point whose workgroup is larger than the loaded kernel can launch
+    /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, which the kernel's registers, shared memory
+    /// and `.maxntid` / `__launch_bounds__` lower below the device's 1024): every dispatch of
+    /// it would fail with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. A driver that cannot answer
+    /// leaves it to the launch.
+    fn check_block_size(&self, function: FunctionHandle, entry: &EntryPoint) -> Result<()> {
+        let mut max: c_int = 0;
+        // SAFETY: a valid out-pointer; a function of a module this API just loaded; the context
+        // is bound.
+        let r = unsafe {
+            raw::cuFuncGetAttribute(
+                &mut max,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                function.0 as usize as CUfunction,
+            )
+        };
+        let threads: u64 = entry.workgroup_size.iter().map(|&d| u64::from(d)).product();
+        if !r.is_success() || max <= 0 || threads <= max as u64 {
+            return Ok(());
+        }
+        Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!(
+                "kernel '{}' declares workgroup size {:?} ({threads} threads), but CUDA can \
+                 launch it with at most {max} threads per block on device {} (its registers, \
+                 shared memory or .maxntid / __launch_bounds__ limit it): declare a workgroup \
+                 of at most {max} threads, or build the kernel for {threads} (for example \
+                 __launch_bounds__({threads}))",
+                entry.name, entry.workgroup_size, self.ordinal
+            ),
+        ))
     }
 
     fn free_pinned(&self, buffers: Vec<Pinned>) {
@@ -621,9 +642,6 @@ impl Drop for CudaApi {
             // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
             // yet completed) keep it alive in the driver until they are gone.
             let _ = unsafe { raw::cuMemPoolDestroy(pool.0) };
-        }
-        if BOUND.with(Cell::get) == self.id {
-            forget_bound_context();
         }
         // SAFETY: balances the retain in `new`. Other users of the primary context keep it
         // alive; the last release destroys it, with everything still allocated in it.
@@ -1114,14 +1132,26 @@ impl StreamApi for CudaApi {
             CudaImage::Cubin(bytes) => bytes.as_ptr().cast(),
         };
         let mut log = vec![0 as c_char; JIT_LOG_BYTES];
+        // The JIT budgets registers so that a block of the largest workgroup among the entry
+        // points can launch (without it, a kernel using many registers compiles to fewer
+        // threads per block than its workgroup; a cubin was sized when it was built).
+        let threads_per_block = module
+            .entry_points
+            .iter()
+            .map(|e| e.workgroup_size.iter().product::<u32>())
+            .max()
+            .unwrap_or(1);
         let mut options = [
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            sys::CUjit_option::CU_JIT_THREADS_PER_BLOCK,
         ];
-        // JIT option values are passed as pointer-sized words: the buffer, then its size.
-        let mut values: [*mut c_void; 2] = [
+        // JIT option values are passed as pointer-sized words: the buffer, its size, the
+        // threads per block (which the driver overwrites with what it targeted).
+        let mut values: [*mut c_void; 3] = [
             log.as_mut_ptr().cast(),
             std::ptr::without_provenance_mut(JIT_LOG_BYTES),
+            std::ptr::without_provenance_mut(threads_per_block as usize),
         ];
         let mut handle: CUmodule = std::ptr::null_mut();
         // SAFETY: `image` is NUL-terminated PTX, or a binary image whose declared extents were
@@ -1198,6 +1228,7 @@ impl StreamApi for CudaApi {
                         cubin_status_word(reported, params.is_some_and(|p| p.is_empty()), entry)
                     }
                 };
+                self.check_block_size(f, entry)?;
                 Ok((f, status_word))
             });
             match checked {

@@ -122,7 +122,7 @@ use cudarc::driver::sys;
 use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
-pub use api::{forget_bound_context, CudaApi};
+pub use api::CudaApi;
 pub use module::{CudaImage, CudaModule, FORMAT_CUDA};
 use probe::Probe;
 

@@ -28,9 +28,10 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUfunction, CUgraph,
-    CUgraphExec, CUhostFn, CUjit_option, CUmemPoolProps, CUmemPool_attribute, CUmemoryPool,
-    CUmodule, CUpointer_attribute, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUfunction,
+    CUfunction_attribute, CUgraph, CUgraphExec, CUhostFn, CUjit_option, CUmemPoolProps,
+    CUmemPool_attribute, CUmemoryPool, CUmodule, CUpointer_attribute, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 
 /// A CUDA driver call's result: the `CUresult` number as the driver returned it, which may be
@@ -282,6 +283,8 @@ driver_calls! {
     fn cuDevicePrimaryCtxRelease_v2(device: CUdevice);
     /// `cuCtxSetCurrent`.
     fn cuCtxSetCurrent(context: CUcontext);
+    /// `cuCtxGetCurrent`.
+    fn cuCtxGetCurrent(context: *mut CUcontext);
     /// `cuStreamCreate`.
     fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     /// `cuStreamDestroy` (`_v2`).
@@ -368,6 +371,8 @@ driver_calls! {
     fn cuModuleUnload(module: CUmodule);
     /// `cuModuleGetFunction`.
     fn cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
+    /// `cuFuncGetAttribute`.
+    fn cuFuncGetAttribute(value: *mut c_int, attribute: CUfunction_attribute, function: CUfunction);
     /// `cuFuncGetParamInfo` (CUDA 12.4).
     fn cuFuncGetParamInfo(function: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
     /// `cuLaunchKernel`.

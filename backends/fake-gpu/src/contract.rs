@@ -92,6 +92,11 @@ pub(crate) fn set_current(context: usize) {
     CURRENT.with(|c| c.set(context));
 }
 
+/// The calling thread's current context (0: none).
+pub(crate) fn current_context() -> usize {
+    CURRENT.with(Cell::get)
+}
+
 /// The device current on the calling thread: the device of its current CUDA context, or the
 /// device it made current with `hipSetDevice` (device 0 if neither, as in HIP; CUDA calls
 /// that need one are refused by [`enter`] first).

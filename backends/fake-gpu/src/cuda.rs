@@ -18,8 +18,8 @@ use cudarc::driver::sys::{
 };
 
 use crate::contract::{
-    check_current, check_same_device, current_device, enter, set_current, sticky, violation, Needs,
-    Ret,
+    check_current, check_same_device, current_context, current_device, enter, set_current, sticky,
+    violation, Needs, Ret,
 };
 use crate::driver::{
     context_device, device_count, driver, next_handle, primary_context, GRAPH_LAUNCHES,
@@ -324,6 +324,18 @@ pub unsafe extern "C" fn cuCtxSetCurrent(context: *mut c_void) -> CUresult {
         }
         set_current(context);
         Ok(())
+    })
+}
+
+/// `cuCtxGetCurrent`: the context `cuCtxSetCurrent` made current on this thread, or null.
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(out: *mut *mut c_void) -> CUresult {
+    call("cuCtxGetCurrent", Needs::Init, || {
+        // SAFETY: CUDA's contract: `out` is valid for one CUcontext.
+        unsafe { put(out, current_context() as *mut c_void) }
     })
 }
 
@@ -1243,6 +1255,35 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     })
 }
 
+/// `cuFuncGetAttribute`: `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` is the kernel's limit
+/// (see `Entry::max_threads`); the other attributes CUDA 12 defines read 0.
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    out: *mut c_int,
+    attribute: c_uint,
+    f: *mut c_void,
+) -> CUresult {
+    call("cuFuncGetAttribute", Needs::Context, || {
+        let kernel = driver().find(
+            |d| &d.functions,
+            handle(f),
+            "function",
+            "cuFuncGetAttribute",
+        )?;
+        let value = match attribute {
+            0 => kernel.max_threads as c_int,
+            // Up to CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE.
+            1..=15 => 0,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+        // SAFETY: CUDA's contract: `out` is valid for one int.
+        unsafe { put(out, value) }
+    })
+}
+
 /// `cuLaunchKernel`: reads each parameter's value now (through `kernelParams`, one pointer
 /// per parameter, as CUDA does) and runs the kernel natively when the stream gets there.
 /// Kernels the fake cannot run, and `extra`, are `CUDA_ERROR_NOT_SUPPORTED`.
@@ -1279,6 +1320,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
             || shared_memory_bytes > 48 << 10
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if threads > u64::from(kernel.max_threads) {
+            // What a driver says to a block too large for the kernel's registers or its
+            // `.maxntid`.
+            return Err(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
         }
         if !extra.is_null() {
             return Err(CUDA_ERROR_NOT_SUPPORTED);

@@ -212,6 +212,23 @@ pub extern "C" fn hipSetDevice(ordinal: c_int) -> hipError_t {
     })
 }
 
+/// `hipGetDevice`: the device current on this thread (device 0 before any `hipSetDevice`, as
+/// in HIP). A thread that asked knows which device its calls act on, so from then on it counts
+/// as having chosen it (the contract check that device calls follow a `hipSetDevice` is about
+/// threads that never looked).
+///
+/// # Safety
+/// HIP's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn hipGetDevice(out: *mut c_int) -> hipError_t {
+    call("hipGetDevice", HipNeeds::Nothing, || {
+        let device = current_device();
+        set_hip_device(device);
+        // SAFETY: HIP's contract: valid for one int.
+        unsafe { put(out, device as c_int) }
+    })
+}
+
 /// `hipDeviceGet`: the device of an ordinal (its ordinal).
 ///
 /// # Safety

@@ -22,6 +22,9 @@ pub(crate) struct Kernel {
     pub name: String,
     /// `(offset, size)` of each parameter, as `cuFuncGetParamInfo` reports them.
     pub params: Vec<(usize, usize)>,
+    /// The most threads a block launching it may have
+    /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`): see [`Entry::max_threads`].
+    pub max_threads: u32,
     pub native: Option<Native>,
     /// Set by `cuModuleUnload`: a launch still queued must not run any more.
     pub unloaded: AtomicBool,
@@ -75,7 +78,15 @@ pub(crate) struct Entry {
     pub name: String,
     /// `(size, alignment)` of each parameter.
     pub params: Vec<(usize, usize)>,
+    /// The most threads per block it launches with: the product of its `.maxntid` (or
+    /// `.reqntid`) directive's dimensions, else [`MAX_BLOCK_THREADS`]. A real driver lowers
+    /// the limit further for a kernel using many registers; the fake models the limit only
+    /// through these directives.
+    pub max_threads: u32,
 }
+
+/// The most threads a CUDA block may have on every device the fake models.
+pub(crate) const MAX_BLOCK_THREADS: u32 = 1024;
 
 impl Entry {
     /// The entry point of kernel `name` in a module whose parameter metadata the fake does not
@@ -86,6 +97,7 @@ impl Entry {
         Entry {
             name: name.to_string(),
             params: sizes.iter().map(|&size| (size, size)).collect(),
+            max_threads: MAX_BLOCK_THREADS,
         }
     }
 }
@@ -130,10 +142,12 @@ pub(crate) fn parse_ptx(text: &str) -> Result<Vec<Entry>, String> {
             }
             rest = &inside[close + 1..];
         }
-        rest = check_body(rest, name)?;
+        let (max_threads, after) = performance_directives(rest, name)?;
+        rest = check_body(after, name)?;
         entries.push(Entry {
             name: name.to_string(),
             params,
+            max_threads,
         });
     }
     Ok(entries)
@@ -278,6 +292,41 @@ const OPCODES: &[&str] = &[
 /// Checks the body (`{ ... }`) of entry `name` at the start of `text`, if it has one: every
 /// statement is a directive, a label or a PTX instruction (what `ptxas` would reject first).
 /// Returns the text after it.
+/// Reads the performance-tuning directives between an entry's parameters and its body
+/// (`.maxntid 128, 1, 1`, `.reqntid 64`, `.maxnreg 32`, ...): the most threads per block they
+/// allow, and the text after them.
+fn performance_directives<'a>(text: &'a str, name: &str) -> Result<(u32, &'a str), String> {
+    let mut rest = text.trim_start();
+    let mut max_threads = MAX_BLOCK_THREADS;
+    while let Some(directive) = rest.strip_prefix('.') {
+        let end = directive
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(directive.len());
+        let (word, after) = directive.split_at(end);
+        // Its operands: numbers separated by commas, up to the next directive or the body.
+        let operands_end = after.find(['.', '{', ';']).unwrap_or(after.len());
+        let operands = &after[..operands_end];
+        if matches!(word, "maxntid" | "reqntid") {
+            let dims = operands
+                .split(',')
+                .map(|d| d.trim().parse::<u32>())
+                .collect::<Result<Vec<_>, _>>()
+                .ok()
+                .filter(|d| (1..=3).contains(&d.len()) && !d.contains(&0))
+                .ok_or_else(|| {
+                    format!(
+                        "ptxas fatal   : malformed .{word} of {name}: '{}'",
+                        operands.trim()
+                    )
+                })?;
+            let threads = dims.iter().map(|&d| u64::from(d)).product::<u64>();
+            max_threads = max_threads.min(u32::try_from(threads).unwrap_or(u32::MAX));
+        }
+        rest = after[operands_end..].trim_start();
+    }
+    Ok((max_threads, rest))
+}
+
 fn check_body<'a>(text: &'a str, name: &str) -> Result<&'a str, String> {
     let text = text.trim_start();
     let Some(inside) = text.strip_prefix('{') else {
@@ -404,6 +453,7 @@ impl Kernel {
             name: entry.name.clone(),
             native: Native::find(&entry.name, &sizes),
             params,
+            max_threads: entry.max_threads,
             unloaded: AtomicBool::new(false),
         }
     }

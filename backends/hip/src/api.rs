@@ -4,7 +4,7 @@
 //!
 //! | core vocabulary ([`StreamApi`])  | HIP call                                                     |
 //! |----------------------------------|--------------------------------------------------------------|
-//! | bind the device to a thread      | `hipSetDevice(index)` once per thread (thread-local cache)   |
+//! | bind the device to a thread      | `hipGetDevice`; `hipSetDevice(index)` when another is current |
 //! | stream                           | `hipStreamCreateWithFlags(hipStreamNonBlocking)` / `hipStreamDestroy` |
 //! | synchronize stream               | `hipStreamSynchronize`                                       |
 //! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`: the *shared* HIP event; for [`EventFlags::BLOCKING_SYNC`] also a *private* one, `hipEventCreateWithFlags(hipEventBlockingSync)` (that flag alone), because HIP holds an event's lock for the whole of `hipEventSynchronize` (see [Events](#events)) / `hipEventDestroy` of each |
@@ -62,11 +62,10 @@
 //!
 //! # Threads
 //!
-//! HIP keeps the current device per thread. Every call first makes this API's device current
-//! on the calling thread (`hipSetDevice`), once per thread: a thread-local remembers which
-//! device was made current. Code that calls `hipSetDevice` itself on a thread that also uses a
-//! `HipStreamApi` must not change the device between the API's calls (only matters with more
-//! than one GPU).
+//! HIP keeps the current device per thread. Every call first asks which device is current on
+//! the calling thread (`hipGetDevice`, a thread-local read in the runtime) and makes this
+//! API's device current (`hipSetDevice`) only when it is another, so other HIP code on the
+//! same thread may switch devices between the API's calls without restoring anything.
 //!
 //! # Host functions
 //!
@@ -141,7 +140,6 @@
 //! [`HostVisibleMemory`] picks for host-visible buffers: [`StreamApi::host_pointer`] returns its
 //! address, and copies to and from it skip staging.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
@@ -172,11 +170,6 @@ pub enum HostVisibleMemory {
     /// `hipHostMalloc(hipHostMallocMapped)`, freed with `hipHostFree`: pinned host memory the
     /// device reads and writes over the bus.
     MappedHost,
-}
-
-thread_local! {
-    /// The device this thread made current through a `HipStreamApi`.
-    static CURRENT_DEVICE: Cell<Option<i32>> = const { Cell::new(None) };
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -768,7 +761,6 @@ impl HipStreamApi {
     /// memory.
     pub fn new(hip: Hip, device: i32, host_visible: HostVisibleMemory) -> Result<Self> {
         hip.set_device(device)?;
-        CURRENT_DEVICE.with(|c| c.set(Some(device)));
         let name = crate::describe_device(hip, device)?;
         let attribute = |a| hip.device_attribute(a, device).ok();
         let managed = attribute(sys::hipDeviceAttributeManagedMemory) == Some(1);
@@ -882,9 +874,8 @@ impl HipStreamApi {
     /// Makes this API's device current on the calling thread, unless the thread-local says it
     /// already is.
     fn bind(&self) -> Result<()> {
-        if CURRENT_DEVICE.with(Cell::get) != Some(self.device) {
+        if self.hip.get_device().ok() != Some(self.device) {
             self.hip.set_device(self.device)?;
-            CURRENT_DEVICE.with(|c| c.set(Some(self.device)));
         }
         Ok(())
     }

@@ -201,6 +201,14 @@ impl Hip {
         self.check(e, || format!("hipSetDevice({device})"))
     }
 
+    /// `hipGetDevice`: the device current for the calling thread.
+    pub fn get_device(self) -> Result<i32> {
+        let mut device: c_int = 0;
+        // SAFETY: the out-pointer is valid for one int.
+        let e = unsafe { (self.api.hipGetDevice)(&mut device) };
+        self.check(e, || "hipGetDevice".into()).map(|()| device)
+    }
+
     /// `hipDeviceGet`.
     pub fn device_get(self, ordinal: i32) -> Result<sys::hipDevice_t> {
         let mut d: sys::hipDevice_t = 0;

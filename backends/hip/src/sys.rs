@@ -438,6 +438,8 @@ hip_api! {
         fn hipGetDeviceCount(count: *mut c_int) -> hipError_t;
         /// `hipError_t hipSetDevice(int deviceId)`.
         fn hipSetDevice(device_id: c_int) -> hipError_t;
+        /// `hipError_t hipGetDevice(int* deviceId)`.
+        fn hipGetDevice(device_id: *mut c_int) -> hipError_t;
         /// `hipError_t hipDeviceGet(hipDevice_t* device, int ordinal)`.
         fn hipDeviceGet(device: *mut hipDevice_t, ordinal: c_int) -> hipError_t;
         /// `hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device)`.

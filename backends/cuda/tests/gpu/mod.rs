@@ -198,6 +198,44 @@ fn translation_table_round_trip() {
     api.destroy_stream(s).unwrap();
 }
 
+/// Other CUDA code on the same thread (the CUDA runtime, cudarc's safe layer, a second
+/// device) may leave another context current, or none, between two calls: each call finds its
+/// own context current again, with nothing to restore or forget.
+#[test]
+fn calls_bind_their_context_whatever_is_current() {
+    let Some(api) = api_or_skip("calls_bind_their_context_whatever_is_current") else {
+        return;
+    };
+    let current = || {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the probe initialised the driver.
+        let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
+        assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
+        context
+    };
+    let s = api.create_stream().unwrap();
+    assert_eq!(current(), api.context(), "the API made its context current");
+    let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
+    for round in 0..2u8 {
+        // SAFETY: making no context current is always allowed; the API binds its own again.
+        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(std::ptr::null_mut()) };
+        assert!(code.is_success(), "cuCtxSetCurrent(null): {code:?}");
+        api.memset_async(buf, u32::from(round) + 1, 1, 16, s)
+            .unwrap();
+        assert_eq!(current(), api.context(), "round {round}");
+        let mut out = [0u8; 16];
+        // SAFETY: nothing current again before a call that must bind first.
+        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(std::ptr::null_mut()) };
+        assert!(code.is_success(), "cuCtxSetCurrent(null): {code:?}");
+        // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
+        unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 16, s) }.unwrap();
+        api.synchronize_stream(s).unwrap();
+        assert_eq!(out, [round + 1; 16], "round {round}");
+    }
+    api.free(buf).unwrap();
+    api.destroy_stream(s).unwrap();
+}
+
 /// Pinned memory: one address for host and device, read and written by kernels over the
 /// bus, and copied to and from device memory as a plain DMA (no staging, no host function):
 /// pinned → device → pinned → device, then read back through ordinary (staged) memory.
@@ -342,6 +380,25 @@ fn module_load_errors() {
     assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
     assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
     println!("{e}");
+
+    // A kernel limited to 64 threads per block (`.maxntid`; registers can limit it the same
+    // way) cannot run a 128-thread workgroup: refused at load, naming the limit, instead of
+    // failing every dispatch with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES. 64 threads load.
+    let limited = ".version 8.0\n.target sm_52\n.address_size 64\n\
+                   .visible .entry empty()\n.maxntid 64, 1, 1\n{\n\tret;\n}\n";
+    let mut too_wide = common::empty();
+    too_wide.workgroup_size = [32, 4, 1];
+    let e = api
+        .load_module(&CudaModule::ptx(limited, vec![too_wide]).spec())
+        .unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("at most 64 threads per block"), "{e}");
+    let mut fits = common::empty();
+    fits.workgroup_size = [64, 1, 1];
+    let loaded = api
+        .load_module(&CudaModule::ptx(limited, vec![fits]).spec())
+        .unwrap();
+    api.unload_module(loaded.module).unwrap();
 
     // add_one_u32 takes (pointer, u32); declaring two bindings is refused on every driver:
     // the PTX's `.param`s say so (and cuFuncGetParamInfo, on CUDA 12.4+ drivers).

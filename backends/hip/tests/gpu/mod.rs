@@ -34,6 +34,41 @@ fn devices_are_listed_and_created() {
     assert_eq!(err.code(), StatusCode::NotFound, "{err}");
 }
 
+/// Other HIP code on the same thread may make another device current between two calls of a
+/// `HipStreamApi`: each call makes its own device current again (HIP allocates and creates
+/// streams on the thread's current device), with nothing to restore. Needs two devices.
+#[test]
+fn calls_use_their_device_whatever_is_current() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    if hip.device_count().unwrap() < 2 {
+        eprintln!("skipped: one HIP device");
+        return;
+    }
+    let api = HipStreamApi::new(hip, 1, HostVisibleMemory::Auto).unwrap();
+    hip.set_device(0).unwrap();
+    let stream = api.create_stream().unwrap();
+    assert_eq!(
+        hip.get_device().unwrap(),
+        1,
+        "the API made its device current"
+    );
+    hip.set_device(0).unwrap();
+    let buf = api.allocate(64, MemoryPlacement::Device).unwrap();
+    assert_eq!(hip.get_device().unwrap(), 1);
+    hip.set_device(0).unwrap();
+    api.memset_async(buf, 9, 1, 64, stream).unwrap();
+    let mut out = [0u8; 64];
+    // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
+    unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 64, stream) }.unwrap();
+    hip.set_device(0).unwrap();
+    api.synchronize_stream(stream).unwrap();
+    assert_eq!(out, [9; 64]);
+    api.free(buf).unwrap();
+    api.destroy_stream(stream).unwrap();
+}
+
 /// Pinned memory (`hipHostMalloc(hipHostMallocMapped)`, whatever the host-visible allocator):
 /// one address for host and device, and copied to and from device memory straight, without
 /// staging: pinned → device → pinned.
