@@ -52,6 +52,63 @@ fn memory_released_while_settling_goes_to_the_reclaimer() -> Result<()> {
     Ok(())
 }
 
+/// A buffer or an executable the application drops while other work is in flight on the
+/// device goes to the reclaimer too: on CUDA and HIP the free or unload would wait for that
+/// work, blocking the dropping thread (perhaps an async executor's worker). Once the device is
+/// idle again, drops free at once.
+#[test]
+fn memory_dropped_while_the_device_is_busy_goes_to_the_reclaimer() -> Result<()> {
+    let entry = EntryPoint {
+        name: "noop".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    };
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        block_on(async {
+            let before = api.stats().allocations;
+            let idle = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+            let executable = device.load_executable(
+                &HostModule::new()
+                    .kernel(entry.clone(), |_: &LaunchArgs<'_>| Ok(()))
+                    .spec(),
+            )?;
+            let busy = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+            let hold = api.hold();
+            let fill = queue.fill(Timepoints::default(), &busy.whole(), &[1]);
+            drop(idle);
+            drop(executable);
+            assert_eq!(
+                stat(&device, keys::DEFERRED_FREES),
+                2,
+                "{strategy:?}: handed over while the fill is in flight"
+            );
+            drop(hold);
+            done("fill", fill).await?;
+            eventually("the reclaimer freed and unloaded them", || {
+                api.stats().allocations == before + 1 && api.stats().modules == 0
+            })
+            .await?;
+            eventually("the fill is settled", || {
+                stat(&device, keys::IN_FLIGHT) == 0
+            })
+            .await?;
+            drop(busy);
+            assert_eq!(
+                api.stats().allocations,
+                before,
+                "{strategy:?}: idle, freed at once"
+            );
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 2);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// On a device with room for one 600 KiB buffer, a task that drops its buffer while a
 /// submission uses it, awaits the submission and allocates again always succeeds: the memory
 /// is freed, or its free is pending with the reclaimer and the allocation waits for it.

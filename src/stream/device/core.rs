@@ -103,8 +103,9 @@ pub(crate) struct Core<A: StreamApi> {
     /// for the reclaimer thread.
     pub(crate) reclaim: Arc<Reclaim>,
     in_flight: Mutex<HashMap<u64, Timepoint>>,
-    /// `in_flight.len()`, readable without the lock (the probe parker's decision).
-    pub(crate) in_flight_count: AtomicUsize,
+    /// `in_flight.len()`, readable without the lock (the probe parker's decision, and the
+    /// reclaim queue's: a free while work is in flight goes to the reclaimer).
+    pub(crate) in_flight_count: Arc<AtomicUsize>,
     /// Bumped by every registration: a reactor that saw it move keeps probing for a while.
     pub(crate) epoch: AtomicU64,
     next_id: AtomicU64,
@@ -127,7 +128,8 @@ impl<A: StreamApi> Core<A> {
         probe_interval: Duration,
     ) -> Self {
         let capabilities = api.info().capabilities;
-        let reclaim = Arc::new(Reclaim::default());
+        let in_flight_count = Arc::new(AtomicUsize::new(0));
+        let reclaim = Arc::new(Reclaim::new(in_flight_count.clone()));
         Core {
             api,
             graphs: capabilities.contains(Capabilities::GRAPHS),
@@ -141,7 +143,7 @@ impl<A: StreamApi> Core<A> {
             streams_finished: AtomicBool::new(false),
             reclaim,
             in_flight: Mutex::new(HashMap::new()),
-            in_flight_count: AtomicUsize::new(0),
+            in_flight_count,
             epoch: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             reactor: OnceLock::new(),

@@ -18,7 +18,7 @@
 //! | queue read                             | `copy_device_to_host_async` into the submission's pinned lease (up to 1 MiB; larger reads into host memory of their own), copied out to the reader on completion |
 //! | pinned host memory                     | `allocate(MemoryPlacement::Pinned)`, pooled; one lease per submission that needs one, released when it is settled (see `pinned.rs`) |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |
-//! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it; freed on the device's reclaimer thread when the last reference goes while a submission is settled (a free may wait for the device) |
+//! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it; freed on the device's reclaimer thread when the last reference goes while a submission is settled or while work is in flight (a free may wait for the device), at once otherwise |
 //! | queue `alloca` / release of its memory | `allocate_async` / `free_async` on the queue's stream (stream-ordered pools), else the core's pool |
 //! | executable                             | `load_module` + `get_function` per entry point          |
 //!
@@ -145,7 +145,7 @@ pub struct StreamDevice<A: StreamApi> {
     reactor: Option<Reactor>,
     actions: Vec<ActionQueue>,
     completers: Vec<std::thread::JoinHandle<()>>,
-    /// Makes the frees and module unloads deferred while submissions are settled (see
+    /// Makes the frees and module unloads deferred while submissions are settled or in flight (see
     /// `reclaim.rs`).
     reclaimer: Option<std::thread::JoinHandle<()>>,
     core: Arc<Core<A>>,

@@ -12,9 +12,16 @@
 //!
 //! So while [`Core::complete`](super::core::Core) settles a submission it marks its thread
 //! ([`defer_frees`]), and memory dropped under the mark is handed to the device's *reclaimer*,
-//! a thread that makes the frees in order. Everywhere else (an application thread dropping the
-//! last reference, the device's own shutdown) memory is freed at once, as before. Stream-ordered
-//! memory (queue `alloca`) is freed in stream order with no wait and never goes through here.
+//! a thread that makes the frees in order.
+//!
+//! The same wait would block an application thread that drops the last reference while the
+//! device has work in flight: typically a task on an async executor dropping a buffer it no
+//! longer needs while later kernels run, whose worker thread would then sit in `cuMemFree`
+//! until the device drained, stalling every other task on it. So a drop while submissions are
+//! in flight on the device (its in-flight count, shared with the reclaim queue) is handed over
+//! too. With nothing in flight a free has nothing to wait for and is made at once, on the
+//! dropping thread, as is every free during the device's own shutdown. Stream-ordered memory
+//! (queue `alloca`) is freed in stream order with no wait and never goes through here.
 //!
 //! The same holds for modules: `cuModuleUnload` and `hipModuleUnload` synchronise with the
 //! device too, and the last reference to an executable the application dropped may be the one
@@ -26,7 +33,8 @@
 //! dropped after that (a buffer that outlived its device) is freed at once.
 
 use std::cell::Cell;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::stream::api::{DevicePtr, ModuleHandle};
 use crate::stream::handoff::Handoff;
@@ -81,14 +89,19 @@ pub(crate) struct Reclaim {
     queue: Handoff<Reclaimed>,
     counts: Mutex<Counts>,
     freed: Condvar,
+    /// Submissions in flight on the device (its `Core`'s count): a free made while it is
+    /// nonzero may wait for them.
+    in_flight: Arc<AtomicUsize>,
 }
 
-impl Default for Reclaim {
-    fn default() -> Self {
+impl Reclaim {
+    /// The reclaim queue of a device whose submissions in flight `in_flight` counts.
+    pub(crate) fn new(in_flight: Arc<AtomicUsize>) -> Self {
         Reclaim {
             queue: Handoff::new(std::time::Duration::ZERO),
             counts: Mutex::default(),
             freed: Condvar::new(),
+            in_flight,
         }
     }
 }
@@ -98,10 +111,11 @@ impl Reclaim {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hands `item` to the reclaimer if the calling thread is settling a submission and the
-    /// reclaimer still runs; `false`: the caller releases it itself.
+    /// Hands `item` to the reclaimer if the calling thread is settling a submission or the
+    /// device has submissions in flight (either way, releasing it here could wait for the
+    /// device), and the reclaimer still runs; `false`: the caller releases it itself.
     pub(crate) fn defer(&self, item: Reclaimed) -> bool {
-        deferring() && self.hand_over(item)
+        (deferring() || self.in_flight.load(Ordering::SeqCst) > 0) && self.hand_over(item)
     }
 
     /// The reclaimer thread's loop: releases each item with `release`, in order, until
@@ -158,11 +172,12 @@ impl Reclaim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex as StdMutex};
+    use std::sync::Mutex as StdMutex;
 
     #[test]
     fn only_frees_under_the_mark_are_deferred_and_all_are_made_in_order() {
-        let reclaim = Arc::new(Reclaim::default());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let reclaim = Arc::new(Reclaim::new(in_flight.clone()));
         let memory = |n| Reclaimed::Memory(DevicePtr(n));
         assert!(!reclaim.defer(memory(1)), "not settling: freed at once");
         let freed = Arc::new(StdMutex::new(Vec::new()));
@@ -183,10 +198,22 @@ mod tests {
             );
         }
         assert!(!reclaim.defer(memory(4)), "the mark is gone");
+        in_flight.store(2, Ordering::SeqCst);
+        assert!(
+            reclaim.defer(memory(6)),
+            "work in flight: deferred without the mark"
+        );
+        in_flight.store(0, Ordering::SeqCst);
+        assert!(!reclaim.defer(memory(8)), "idle again");
         reclaim.flush();
         assert_eq!(
             *freed.lock().unwrap(),
-            [memory(2), Reclaimed::Module(ModuleHandle(7)), memory(3)]
+            [
+                memory(2),
+                Reclaimed::Module(ModuleHandle(7)),
+                memory(3),
+                memory(6)
+            ]
         );
         assert_eq!(reclaim.pending(), 0);
         reclaim.close();
