@@ -161,10 +161,11 @@ fn driver_error_name(code: Code) -> Option<String> {
     if !crate::probe::succeeded() {
         return None;
     }
+    let library = crate::probe::library()?;
     // SAFETY: `CUresult cuGetErrorName(CUresult, const char**)`, with the enum passed and
-    // returned as its `repr(u32)` number; the probe succeeded, so cudarc's library opens.
+    // returned as its `repr(u32)` number, from the library the probe opened (loaded for good).
     let function = FUNCTION.get_or_init(|| unsafe {
-        cudarc::driver::sys::culib()
+        library
             .get::<GetErrorName>(b"cuGetErrorName\0")
             .ok()
             .map(|s| *s)

@@ -5,8 +5,9 @@
 //! CUDA 12.0, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
 //! which, and never panic.
 //!
-//! cudarc's loader panics in those cases, so no driver function is called before
-//! [`probe::probe`] has succeeded: it opens libcuda with libloading, checks
+//! cudarc's loader panics in those cases, so it is never used (only cudarc's declarations
+//! are), and no driver function is called before [`probe::probe`] has succeeded: it opens
+//! libcuda with libloading (the library every driver call is then resolved from), checks
 //! `cuDriverGetVersion` against [`probe::MIN_DRIVER_VERSION`] (CUDA 12.0, driver R525; the
 //! bindings are CUDA 12.8's, but symbols are resolved one at a time on first use, and calls
 //! newer than 12.0 are made only where the driver has them: see [`probe`]) and runs
@@ -44,7 +45,7 @@
 //!
 //! * [`probe`]: the gate in front of the driver (libcuda present, CUDA 12.0 or newer,
 //!   initialised).
-//! * [`raw`]: the driver calls this crate makes, resolved from the library cudarc opened, with
+//! * [`raw`]: the driver calls this crate makes, resolved from the library the probe opened, with
 //!   cudarc's parameter types and the result as a plain number ([`raw::Code`]), so codes from a
 //!   driver newer than the bindings and missing symbols are errors, not undefined behaviour or
 //!   panics.

@@ -1,12 +1,15 @@
 //! The gate in front of the CUDA driver.
 //!
 //! cudarc (with `dynamic-loading`) panics when libcuda is missing, on every call. halcyon must
-//! never panic for "no GPU" (and under `panic = "abort"` a panic is fatal), so before any
-//! driver function runs through cudarc's library, [`probe`] opens libcuda itself with
-//! [`libloading`], reads `cuDriverGetVersion`, compares it with the oldest CUDA version this
-//! crate supports ([`MIN_DRIVER_VERSION`], CUDA 12.0), and calls `cuInit(0)`. Only a
-//! successful probe yields a [`Probe`], and every function of this crate that calls the driver
-//! takes one; the result is cached for the process.
+//! never panic for "no GPU" (and under `panic = "abort"` a panic is fatal), so it never calls
+//! the driver through cudarc's loader: [`probe`] opens libcuda itself with [`libloading`],
+//! reads `cuDriverGetVersion`, compares it with the oldest CUDA version this crate supports
+//! ([`MIN_DRIVER_VERSION`], CUDA 12.0), and calls `cuInit(0)`; every driver call then resolves
+//! its symbol from that same library ([`crate::raw`]), so the version checked is the version
+//! called (cudarc's loader tries `libcuda.so` first, which may be another file: a toolkit's
+//! stub on the loader path, or a second driver). Only a successful probe yields a [`Probe`],
+//! and every function of this crate that calls the driver takes one; the result is cached for
+//! the process.
 //!
 //! **Driver versions.** The bindings are CUDA 12.8's ([`BINDINGS_VERSION`]), but the driver
 //! need not be that new: [`crate::raw`] resolves each driver symbol by name the first time it
@@ -83,6 +86,15 @@ pub fn version_string(version: i32) -> String {
 /// The cached outcome of [`probe`].
 static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
 
+/// The library a successful [`probe`] opened, kept loaded for the process.
+static LIBRARY: OnceLock<Library> = OnceLock::new();
+
+/// The libcuda a successful [`probe`] opened, initialised and checked; `None` before one.
+/// [`crate::raw`] resolves every driver call from it.
+pub(crate) fn library() -> Option<&'static Library> {
+    LIBRARY.get()
+}
+
 /// Whether [`probe`] has already run and succeeded (without probing, and without waiting for a
 /// probe under way): the driver may then be asked, for example for an error's name.
 pub(crate) fn succeeded() -> bool {
@@ -121,38 +133,9 @@ pub(crate) fn driver_version_without_init() -> Option<i32> {
 pub fn probe() -> Result<&'static Probe> {
     PROBE
         .get_or_init(|| {
-            let probe = probe_with(LIBCUDA_SONAMES, MIN_DRIVER_VERSION)?;
-            // cudarc opens libcuda by its own list of names; make sure it finds one, since
-            // its loader panics when it does not.
-            // SAFETY: only tries dlopen on cudarc's candidate names (a driver that just
-            // loaded and initialised above); it calls no CUDA function.
-            if !unsafe { cudarc::driver::sys::is_culib_present() } {
-                return Err(Error::new(
-                    StatusCode::Unavailable,
-                    format!(
-                        "{} loaded, but cudarc could not open libcuda by any of its names",
-                        probe.soname
-                    ),
-                ));
-            }
-            // cudarc may open another file than the probe did (it tries `libcuda.so` first,
-            // which can be a toolkit's stub library on the loader path): initialise through
-            // cudarc's library too (cuInit is idempotent), so every later call reaches a
-            // working driver.
-            // SAFETY: cudarc found a libcuda above, so `raw` can resolve from it; the flags
-            // must be 0.
-            let r = unsafe { crate::raw::cuInit(0) };
-            if !r.is_success() {
-                return Err(Error::new(
-                    StatusCode::Unavailable,
-                    format!(
-                        "{} loaded and initialised, but cuInit(0) through the library cudarc \
-                         opened failed with {r:?} (a stub libcuda.so on the loader path? put \
-                         the driver's library first)",
-                        probe.soname
-                    ),
-                ));
-            }
+            let (probe, library) = probe_with(LIBCUDA_SONAMES, MIN_DRIVER_VERSION)?;
+            // Set once: only this closure sets it, and it runs once.
+            let _ = LIBRARY.set(library);
             Ok(probe)
         })
         .as_ref()
@@ -180,9 +163,9 @@ type CuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type CuInit = unsafe extern "C" fn(c_uint) -> c_int;
 type CuGetErrorName = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
 
-/// The probe proper, uncached, against `sonames` and `minimum_version`. Calls no cudarc
-/// function.
-pub(crate) fn probe_with(sonames: &[&str], minimum_version: i32) -> Result<Probe> {
+/// The probe proper, uncached, against `sonames` and `minimum_version`: the probe and the
+/// library it opened. Calls no cudarc function.
+pub(crate) fn probe_with(sonames: &[&str], minimum_version: i32) -> Result<(Probe, Library)> {
     let mut tried = Vec::new();
     let mut opened = None;
     for &soname in sonames {
@@ -226,9 +209,9 @@ pub(crate) fn probe_with(sonames: &[&str], minimum_version: i32) -> Result<Probe
                 .map(|s| *s),
         )
     };
-    // libcuda starts threads in cuInit and does not survive being unloaded: keep it loaded
-    // for the process (cudarc opens it again by name and shares this copy).
-    std::mem::forget(library);
+    // libcuda starts threads in cuInit and does not survive being unloaded: a library that
+    // fails below is kept loaded for the process, and one that succeeds lives in `LIBRARY`.
+    let library = std::mem::ManuallyDrop::new(library);
 
     let describe = |code: c_int| -> String {
         let mut name: *const c_char = std::ptr::null();
@@ -268,10 +251,13 @@ pub(crate) fn probe_with(sonames: &[&str], minimum_version: i32) -> Result<Probe
             ),
         ));
     }
-    Ok(Probe {
-        soname: soname.to_string(),
-        driver_version,
-    })
+    Ok((
+        Probe {
+            soname: soname.to_string(),
+            driver_version,
+        },
+        std::mem::ManuallyDrop::into_inner(library),
+    ))
 }
 
 #[cfg(test)]

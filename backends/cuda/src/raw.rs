@@ -6,10 +6,11 @@
 //! here). A newer driver returns codes those bindings lack (CUDA 13.0 added
 //! `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER = 36`, later drivers more), and a Rust enum holding a
 //! value outside its variants is undefined behaviour the moment it exists, before any code
-//! could look at it. cudarc also panics when a symbol is missing from the library. So each
-//! function here resolves the same symbol from the same library cudarc opened
-//! (`cudarc::driver::sys::culib`, after [`crate::probe::probe`] made sure it opens), declared
-//! with the same parameters but an unsigned integer result:
+//! could look at it. cudarc also panics when a symbol is missing from the library, and its
+//! loader may open another libcuda than the one the probe checked. So each function here
+//! resolves the symbol from the library [`crate::probe::probe`] opened, initialised and
+//! checked, declared with the same parameters as cudarc's declaration but an unsigned integer
+//! result:
 //!
 //! * the parameter types are checked at compile time against cudarc's declaration of the same
 //!   function (generated from CUDA's `cuda.h`), so this table cannot drift from the C API;
@@ -17,9 +18,10 @@
 //!   ([`Code::is`], `==`) and turned into a `CUresult` only when it is one
 //!   ([`Code::known`]);
 //! * a symbol the driver does not export returns [`Code::MISSING_SYMBOL`] instead of
-//!   panicking, so the call fails with a `halcyon::Error` naming it.
+//!   panicking, so the call fails with a `halcyon::Error` naming it; so does every call made
+//!   before a successful probe.
 //!
-//! Each function's symbol is resolved once, on its first call. Callers keep the CUDA contract
+//! Each function's symbol is resolved once, on its first call after the probe. Callers keep the CUDA contract
 //! of each call (valid handles, pointers, a current context); every `unsafe` call site states
 //! how it does.
 
@@ -215,24 +217,18 @@ const KNOWN: &[CUresult] = {
     ]
 };
 
-/// Resolves `name` (NUL-terminated) in the library cudarc opened, as a function of type `F`.
+/// Resolves `name` (NUL-terminated) in the library the probe opened, as a function of type
+/// `F`: `None` before a successful probe (nothing to resolve from yet), `Some(None)` for a
+/// symbol the library lacks.
 ///
 /// # Safety
 ///
-/// `F` must be the function's C signature, and [`crate::probe::probe`] should have succeeded
-/// (without a library, or before the probe initialised the driver, calls fail).
-unsafe fn resolve<F: Copy>(name: &'static str) -> Option<F> {
-    // Checking (once) that cudarc's loader finds a library keeps even a call made without the
-    // probe from panicking.
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries dlopen on cudarc's candidate names.
-    if !*PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
-        return None;
-    }
-    // SAFETY: the caller's contract; a library opens (checked above), and libcuda stays
-    // loaded for the process (the probe leaks its handle, and cudarc keeps its own in a
-    // static).
-    unsafe { sys::culib().get::<F>(name.as_bytes()).ok().map(|s| *s) }
+/// `F` must be the function's C signature.
+unsafe fn resolve<F: Copy>(name: &'static str) -> Option<Option<F>> {
+    let library = crate::probe::library()?;
+    // SAFETY: the caller's contract; the library stays loaded for the process (it lives in a
+    // static), so the pointer stays valid.
+    Some(unsafe { library.get::<F>(name.as_bytes()).ok().map(|s| *s) })
 }
 
 /// Declares each driver function with cudarc's parameter types and a [`Code`] result.
@@ -250,11 +246,16 @@ macro_rules! driver_calls {
             const _: unsafe fn($($ty),*) -> CUresult = sys::$name;
             type F = unsafe extern "C" fn($($ty),*) -> u32;
             static FUNCTION: OnceLock<Option<F>> = OnceLock::new();
-            // SAFETY: `F` is cudarc's C signature with the enum result read as its
-            // `repr(u32)` number, which has the same ABI; the probe ran (our contract).
-            let function = FUNCTION.get_or_init(|| unsafe {
-                resolve::<F>(concat!(stringify!($name), "\0"))
-            });
+            let function = match FUNCTION.get() {
+                Some(function) => *function,
+                // SAFETY: `F` is cudarc's C signature with the enum result read as its
+                // `repr(u32)` number, which has the same ABI.
+                None => match unsafe { resolve::<F>(concat!(stringify!($name), "\0")) } {
+                    // Cached only once there is a library to resolve from.
+                    Some(resolved) => *FUNCTION.get_or_init(|| resolved),
+                    None => None,
+                },
+            };
             match function {
                 // SAFETY: the caller upholds the call's contract.
                 Some(f) => Code(unsafe { f($($arg),*) }),
@@ -438,14 +439,16 @@ mod tests {
     }
 
     #[test]
-    fn calls_without_a_driver_fail_instead_of_panicking() {
-        // SAFETY: cuInit(0) is valid at any time; without a libcuda nothing is called.
+    fn calls_before_a_successful_probe_fail_instead_of_panicking() {
+        // SAFETY: cuInit(0) is valid at any time; before a probe nothing is called.
         let r = unsafe { cuInit(0) };
-        // SAFETY: only tries dlopen.
-        if unsafe { sys::is_culib_present() } {
-            assert_ne!(r, Code::MISSING_SYMBOL, "every libcuda exports cuInit");
-        } else {
+        if crate::probe::library().is_none() {
             assert_eq!(r, Code::MISSING_SYMBOL);
+        }
+        if crate::probe::probe().is_ok() {
+            // SAFETY: as above, now through the probed library.
+            let r = unsafe { cuInit(0) };
+            assert!(r.is_success(), "every libcuda exports cuInit: {r:?}");
         }
     }
 }
