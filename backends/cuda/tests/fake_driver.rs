@@ -26,7 +26,7 @@ use halcyon_cuda::{create_device_with, CudaDeviceOptions};
 use halcyon_fake_gpu::client::Fake;
 
 /// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
-/// failure; one a real `libcuda.so` shadows (a GPU machine with the toolkit) skips.
+/// failure; one that another libcuda.so.1 loaded first shadows skips.
 fn prepare_driver() -> Result<&'static Fake, String> {
     let fake = Fake::load();
     if let Err(e) = &fake {

@@ -18,8 +18,8 @@ use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions};
 use halcyon_fake_gpu::client::Fake;
 
 /// The fake driver, loaded before anything opens libcuda, with mapped pointers that differ
-/// from their host addresses. A fake that was not built is a test failure; one a real
-/// `libcuda.so` shadows skips.
+/// from their host addresses. A fake that was not built is a test failure; one that another
+/// libcuda.so.1 loaded first shadows skips.
 fn unmapped_driver() -> Result<&'static Fake, String> {
     let fake = Fake::load();
     match &fake {

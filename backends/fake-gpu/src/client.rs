@@ -19,7 +19,7 @@ pub struct Fake {
 }
 
 static OPENED: OnceLock<Result<Fake, String>> = OnceLock::new();
-static CUDARC_FINDS_IT: OnceLock<Result<(), String>> = OnceLock::new();
+static STANDS_IN: OnceLock<Result<(), String>> = OnceLock::new();
 
 impl Fake {
     /// Opens the fake (once per process) from beside the running executable (cargo puts a
@@ -52,27 +52,33 @@ impl Fake {
     }
 
     /// Opens the fake ([`Fake::open`]) as the process's libcuda: every later
-    /// `dlopen("libcuda.so.1")` gets it. Call it before anything opens libcuda. `Err` says why
-    /// the fake cannot stand in for libcuda here: it was not built, or a real `libcuda.so` on
-    /// the loader path comes first in cudarc's search.
+    /// `dlopen("libcuda.so.1")` gets it (the fake's SONAME, which the loader matches before it
+    /// searches any path), and so does halcyon-cuda's probe, which every driver call resolves
+    /// from. Call it before anything opens libcuda. `Err` says why the fake cannot stand in
+    /// for libcuda here: it was not built, or another libcuda.so.1 was loaded first.
     pub fn load() -> Result<&'static Fake, String> {
         let fake = Fake::open()?;
-        CUDARC_FINDS_IT
+        STANDS_IN
             .get_or_init(|| {
-                // SAFETY: only tries dlopen on cudarc's candidate names, the last of which,
-                // libcuda.so.1, is the fake's SONAME.
-                let found = unsafe {
-                    cudarc::driver::sys::is_culib_present()
-                        && cudarc::driver::sys::culib()
+                // SAFETY: opens libcuda.so.1, which is the fake already loaded (its SONAME) or
+                // a driver loaded before it, and only looks up a symbol.
+                let found = unsafe { Library::new("libcuda.so.1") }.is_ok_and(|library| {
+                    // SAFETY: only a lookup; nothing is called.
+                    let fake = unsafe {
+                        library
                             .get::<unsafe extern "C" fn()>(b"halcyon_fake_gpu_stats\0")
                             .is_ok()
-                };
+                    };
+                    // Never closed: it may be a real driver, which must stay loaded.
+                    std::mem::forget(library);
+                    fake
+                });
                 if found {
                     Ok(())
                 } else {
                     Err(
-                        "cudarc opens another libcuda than the fake (a real libcuda.so on the \
-                         loader path comes first in its search)"
+                        "libcuda.so.1 is another library than the fake (a driver was loaded \
+                         before it)"
                             .into(),
                     )
                 }
