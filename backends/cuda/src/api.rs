@@ -47,11 +47,13 @@
 //! **Context binding.** Each `CudaApi` retains its device's primary context (shared with the
 //! CUDA runtime and every other user of the device in the process). Every method asks the
 //! driver which context is current on the calling thread (`cuCtxGetCurrent`, a thread-local
-//! read in the driver) and calls `cuCtxSetCurrent` only when it is not this device's, so
-//! halcyon-cuda shares threads with any other CUDA code (the CUDA runtime's `cudaSetDevice`,
-//! cudarc's safe layer, another device's `CudaApi`) without either having to restore the
-//! other's context. The retained context cannot be destroyed and its address reused while
-//! this `CudaApi` lives, so comparing the current context with it is exact.
+//! read in the driver) and calls `cuCtxSetCurrent` unless it is this device's and this
+//! `CudaApi` made it current on the thread itself (a thread-local holds the id of the last
+//! `CudaApi` that did). So halcyon-cuda shares threads with any other CUDA code (the CUDA
+//! runtime's `cudaSetDevice`, cudarc's safe layer, another device's `CudaApi`) without either
+//! having to restore the other's context; and a thread whose current context is a primary
+//! context released by everyone and retained again at the same address, by a new `CudaApi`,
+//! still gets it set again.
 //!
 //! **Host functions after a device fault.** CUDA drops enqueued host functions after a sticky
 //! error without running them. Their closures live in a registry (`src/callback.rs`), not in
@@ -65,6 +67,7 @@
 //! and reused by later copies before anything new is allocated; they are freed in
 //! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
@@ -90,6 +93,11 @@ use crate::raw::{self, Code};
 use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The id of the `CudaApi` that last made its context current on this thread (0: none).
+    static BOUND: Cell<u64> = const { Cell::new(0) };
+}
 
 /// Bytes of JIT error log kept when loading a module fails.
 const JIT_LOG_BYTES: usize = 16 << 10;
@@ -437,12 +445,16 @@ impl CudaApi {
         self.host_funcs.load(Ordering::Relaxed)
     }
 
-    /// Makes this device's context current on the calling thread, unless it already is.
+    /// Makes this device's context current on the calling thread, unless it already is (see
+    /// the [module docs](self)).
     fn bind(&self) -> Result<()> {
-        let mut current: CUcontext = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer.
-        if unsafe { raw::cuCtxGetCurrent(&mut current) }.is_success() && current == self.context {
-            return Ok(());
+        if BOUND.with(Cell::get) == self.id {
+            let mut current: CUcontext = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            let r = unsafe { raw::cuCtxGetCurrent(&mut current) };
+            if r.is_success() && current == self.context {
+                return Ok(());
+            }
         }
         // SAFETY: the context is retained for as long as `self` lives.
         check(unsafe { raw::cuCtxSetCurrent(self.context) }, || {
@@ -451,6 +463,7 @@ impl CudaApi {
                 self.ordinal
             )
         })?;
+        BOUND.with(|b| b.set(self.id));
         Ok(())
     }
 
