@@ -158,9 +158,6 @@ pub fn describe(code: Code) -> String {
 fn driver_error_name(code: Code) -> Option<String> {
     type GetErrorName = unsafe extern "C" fn(u32, *mut *const c_char) -> u32;
     static FUNCTION: OnceLock<Option<GetErrorName>> = OnceLock::new();
-    if !crate::probe::succeeded() {
-        return None;
-    }
     let library = crate::probe::library()?;
     // SAFETY: `CUresult cuGetErrorName(CUresult, const char**)`, with the enum passed and
     // returned as its `repr(u32)` number, from the library the probe opened (loaded for good).

@@ -95,12 +95,6 @@ pub(crate) fn library() -> Option<&'static Library> {
     LIBRARY.get()
 }
 
-/// Whether [`probe`] has already run and succeeded (without probing, and without waiting for a
-/// probe under way): the driver may then be asked, for example for an error's name.
-pub(crate) fn succeeded() -> bool {
-    PROBE.get().is_some_and(|p| p.is_ok())
-}
-
 /// The CUDA version the driver supports, for example `12040`, found without initialising CUDA:
 /// the probe's, if it already succeeded, else `cuDriverGetVersion` (which needs no `cuInit`)
 /// from a libcuda opened for the question (and kept loaded). `None` without a usable driver.

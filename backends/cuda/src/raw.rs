@@ -21,9 +21,9 @@
 //!   panicking, so the call fails with a `halcyon::Error` naming it; so does every call made
 //!   before a successful probe.
 //!
-//! Each function's symbol is resolved once, on its first call after the probe. Callers keep the CUDA contract
-//! of each call (valid handles, pointers, a current context); every `unsafe` call site states
-//! how it does.
+//! Each function's symbol is resolved once, on its first call after the probe. Callers keep
+//! the CUDA contract of each call (valid handles, pointers, a current context); every `unsafe`
+//! call site states how it does.
 
 use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 use std::fmt;

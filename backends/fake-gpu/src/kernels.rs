@@ -289,9 +289,6 @@ const OPCODES: &[&str] = &[
     "xor",
 ];
 
-/// Checks the body (`{ ... }`) of entry `name` at the start of `text`, if it has one: every
-/// statement is a directive, a label or a PTX instruction (what `ptxas` would reject first).
-/// Returns the text after it.
 /// Reads the performance-tuning directives between an entry's parameters and its body
 /// (`.maxntid 128, 1, 1`, `.reqntid 64`, `.maxnreg 32`, ...): the most threads per block they
 /// allow, and the text after them.
@@ -327,6 +324,9 @@ fn performance_directives<'a>(text: &'a str, name: &str) -> Result<(u32, &'a str
     Ok((max_threads, rest))
 }
 
+/// Checks the body (`{ ... }`) of entry `name` at the start of `text`, if it has one: every
+/// statement is a directive, a label or a PTX instruction (what `ptxas` would reject first).
+/// Returns the text after it.
 fn check_body<'a>(text: &'a str, name: &str) -> Result<&'a str, String> {
     let text = text.trim_start();
     let Some(inside) = text.strip_prefix('{') else {

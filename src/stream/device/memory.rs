@@ -93,16 +93,7 @@ impl<A: StreamApi> StreamMemory<A> {
         } else {
             MemoryPlacement::Device
         };
-        let ptr = match api.allocate(size, placement) {
-            // Memory whose free was deferred may be what is missing: wait for it, try again.
-            Err(error)
-                if error.code() == StatusCode::ResourceExhausted && reclaim.pending() > 0 =>
-            {
-                reclaim.flush();
-                api.allocate(size, placement)?
-            }
-            allocated => allocated?,
-        };
+        let ptr = reclaim.retry_after_frees(|| api.allocate(size, placement))?;
         let host = if host_visible {
             match api.host_pointer(ptr) {
                 Some(host) => Some(host),
@@ -146,17 +137,8 @@ impl<A: StreamApi> StreamMemory<A> {
             order.free_deferred(&**api, stream);
             api.allocate_async(size, stream)
         };
-        let ptr = match allocate() {
-            // As for a plain allocation: memory whose free is pending with the reclaimer may be
-            // what is missing (waited for outside the issue lock, which frees do not need).
-            Err(error)
-                if error.code() == StatusCode::ResourceExhausted && reclaim.pending() > 0 =>
-            {
-                reclaim.flush();
-                allocate()?
-            }
-            allocated => allocated?,
-        };
+        // The wait for pending frees is outside the issue lock, which frees do not need.
+        let ptr = reclaim.retry_after_frees(allocate)?;
         Ok(StreamMemory {
             api: api.clone(),
             owner,

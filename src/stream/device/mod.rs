@@ -145,8 +145,8 @@ pub struct StreamDevice<A: StreamApi> {
     reactor: Option<Reactor>,
     actions: Vec<ActionQueue>,
     completers: Vec<std::thread::JoinHandle<()>>,
-    /// Makes the frees and module unloads deferred while submissions are settled or in flight (see
-    /// `reclaim.rs`).
+    /// Makes the frees and module unloads deferred while submissions are settled or in flight
+    /// (see `reclaim.rs`).
     reclaimer: Option<std::thread::JoinHandle<()>>,
     core: Arc<Core<A>>,
     info: DeviceInfo,

@@ -36,6 +36,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::error::{Result, StatusCode};
 use crate::stream::api::{DevicePtr, ModuleHandle};
 use crate::stream::handoff::Handoff;
 
@@ -140,6 +141,19 @@ impl Reclaim {
         // counted is always in the queue before it stops, and the thread releases it.
         self.queue.push(item);
         true
+    }
+
+    /// Runs `allocate`; if it runs out of memory while frees are pending here, waits for them
+    /// ([`Reclaim::flush`]) and runs it once more: memory whose free was deferred may be what
+    /// is missing, and deferring a free must not turn into an out-of-memory error.
+    pub(crate) fn retry_after_frees<T>(&self, allocate: impl Fn() -> Result<T>) -> Result<T> {
+        match allocate() {
+            Err(error) if error.code() == StatusCode::ResourceExhausted && self.pending() > 0 => {
+                self.flush();
+                allocate()
+            }
+            allocated => allocated,
+        }
     }
 
     /// Waits until everything handed over so far was released.
