@@ -5,6 +5,14 @@
 //! [`StreamApi::allocate_async`] on the queue's stream instead, and is returned with
 //! [`StreamApi::free_async`] on that stream: no synchronisation either way.
 //!
+//! An allocation that runs out of memory first waits for the frees still on their way
+//! ([`Core::retry_out_of_memory`]) and tries once more: memory the application already gave
+//! back, whose free is pending with the reclaimer (see [`Reclaim`]), deferred behind an issue,
+//! or enqueued on a queue's stream behind work still running there, must not turn into an
+//! out-of-memory error. So once a task awaited a `dealloca` (or a submission that held the last
+//! reference to a buffer) that memory is available to its next allocation, at the price of a
+//! blocking wait on this rare path, as a GPU allocator's own out-of-memory path has.
+//!
 //! Host-visible buffers are allocated [`MemoryPlacement::HostVisible`] and mapped through the
 //! address [`StreamApi::host_pointer`] reports; an API that cannot give one refuses host-visible
 //! buffers instead of pretending. Device-local buffers have no host mapping even where the API
@@ -12,12 +20,15 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
 use crate::stream::api::{DevicePtr, MemoryPlacement, StreamApi, StreamHandle};
+use crate::stream::device::core::{Core, QueueStreams};
 use crate::stream::device::reclaim::{Reclaim, Reclaimed};
+use crate::stream::event_pool::{Event, EventPool};
 
 /// What orders work on one queue's stream: the lock held while a submission is enqueued (and
 /// while a command list is captured into a graph), and stream-ordered frees that found it held.
@@ -31,6 +42,9 @@ use crate::stream::device::reclaim::{Reclaim, Reclaimed};
 pub(crate) struct StreamOrder {
     pub(crate) issue: Mutex<()>,
     deferred: Mutex<Vec<DevicePtr>>,
+    /// Set when a stream-ordered free is enqueued, cleared when an out-of-memory path fenced
+    /// the stream's frees ([`StreamOrder::fence_frees`]).
+    unfenced: AtomicBool,
 }
 
 impl StreamOrder {
@@ -39,10 +53,34 @@ impl StreamOrder {
         let deferred =
             std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
         for ptr in deferred {
-            if api.free_async(ptr, stream).is_err() {
-                let _ = api.free(ptr);
+            match api.free_async(ptr, stream) {
+                Ok(()) => self.unfenced.store(true, Ordering::SeqCst),
+                Err(_) => {
+                    let _ = api.free(ptr);
+                }
             }
         }
+    }
+
+    /// For an allocation that ran out of memory: enqueues the deferred frees, and if the stream
+    /// has stream-ordered frees the host has not seen complete, an event after them, which the
+    /// caller waits for (outside the issue lock) before trying again. `None`: nothing to wait
+    /// for (or no event could be recorded, and then the allocation fails as it would have).
+    fn fence_frees<A: StreamApi>(
+        &self,
+        api: &A,
+        stream: StreamHandle,
+        events: &EventPool,
+    ) -> Option<Event> {
+        // The issue lock also keeps a graph capture from taking the frees or the event.
+        let _in_order = self.issue.lock().unwrap_or_else(|p| p.into_inner());
+        self.free_deferred(api, stream);
+        if !self.unfenced.swap(false, Ordering::SeqCst) {
+            return None;
+        }
+        let event = events.acquire().ok()?;
+        api.record_event(event.handle(), stream).ok()?;
+        Some(event)
     }
 
     /// Frees what was deferred directly (the stream is going away).
@@ -78,22 +116,16 @@ unsafe impl<A: StreamApi> Send for StreamMemory<A> {}
 unsafe impl<A: StreamApi> Sync for StreamMemory<A> {}
 
 impl<A: StreamApi> StreamMemory<A> {
-    /// Allocates `size` bytes for a buffer with `params` on device `owner`.
-    pub(crate) fn allocate(
-        api: &Arc<A>,
-        owner: u64,
-        device: &str,
-        size: u64,
-        params: &BufferParams,
-        reclaim: &Arc<Reclaim>,
-    ) -> Result<Self> {
+    /// Allocates `size` bytes for a buffer with `params` on `core`'s device.
+    pub(crate) fn allocate(core: &Core<A>, size: u64, params: &BufferParams) -> Result<Self> {
+        let api = &core.api;
         let host_visible = params.memory.contains(MemoryType::HOST_VISIBLE);
         let placement = if host_visible {
             MemoryPlacement::HostVisible
         } else {
             MemoryPlacement::Device
         };
-        let ptr = reclaim.retry_after_frees(|| api.allocate(size, placement))?;
+        let ptr = core.retry_out_of_memory(|| api.allocate(size, placement))?;
         let host = if host_visible {
             match api.host_pointer(ptr) {
                 Some(host) => Some(host),
@@ -102,9 +134,10 @@ impl<A: StreamApi> StreamMemory<A> {
                     return Err(Error::new(
                         StatusCode::Unavailable,
                         format!(
-                            "{device} cannot map {size} bytes of host-visible memory: its stream \
-                             API gave no host address for a host-visible allocation; allocate \
-                             device memory and copy through queue reads and writes"
+                            "{} cannot map {size} bytes of host-visible memory: its stream API \
+                             gave no host address for a host-visible allocation; allocate \
+                             device memory and copy through queue reads and writes",
+                            core.name
                         ),
                     ));
                 }
@@ -114,40 +147,74 @@ impl<A: StreamApi> StreamMemory<A> {
         };
         Ok(StreamMemory {
             api: api.clone(),
-            owner,
+            owner: core.id,
             ptr,
             len: size,
             host,
             stream: None,
-            reclaim: reclaim.clone(),
+            reclaim: core.reclaim.clone(),
         })
     }
 
-    /// Allocates `size` bytes of device memory in the order of `stream` (for a queue `alloca`).
-    pub(crate) fn allocate_async(
-        api: &Arc<A>,
-        owner: u64,
-        size: u64,
-        stream: StreamHandle,
-        order: &Arc<StreamOrder>,
-        reclaim: &Arc<Reclaim>,
-    ) -> Result<Self> {
+    /// Allocates `size` bytes of device memory in the order of `queue`'s stream (for a queue
+    /// `alloca`).
+    pub(crate) fn allocate_async(core: &Core<A>, queue: &QueueStreams, size: u64) -> Result<Self> {
+        let (api, order) = (&core.api, &queue.order);
         let allocate = || {
             let _in_order = order.issue.lock().unwrap_or_else(|p| p.into_inner());
-            order.free_deferred(&**api, stream);
-            api.allocate_async(size, stream)
+            order.free_deferred(&**api, queue.stream);
+            api.allocate_async(size, queue.stream)
         };
-        // The wait for pending frees is outside the issue lock, which frees do not need.
-        let ptr = reclaim.retry_after_frees(allocate)?;
+        // The wait for pending frees is outside the issue lock, which they need.
+        let ptr = core.retry_out_of_memory(allocate)?;
         Ok(StreamMemory {
             api: api.clone(),
-            owner,
+            owner: core.id,
             ptr,
             len: size,
             host: None,
-            stream: Some((stream, order.clone())),
-            reclaim: reclaim.clone(),
+            stream: Some((queue.stream, order.clone())),
+            reclaim: core.reclaim.clone(),
         })
+    }
+}
+
+impl<A: StreamApi> Core<A> {
+    /// Runs `allocate`; if it runs out of memory while frees are on their way, waits for them
+    /// and runs it once more (see the [module docs](self)). Waited for: the reclaimer's pending
+    /// frees ([`Reclaim::flush`]), then every queue's deferred frees, enqueued now, and its
+    /// stream-ordered frees not yet seen complete, through an event recorded after them. Work
+    /// enqueued on a stream never waits for the host, so the wait ends; it blocks the calling
+    /// thread meanwhile, which only an allocation that would otherwise fail pays.
+    pub(crate) fn retry_out_of_memory<T>(&self, allocate: impl Fn() -> Result<T>) -> Result<T> {
+        match allocate() {
+            Err(error) if error.code() == StatusCode::ResourceExhausted => {
+                if self.wait_for_frees() {
+                    allocate()
+                } else {
+                    Err(error)
+                }
+            }
+            allocated => allocated,
+        }
+    }
+
+    /// Waits for the frees on their way (see [`Core::retry_out_of_memory`]); `false`: there
+    /// were none.
+    fn wait_for_frees(&self) -> bool {
+        let mut waited = self.reclaim.pending() > 0;
+        self.reclaim.flush();
+        let fences: Vec<Event> = self
+            .queues
+            .iter()
+            .filter_map(|q| q.order.fence_frees(&*self.api, q.stream, &self.events))
+            .collect();
+        for fence in &fences {
+            // An error (a device fault) leaves the memory where it is: the retry reports it.
+            let _ = self.api.synchronize_event(fence.handle());
+            waited = true;
+        }
+        waited
     }
 }
 
@@ -174,6 +241,7 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
                 // In stream order: after what the stream holds now, without blocking.
                 Ok(_in_order) => {
                     if self.api.free_async(self.ptr, *stream).is_ok() {
+                        order.unfenced.store(true, Ordering::SeqCst);
                         return;
                     }
                     // The stream is gone (the buffer outlived its device): free it directly,

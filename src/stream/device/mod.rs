@@ -397,14 +397,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
 
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {
         let core = &self.core;
-        Ok(Arc::new(StreamMemory::allocate(
-            &core.api,
-            core.id,
-            &core.name,
-            size,
-            params,
-            &core.reclaim,
-        )?))
+        Ok(Arc::new(StreamMemory::allocate(core, size, params)?))
     }
 
     fn allocate_queued(
@@ -420,15 +413,8 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         }
         Stats::bump(&core.stats.queued_allocations, 1);
         Some(
-            StreamMemory::allocate_async(
-                &core.api,
-                core.id,
-                size,
-                queue.stream,
-                &queue.order,
-                &core.reclaim,
-            )
-            .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
+            StreamMemory::allocate_async(core, queue, size)
+                .map(|m| Arc::new(m) as Arc<dyn BufferMemory>),
         )
     }
 

@@ -28,15 +28,14 @@
 //! a dispatching submission holds, so its unload goes the same way ([`Reclaimed::Module`]).
 //!
 //! An allocation that runs out of memory waits for the reclaimer's pending frees
-//! ([`Reclaim::flush`]) and tries once more, so deferring a free never turns into a spurious
-//! out-of-memory error. When the device is dropped the reclaimer takes what is left, and memory
+//! ([`Reclaim::flush`], from `Core::retry_out_of_memory`) and tries once more, so deferring a
+//! free never turns into a spurious out-of-memory error. When the device is dropped the reclaimer takes what is left, and memory
 //! dropped after that (a buffer that outlived its device) is freed at once.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::error::{Result, StatusCode};
 use crate::stream::api::{DevicePtr, ModuleHandle};
 use crate::stream::handoff::Handoff;
 
@@ -141,19 +140,6 @@ impl Reclaim {
         // counted is always in the queue before it stops, and the thread releases it.
         self.queue.push(item);
         true
-    }
-
-    /// Runs `allocate`; if it runs out of memory while frees are pending here, waits for them
-    /// ([`Reclaim::flush`]) and runs it once more: memory whose free was deferred may be what
-    /// is missing, and deferring a free must not turn into an out-of-memory error.
-    pub(crate) fn retry_after_frees<T>(&self, allocate: impl Fn() -> Result<T>) -> Result<T> {
-        match allocate() {
-            Err(error) if error.code() == StatusCode::ResourceExhausted && self.pending() > 0 => {
-                self.flush();
-                allocate()
-            }
-            allocated => allocated,
-        }
     }
 
     /// Waits until everything handed over so far was released.
