@@ -31,7 +31,7 @@
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
-//! | `get_function`                      | `cuModuleGetFunction`                                          |
+//! | `get_function`                      | `cuModuleGetFunction`; the handle is registered with its kernel's checked signature, which a launch must match |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
 //! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy` |
 //! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
@@ -125,9 +125,9 @@ pub struct CudaApi {
     /// This API's own memory pool for stream-ordered allocation (where the device has memory
     /// pools): see [`CudaApi::set_pool_release_threshold`].
     pool: Option<MemPool>,
-    /// The signature of every entry point of the modules loaded and not unloaded, by
-    /// `CUfunction`: a launch must pass exactly it (see `launch_kernel`).
-    signatures: Mutex<HashMap<u64, KernelSignature>>,
+    /// The checked signature of every entry point of the modules loaded and not unloaded: a
+    /// launch must pass exactly it (see `launch_kernel`).
+    signatures: Mutex<Signatures>,
     /// The [`MemoryPlacement::Pinned`] allocations made and not freed (`cuMemHostAlloc`):
     /// freed with `cuMemFreeHost`, host-addressable, and copied to and from without staging.
     /// Those still live are freed with the API.
@@ -179,6 +179,16 @@ fn covering(live: &BTreeMap<u64, u64>, ptr: u64, len: u64) -> Option<u64> {
     let offset = ptr - base; // base <= ptr
     let end = offset.checked_add(len.max(1))?;
     (end <= size).then_some(base)
+}
+
+/// The checked signatures of the loaded kernels, by module and name (what loading checked),
+/// and by every `CUfunction` that `get_function` handed out for them (what a launch names).
+/// CUDA does not promise that `cuModuleGetFunction` answers the same handle each time it is
+/// asked, so a handle is registered when it is handed out, not assumed from loading.
+#[derive(Default)]
+struct Signatures {
+    by_name: HashMap<(u64, String), KernelSignature>,
+    by_function: HashMap<u64, KernelSignature>,
 }
 
 /// What a launch of one kernel must pass: the checked signature of its entry point.
@@ -349,7 +359,30 @@ impl CudaApi {
         self.info.capabilities |= Capabilities::GRAPHS;
     }
 
-    fn signatures(&self) -> std::sync::MutexGuard<'_, HashMap<u64, KernelSignature>> {
+    /// `cuModuleGetFunction`: the kernel called `name` in `module`.
+    fn function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+        let c_name = CString::new(name).map_err(|_| {
+            Error::new(
+                StatusCode::InvalidArgument,
+                format!("kernel name {name:?} contains a NUL byte"),
+            )
+        })?;
+        self.bind()?;
+        let mut f: CUfunction = std::ptr::null_mut();
+        // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
+        let r = unsafe {
+            raw::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
+        };
+        check(r, || {
+            format!(
+                "cuModuleGetFunction({name:?}) (the module has no such kernel; declare it \
+                 extern \"C\" so its name is not mangled)"
+            )
+        })?;
+        Ok(FunctionHandle(f as usize as u64))
+    }
+
+    fn signatures(&self) -> std::sync::MutexGuard<'_, Signatures> {
         self.signatures.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -1214,7 +1247,7 @@ impl StreamApi for CudaApi {
             // says whether the kernel takes a status word on any driver (validated above). For
             // a cubin kernel the driver cannot report on, see `cubin_status_word`.
             // Where both the driver and the PTX text answer, they must agree.
-            let checked = self.get_function(loaded, &entry.name).and_then(|f| {
+            let checked = self.function(loaded, &entry.name).and_then(|f| {
                 let params = kernel_params(self.probe, f);
                 let reported = match &params {
                     Some(params) if !params.is_empty() => Some(check_kernel_params(entry, params)?),
@@ -1245,10 +1278,10 @@ impl StreamApi for CudaApi {
                 Ok((f, status_word))
             });
             match checked {
-                Ok((function, status_word)) => {
+                Ok((_, status_word)) => {
                     status_words.push(status_word);
-                    self.signatures().insert(
-                        function.0,
+                    self.signatures().by_name.insert(
+                        (loaded.0, entry.name.clone()),
                         KernelSignature {
                             module: loaded.0,
                             bindings: entry.binding_count as usize,
@@ -1271,8 +1304,12 @@ impl StreamApi for CudaApi {
     }
 
     fn unload_module(&self, module: ModuleHandle) -> Result<()> {
-        self.signatures()
+        let mut signatures = self.signatures();
+        signatures.by_name.retain(|(m, _), _| *m != module.0);
+        signatures
+            .by_function
             .retain(|_, signature| signature.module != module.0);
+        drop(signatures);
         self.bind()?;
         // SAFETY: a module this API loaded; the stream layer unloads only after the work using
         // it completed.
@@ -1283,25 +1320,16 @@ impl StreamApi for CudaApi {
     }
 
     fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
-        let c_name = CString::new(name).map_err(|_| {
-            Error::new(
-                StatusCode::InvalidArgument,
-                format!("kernel name {name:?} contains a NUL byte"),
-            )
-        })?;
-        self.bind()?;
-        let mut f: CUfunction = std::ptr::null_mut();
-        // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
-        let r = unsafe {
-            raw::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
-        };
-        check(r, || {
-            format!(
-                "cuModuleGetFunction({name:?}) (the module has no such kernel; declare it \
-                 extern \"C\" so its name is not mangled)"
-            )
-        })?;
-        Ok(FunctionHandle(f as usize as u64))
+        let function = self.function(module, name)?;
+        let mut signatures = self.signatures();
+        if let Some(signature) = signatures
+            .by_name
+            .get(&(module.0, name.to_owned()))
+            .copied()
+        {
+            signatures.by_function.insert(function.0, signature);
+        }
+        Ok(function)
     }
 
     fn launch_kernel(
@@ -1312,7 +1340,8 @@ impl StreamApi for CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         let status = params.status;
-        let signature = self.signatures().get(&function.0).copied().ok_or_else(|| {
+        let found = self.signatures().by_function.get(&function.0).copied();
+        let signature = found.ok_or_else(|| {
             Error::new(
                 StatusCode::InvalidArgument,
                 format!(
