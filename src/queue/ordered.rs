@@ -8,7 +8,7 @@
 //! only once the earlier work on `s` has settled, reached or failed: the action's own waits on
 //! `s` (its *order*, [`failure_order`]) and the highest value below `v` that submitted work will
 //! still signal on `s` (registered by every [`crate::Queue`] submission with
-//! `Semaphore::expect_signal`), which covers work the action depends on through other
+//! [`Semaphore::expect_signal`]), which covers work the action depends on through other
 //! semaphores and completions the host has not seen yet. Work before the action on its
 //! timelines completes and reports its own outcome; work after it fails. An entry whose earlier
 //! work never settles holds its failure back, as that work would have held the action back. If
