@@ -243,6 +243,54 @@ fn an_allocation_after_awaiting_a_dealloca_waits_for_its_stream_ordered_free() -
     Ok(())
 }
 
+/// Loading an executable takes device memory too (code and globals): a load that finds the
+/// device full while a buffer's free is pending with the reclaimer waits for it, as an
+/// allocation does, instead of failing.
+#[test]
+fn a_load_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
+    const SIZE: u64 = 600 << 10;
+    let entry = EntryPoint {
+        name: "noop".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    };
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        api.limit_memory(1 << 20);
+        api.modules_take_memory(SIZE);
+        api.delay_frees(Duration::from_millis(2));
+        let spec = HostModule::new()
+            .kernel(entry.clone(), |_: &LaunchArgs<'_>| Ok(()))
+            .spec();
+        block_on(async {
+            let buffer = device.allocator().allocate(SIZE, BufferParams::DEVICE)?;
+            let Err(error) = device.load_executable(&spec) else {
+                panic!("the limit leaves room for the buffer or the module");
+            };
+            assert_eq!(error.code(), StatusCode::ResourceExhausted, "{error}");
+            let mut buffer = Some(buffer);
+            for round in 0..20 {
+                let context = |e: halcyon::Error| e.context(format!("round {round}, {strategy:?}"));
+                let used = buffer.take().expect("a buffer each round");
+                let hold = api.hold();
+                let fill = queue.fill(Timepoints::default(), &used.whole(), &[round as u8]);
+                drop(used);
+                drop(hold);
+                done("fill", fill).await?;
+                let executable = device.load_executable(&spec).map_err(context)?;
+                drop(executable);
+                buffer = Some(device.allocator().allocate(SIZE, BufferParams::DEVICE)?);
+            }
+            assert_eq!(stat(&device, keys::DEFERRED_FREES), 20, "{strategy:?}");
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// An executable the application drops while a dispatch of it is in flight is unloaded when
 /// that submission is settled, by the reclaimer (an unload may wait for the device, like a
 /// free); one dropped with nothing in flight is unloaded at once.

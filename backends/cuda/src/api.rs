@@ -19,7 +19,7 @@
 //! | `synchronize_event`                 | `cuEventSynchronize`                                           |
 //! | `stream_wait_event`                 | `cuStreamWaitEvent(stream, event, 0)`                          |
 //! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`); refused on a capturing stream (one-shot closures cannot be replayed) |
-//! | `allocate(Device)`                  | `cuMemAlloc`                                                   |
+//! | `allocate(Device)`                  | `cuMemAlloc`; out of memory: the API's pool trimmed (`cuMemPoolTrimTo(pool, 0)`) and tried once more, as for module loading and graph instantiation |
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
 //! | `allocate(Pinned)`                  | `cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP \| CU_MEMHOSTALLOC_PORTABLE)`, then `cuMemHostGetDevicePointer(flags 0)`, which must return the host address (else `cuMemFreeHost` and `Unimplemented`); recorded among the API's pinned allocations |
 //! | `free`                              | `cuMemFreeHost` for the base of a pinned allocation, else `cuMemFree` |
@@ -357,6 +357,24 @@ impl CudaApi {
     /// either way.
     pub fn enable_graphs(&mut self) {
         self.info.capabilities |= Capabilities::GRAPHS;
+    }
+
+    /// Makes `call`; if the device is out of memory, gives back what this API's stream-ordered
+    /// pool keeps (`cuMemPoolTrimTo(pool, 0)`, see [`CudaApi::set_pool_release_threshold`]) and
+    /// makes it once more. For every call that allocates device memory outside the pool:
+    /// `cuMemAlloc`, module loading (code and globals) and graph instantiation. The stream layer
+    /// waits for frees still on their way before it retries an allocation, so by then the host
+    /// has seen them complete and the trim releases them.
+    fn trimming_on_oom(&self, mut call: impl FnMut() -> Code) -> Code {
+        let r = call();
+        match &self.pool {
+            Some(pool) if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                // SAFETY: a live pool; trimming only releases unused memory.
+                let _ = unsafe { raw::cuMemPoolTrimTo(pool.0, 0) };
+                call()
+            }
+            _ => r,
+        }
     }
 
     /// `cuModuleGetFunction`: the kernel called `name` in `module`.
@@ -845,16 +863,7 @@ impl StreamApi for CudaApi {
         match placement {
             MemoryPlacement::Device => {
                 // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
-                let mut r = unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) };
-                if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-                    if let Some(pool) = &self.pool {
-                        // Give back what the stream-ordered pool keeps, then try again.
-                        // SAFETY: a live pool; trimming only releases unused memory.
-                        let _ = unsafe { raw::cuMemPoolTrimTo(pool.0, 0) };
-                        // SAFETY: as above.
-                        r = unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) };
-                    }
-                }
+                let r = self.trimming_on_oom(|| unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) });
                 check(r, || format!("cuMemAlloc({size} bytes)"))?;
             }
             MemoryPlacement::HostVisible => {
@@ -1192,26 +1201,30 @@ impl StreamApi for CudaApi {
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
             sys::CUjit_option::CU_JIT_THREADS_PER_BLOCK,
         ];
-        // JIT option values are passed as pointer-sized words: the buffer, its size, the
-        // threads per block (which the driver overwrites with what it targeted).
-        let mut values: [*mut c_void; 3] = [
-            log.as_mut_ptr().cast(),
-            std::ptr::without_provenance_mut(JIT_LOG_BYTES),
-            std::ptr::without_provenance_mut(threads_per_block as usize),
-        ];
+        let log_ptr: *mut c_void = log.as_mut_ptr().cast();
         let mut handle: CUmodule = std::ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX, or a binary image whose declared extents were
-        // checked to lie within its bytes (validate); it, `log`, `options` and `values` outlive
-        // the call; the option count matches both arrays.
-        let r = unsafe {
-            raw::cuModuleLoadDataEx(
-                &mut handle,
-                image,
-                options.len() as c_uint,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
+        let r = self.trimming_on_oom(|| {
+            // JIT option values are passed as pointer-sized words: the buffer, its size, the
+            // threads per block. The driver overwrites the last two (with the log's length and
+            // what it targeted), so every attempt passes fresh ones.
+            let mut values: [*mut c_void; 3] = [
+                log_ptr,
+                std::ptr::without_provenance_mut(JIT_LOG_BYTES),
+                std::ptr::without_provenance_mut(threads_per_block as usize),
+            ];
+            // SAFETY: `image` is NUL-terminated PTX, or a binary image whose declared extents
+            // were checked to lie within its bytes (validate); it, the log buffer, `options`
+            // and `values` outlive the call; the option count matches both arrays.
+            unsafe {
+                raw::cuModuleLoadDataEx(
+                    &mut handle,
+                    image,
+                    options.len() as c_uint,
+                    options.as_mut_ptr(),
+                    values.as_mut_ptr(),
+                )
+            }
+        });
         if !r.is_success() {
             let bytes: Vec<u8> = log
                 .iter()
@@ -1482,7 +1495,8 @@ impl StreamApi for CudaApi {
         )?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
-        let r = unsafe { raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        let r = self
+            .trimming_on_oom(|| unsafe { raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
         // SAFETY: the executable graph does not depend on the graph it was instantiated from.
         let _ = unsafe { raw::cuGraphDestroy(graph) };
         check(r, || "cuGraphInstantiateWithFlags".into())?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::executable::{EntryPoint, ExecutableBackend, ExecutableSpec};
 use crate::stream::api::{FunctionHandle, ModuleHandle, StreamApi};
+use crate::stream::device::core::Core;
 use crate::stream::device::reclaim::{Reclaim, Reclaimed};
 
 /// A module loaded through [`StreamApi::load_module`], unloaded when the last handle and the
@@ -28,14 +29,12 @@ pub(crate) struct StreamExecutable<A: StreamApi> {
 }
 
 impl<A: StreamApi> StreamExecutable<A> {
-    /// Loads `spec` and looks up every entry point's function.
-    pub(crate) fn load(
-        api: &Arc<A>,
-        reclaim: &Arc<Reclaim>,
-        owner: u64,
-        spec: &ExecutableSpec,
-    ) -> Result<Self> {
-        let loaded = api.load_module(spec)?;
+    /// Loads `spec` on `core`'s device and looks up every entry point's function. Loading
+    /// allocates device memory (code, globals), so running out of it waits for the frees on
+    /// their way and tries once more, as an allocation does.
+    pub(crate) fn load(core: &Core<A>, spec: &ExecutableSpec) -> Result<Self> {
+        let api = &core.api;
+        let loaded = core.retry_out_of_memory(|| api.load_module(spec))?;
         let functions = loaded
             .entry_points
             .iter()
@@ -53,8 +52,8 @@ impl<A: StreamApi> StreamExecutable<A> {
             .collect();
         Ok(StreamExecutable {
             api: api.clone(),
-            reclaim: reclaim.clone(),
-            owner,
+            reclaim: core.reclaim.clone(),
+            owner: core.id,
             module: loaded.module,
             entry_points: loaded.entry_points,
             functions,

@@ -423,12 +423,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
     }
 
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>> {
-        Ok(Box::new(StreamExecutable::load(
-            &self.core.api,
-            &self.core.reclaim,
-            self.core.id,
-            spec,
-        )?))
+        Ok(Box::new(StreamExecutable::load(&self.core, spec)?))
     }
 
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {

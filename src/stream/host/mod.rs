@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result, StatusCode};
-use crate::stream::api::{EventHandle, StreamHandle};
+use crate::stream::api::{DevicePtr, EventHandle, StreamHandle};
 
 use self::control::Control;
 use self::event::HostEvent;
@@ -129,6 +129,10 @@ pub(crate) struct Shared {
     pub(crate) refuse_pinned: AtomicBool,
     /// Set by [`HostStreamApi::delay_frees`], in microseconds.
     pub(crate) free_delay_us: AtomicU64,
+    /// Set by [`HostStreamApi::modules_take_memory`], in bytes.
+    pub(crate) module_bytes: AtomicU64,
+    /// The memory each loaded module takes (with [`HostStreamApi::modules_take_memory`]).
+    pub(crate) module_memory: Mutex<HashMap<u64, DevicePtr>>,
     pub(crate) stats: Counters,
 }
 
@@ -251,6 +255,8 @@ impl HostStreamApi {
                     closing: AtomicBool::new(false),
                     refuse_pinned: AtomicBool::new(false),
                     free_delay_us: AtomicU64::new(0),
+                    module_bytes: AtomicU64::new(0),
+                    module_memory: Mutex::default(),
                     stats: Counters::default(),
                 }),
             }),
@@ -307,6 +313,12 @@ impl HostStreamApi {
     pub fn delay_frees(&self, delay: std::time::Duration) {
         let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
         self.shared().free_delay_us.store(micros, Ordering::Relaxed);
+    }
+
+    /// From now on makes every module loaded take `bytes` of device memory until it is
+    /// unloaded, as a GPU's code and globals do, so loading can run out of memory too.
+    pub fn modules_take_memory(&self, bytes: u64) {
+        self.shared().module_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// From now on refuses (`ResourceExhausted`) an allocation that would take the bytes of

@@ -2,7 +2,7 @@
 //! the device's fault state, its handles resolved, and its work enqueued as a stream operation.
 
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result, StatusCode};
@@ -305,6 +305,13 @@ impl StreamApi for HostStreamApi {
         let entry_points = module.kernels.iter().map(|k| k.entry.clone()).collect();
         let status_words = module.kernels.iter().map(|k| k.status_word).collect();
         let id = shared.id();
+        let bytes = shared.module_bytes.load(Ordering::Relaxed);
+        if bytes > 0 {
+            let memory = shared.memory.allocate(bytes).map_err(|error| {
+                error.context(format!("loading a module that takes {bytes} bytes"))
+            })?;
+            lock(&shared.module_memory).insert(id, memory);
+        }
         lock(&shared.modules).insert(id, Arc::new(module));
         Ok(LoadedModule {
             module: ModuleHandle(id),
@@ -319,6 +326,9 @@ impl StreamApi for HostStreamApi {
             .remove(&module.0)
             .ok_or_else(|| invalid(format!("{module:?} is not a loaded module")))?;
         lock(&shared.functions).retain(|_, (owner, _, _)| *owner != module.0);
+        if let Some(memory) = lock(&shared.module_memory).remove(&module.0) {
+            shared.memory.free(memory)?;
+        }
         Ok(())
     }
 
