@@ -19,7 +19,7 @@
 //! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
-//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]) / `hipModuleUnload` |
+//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
 //! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]); the grid checked first against `hipDeviceAttributeMaxGridDim{X,Y,Z}` and `grid × block ≤ u32::MAX` per dimension (`InvalidArgument`), which some runtimes would otherwise truncate |
 //! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
@@ -905,18 +905,24 @@ impl HipStreamApi {
         }
     }
 
-    /// `hipMalloc`; when it runs out of memory, the freed memory the API's own pool keeps is
-    /// given back (`hipMemPoolTrimTo(pool, 0)`) and the allocation tried once more.
+    /// `hipMalloc`, trimming the pool when it runs out of memory ([`HipStreamApi::trimming_on_oom`]).
     fn malloc_device(&self, bytes: usize) -> Result<*mut c_void> {
-        match self.hip.malloc(bytes) {
-            // hipErrorOutOfMemory: the only error of hipMalloc that is ResourceExhausted.
+        self.trimming_on_oom(|| self.hip.malloc(bytes))
+    }
+
+    /// Makes `call`; when it runs out of memory, the freed memory the API's own pool keeps is
+    /// given back (`hipMemPoolTrimTo(pool, 0)`) and the call made once more. For every call that
+    /// takes device memory outside the pool: `hipMalloc` and module loading.
+    fn trimming_on_oom<T>(&self, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+        match call() {
+            // hipErrorOutOfMemory: the only error of these calls that is ResourceExhausted.
             Err(e) if e.code() == StatusCode::ResourceExhausted => {
                 let Some(pool) = &self.pool else {
                     return Err(e);
                 };
                 // SAFETY: a live pool; trimming only releases memory no allocation holds.
                 let _ = unsafe { self.hip.mem_pool_trim_to(pool.raw, 0) };
-                self.hip.malloc(bytes)
+                call()
             }
             other => other,
         }
@@ -1445,7 +1451,8 @@ impl StreamApi for HipStreamApi {
         // SAFETY: `validate` checked that this is an AMDGPU ELF whose headers, sections and
         // segments all lie inside these bytes, which is everything HIP reads through; the image
         // stays alive (and unmoved) in the module until after hipModuleUnload.
-        let raw = unsafe { self.hip.module_load_data(view) }.map_err(|e| {
+        let raw = self.trimming_on_oom(|| unsafe { self.hip.module_load_data(view) });
+        let raw = raw.map_err(|e| {
             Error::new(
                 e.code(),
                 format!(
