@@ -187,7 +187,7 @@ impl Semaphore {
             native.signal(value)?;
         }
         self.shared.value.store(value, Ordering::Release);
-        state.prune_pending(value);
+        state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         woken.wake();
@@ -207,7 +207,7 @@ impl Semaphore {
             return;
         }
         self.shared.value.store(value, Ordering::Release);
-        state.prune_pending(value);
+        state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         woken.wake();
@@ -358,13 +358,6 @@ impl fmt::Debug for Semaphore {
             Err(error) => d.field("failure", &error),
         };
         d.field("native", &self.shared.native.is_some()).finish()
-    }
-}
-
-impl State {
-    /// Forgets the pending signals the payload reached.
-    fn prune_pending(&mut self, payload: u64) {
-        self.pending.prune(payload);
     }
 }
 
