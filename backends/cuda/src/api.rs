@@ -48,12 +48,20 @@
 //! CUDA runtime and every other user of the device in the process). Every method asks the
 //! driver which context is current on the calling thread (`cuCtxGetCurrent`, a thread-local
 //! read in the driver) and calls `cuCtxSetCurrent` unless it is this device's and this
-//! `CudaApi` made it current on the thread itself (a thread-local holds the id of the last
-//! `CudaApi` that did). So halcyon-cuda shares threads with any other CUDA code (the CUDA
-//! runtime's `cudaSetDevice`, cudarc's safe layer, another device's `CudaApi`) without either
-//! having to restore the other's context; and a thread whose current context is a primary
+//! `CudaApi` made it current on the thread itself (a thread-local remembers the last
+//! `CudaApi` that left its context current, so a thread whose current context is a primary
 //! context released by everyone and retained again at the same address, by a new `CudaApi`,
-//! still gets it set again.
+//! still gets it set again). What the call found current decides what it leaves behind:
+//!
+//! * nothing (a thread no CUDA code used yet, halcyon's own threads), this context, or one a
+//!   dropped `CudaApi` left (its release may have destroyed it): this context stays current,
+//!   so the next call on the thread costs one `cuCtxGetCurrent`;
+//! * any other context (the CUDA runtime's after `cudaSetDevice`, a context a library pushed,
+//!   another device's `CudaApi`): the call makes it current again before it returns
+//!   (`cuCtxSetCurrent` replaces the top of the thread's context stack, so a pushed context
+//!   comes back where it was), at the cost of two more `cuCtxSetCurrent`s. So halcyon-cuda
+//!   never changes the device that other CUDA code on a shared thread (a tokio worker issuing
+//!   submissions, say) works on.
 //!
 //! **Host functions after a device fault.** CUDA drops enqueued host functions after a sticky
 //! error without running them. Their closures live in a registry (`src/callback.rs`), not in
@@ -67,12 +75,12 @@
 //! and reused by later copies before anything new is allocated; they are freed in
 //! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
@@ -94,9 +102,37 @@ use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
 
+/// The `CudaApi` that last left its context current on a thread.
+struct Left {
+    id: u64,
+    context: CUcontext,
+    /// Dead once that `CudaApi` dropped: its release may have destroyed the context.
+    alive: Weak<()>,
+}
+
 thread_local! {
-    /// The id of the `CudaApi` that last made its context current on this thread (0: none).
-    static BOUND: Cell<u64> = const { Cell::new(0) };
+    /// The `CudaApi` that last made its context current on this thread and left it there.
+    static BOUND: RefCell<Option<Left>> = const { RefCell::new(None) };
+}
+
+/// A context [`CudaApi::bind`] made current in place of another: dropping it makes the other
+/// current again, so code that shares the thread (the CUDA runtime after `cudaSetDevice`, a
+/// library that pushed its own context) finds its context where it left it.
+#[must_use = "the context is only bound while the guard lives"]
+struct Bound {
+    /// The context that was current before, to make current again.
+    restore: Option<CUcontext>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some(previous) = self.restore {
+            // SAFETY: `previous` was current on this thread when the guard was made, and making
+            // a context current is allowed from any thread; if its owner destroyed it since,
+            // the driver refuses it, which leaves this thread's context to that owner.
+            let _ = unsafe { raw::cuCtxSetCurrent(previous) };
+        }
+    }
 }
 
 /// Bytes of JIT error log kept when loading a module fails.
@@ -110,6 +146,9 @@ pub struct CudaApi {
     context: CUcontext,
     /// Process-unique: the thread-local binding key and the owner of host functions.
     id: u64,
+    /// Held while the API lives: a thread where it left its context current can tell whether
+    /// the context may since have been destroyed (see [`CudaApi::bind`]).
+    alive: Arc<()>,
     info: ApiInfo,
     /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the host may touch managed memory while
     /// kernels run, so host-visible (managed) buffers can be offered.
@@ -272,6 +311,7 @@ impl CudaApi {
             device,
             context,
             id: NEXT_API.fetch_add(1, Ordering::Relaxed),
+            alive: Arc::new(()),
             info: ApiInfo {
                 driver: DRIVER_ID.into(),
                 name,
@@ -289,7 +329,9 @@ impl CudaApi {
             mapped: PinnedAllocations::default(),
             host_funcs: AtomicU64::new(0),
         };
-        api.bind()?; // fails early (e.g. the context cannot be created) rather than on first use
+        // Fails early (e.g. the context cannot be created) rather than on first use, and keeps
+        // the context current while the pool is made.
+        let bound = api.bind()?;
         let mut api = api;
         if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) {
             // Without its own pool the API allocates from the device's default pool, which
@@ -297,6 +339,7 @@ impl CudaApi {
             api.pool = api.create_pool().ok();
             api.set_pool_release_threshold(u64::MAX)?;
         }
+        drop(bound);
         Ok(api)
     }
 
@@ -331,6 +374,7 @@ impl CudaApi {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
+        let _bound = self.bind()?;
         let mut value: u64 = bytes;
         // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
         check(
@@ -385,7 +429,7 @@ impl CudaApi {
                 format!("kernel name {name:?} contains a NUL byte"),
             )
         })?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut f: CUfunction = std::ptr::null_mut();
         // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
         let r = unsafe {
@@ -496,16 +540,25 @@ impl CudaApi {
         self.host_funcs.load(Ordering::Relaxed)
     }
 
-    /// Makes this device's context current on the calling thread, unless it already is (see
-    /// the [module docs](self)).
-    fn bind(&self) -> Result<()> {
-        if BOUND.with(Cell::get) == self.id {
-            let mut current: CUcontext = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer.
-            let r = unsafe { raw::cuCtxGetCurrent(&mut current) };
-            if r.is_success() && current == self.context {
-                return Ok(());
-            }
+    /// Makes this device's context current on the calling thread, unless it already is, for as
+    /// long as the returned guard lives (see the [module docs](self)): if another context was
+    /// current, dropping the guard makes it current again.
+    fn bind(&self) -> Result<Bound> {
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        if !unsafe { raw::cuCtxGetCurrent(&mut current) }.is_success() {
+            current = std::ptr::null_mut();
+        }
+        // Who left `current` current: (whether it was this API, whether it was a `CudaApi` now
+        // dropped). `None`: no `CudaApi` left it (another library, the CUDA runtime, nothing).
+        let left = BOUND.with(|b| {
+            b.borrow()
+                .as_ref()
+                .filter(|l| l.context == current)
+                .map(|l| (l.id == self.id, l.alive.strong_count() == 0))
+        });
+        if left.is_some_and(|(this, _)| this) {
+            return Ok(Bound { restore: None });
         }
         // SAFETY: the context is retained for as long as `self` lives.
         check(unsafe { raw::cuCtxSetCurrent(self.context) }, || {
@@ -514,8 +567,24 @@ impl CudaApi {
                 self.ordinal
             )
         })?;
-        BOUND.with(|b| b.set(self.id));
-        Ok(())
+        // A context a dropped `CudaApi` left behind may be destroyed, and nobody else made it
+        // current: it is not given back.
+        let stale = left.is_some_and(|(_, dropped)| dropped);
+        if current.is_null() || current == self.context || stale {
+            // Nobody else's context to give back: this one stays current for the next call.
+            BOUND.with(|b| {
+                *b.borrow_mut() = Some(Left {
+                    id: self.id,
+                    context: self.context,
+                    alive: Arc::downgrade(&self.alive),
+                })
+            });
+            Ok(Bound { restore: None })
+        } else {
+            Ok(Bound {
+                restore: Some(current),
+            })
+        }
     }
 
     /// Refuses an entry point whose workgroup is larger than the loaded kernel can launch
@@ -690,7 +759,7 @@ impl Drop for CudaApi {
         // Host functions still pending will never run (a faulted context drops them) or belong
         // to streams nobody synchronised; either way nothing waits for them any more.
         callback::drop_owned_by(self.id);
-        if self.bind().is_ok() {
+        if let Ok(_bound) = self.bind() {
             self.free_pinned(self.staging.drain());
             let captured =
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
@@ -738,7 +807,7 @@ impl StreamApi for CudaApi {
     // ---------------------------------------------------------------- streams
 
     fn create_stream(&self) -> Result<StreamHandle> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut s: CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
         // SAFETY: valid out-pointer; context bound.
@@ -751,7 +820,7 @@ impl StreamApi for CudaApi {
     }
 
     fn destroy_stream(&self, handle: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // Removed under the write lock: no `live` check passes for it any more, and none is
         // still between its check and its driver call. Only one destroy finds it.
         if !self.live_streams().remove(&handle.0) {
@@ -768,7 +837,7 @@ impl StreamApi for CudaApi {
     }
 
     fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live stream of this context.
         let synchronized = check(unsafe { raw::cuStreamSynchronize(stream(handle)) }, || {
             format!("cuStreamSynchronize({handle:?})")
@@ -780,7 +849,7 @@ impl StreamApi for CudaApi {
     // ---------------------------------------------------------------- events
 
     fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut cu_flags = 0;
         if flags.contains(EventFlags::BLOCKING_SYNC) {
             cu_flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint;
@@ -797,7 +866,7 @@ impl StreamApi for CudaApi {
     }
 
     fn destroy_event(&self, handle: EventHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: an event this API created; a pending record completes harmlessly (CUDA
         // defers the release until it has).
         check(unsafe { raw::cuEventDestroy_v2(event(handle)) }, || {
@@ -806,7 +875,7 @@ impl StreamApi for CudaApi {
     }
 
     fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live event and stream of this context.
         check(unsafe { raw::cuEventRecord(event(e), stream(s)) }, || {
             format!("cuEventRecord({e:?}, {s:?})")
@@ -814,7 +883,7 @@ impl StreamApi for CudaApi {
     }
 
     fn query_event(&self, e: EventHandle) -> Result<bool> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live event of this context.
         match unsafe { raw::cuEventQuery(event(e)) } {
             Code::SUCCESS => Ok(true),
@@ -824,7 +893,7 @@ impl StreamApi for CudaApi {
     }
 
     fn synchronize_event(&self, e: EventHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live event of this context. With CU_EVENT_BLOCKING_SYNC the thread sleeps.
         check(unsafe { raw::cuEventSynchronize(event(e)) }, || {
             format!("cuEventSynchronize({e:?})")
@@ -832,7 +901,7 @@ impl StreamApi for CudaApi {
     }
 
     fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live stream and event of this context; flags 0 (CU_EVENT_WAIT_DEFAULT).
         check(
             unsafe { raw::cuStreamWaitEvent(stream(s), event(e), 0) },
@@ -843,7 +912,7 @@ impl StreamApi for CudaApi {
     // ---------------------------------------------------------------- host functions
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         self.refuse_capture(s, "a host function")?;
         self.enqueue_host_func(s, func)
     }
@@ -858,7 +927,7 @@ impl StreamApi for CudaApi {
             ));
         }
         let bytes = usize_len(size, "an allocation")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut ptr: CUdeviceptr = 0;
         match placement {
             MemoryPlacement::Device => {
@@ -892,7 +961,7 @@ impl StreamApi for CudaApi {
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         self.free_retired(); // this method may block
         if self.mapped.remove(ptr.0) {
             // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
@@ -916,9 +985,12 @@ impl StreamApi for CudaApi {
         if self.mapped.covers(ptr.0, 0) {
             return NonNull::new(ptr.0 as usize as *mut u8);
         }
-        if !self.concurrent_managed || self.bind().is_err() {
+        if !self.concurrent_managed {
             return None;
         }
+        let Ok(_bound) = self.bind() else {
+            return None;
+        };
         // Zeroed and wider than the attribute (an unsigned int / bool), so either width reads
         // as non-zero exactly when it is true.
         let mut managed: u64 = 0;
@@ -955,7 +1027,7 @@ impl StreamApi for CudaApi {
             ));
         }
         let bytes = usize_len(size, "an allocation")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let _live = self.live(s)?;
         let mut ptr: CUdeviceptr = 0;
         let r = match &self.pool {
@@ -978,7 +1050,7 @@ impl StreamApi for CudaApi {
     }
 
     fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let _live = self.live(s)?;
         // SAFETY: an allocation of this API, freed once the stream reaches this point.
         check(unsafe { raw::cuMemFreeAsync(ptr.0, stream(s)) }, || {
@@ -997,7 +1069,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
         // function, which a capture would turn into a one-shot host node (see refuse_capture).
         if self.capturing(s)? {
@@ -1056,7 +1128,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, "a device-to-host copy")?;
         if self.mapped.covers(dst as usize as u64, len) {
@@ -1111,7 +1183,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: device addresses only; invalid ones are reported by the driver, never touch
         // host memory.
         check(
@@ -1142,7 +1214,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let count = usize_len(len / width, "a fill")?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let (d, st) = (dst.0, stream(s));
         // SAFETY: device addresses only, aligned for the element width (checked above).
         let (r, call) = unsafe {
@@ -1174,7 +1246,7 @@ impl StreamApi for CudaApi {
 
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = CudaModule::from_spec(spec)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let ptx;
         let image: *const c_void = match &module.image {
             CudaImage::Ptx(text) => {
@@ -1323,7 +1395,7 @@ impl StreamApi for CudaApi {
             .by_function
             .retain(|_, signature| signature.module != module.0);
         drop(signatures);
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a module this API loaded; the stream layer unloads only after the work using
         // it completed.
         check(
@@ -1394,7 +1466,7 @@ impl StreamApi for CudaApi {
                 ),
             ));
         }
-        self.bind()?;
+        let _bound = self.bind()?;
         // The driver copies the values during the call, so they only need to outlive it: the
         // pointers (bindings, then the status word) are kept in `pointers`, the constants are
         // used in place.
@@ -1472,7 +1544,7 @@ impl StreamApi for CudaApi {
     // ---------------------------------------------------------------- graphs
 
     fn begin_capture(&self, s: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // Relaxed mode: no thread is refused "potentially unsafe" calls while this stream
         // captures. Other threads (the reactor's probe, completion threads) keep querying and
         // synchronising events, and a captured host-to-device copy allocates pinned memory on
@@ -1486,7 +1558,7 @@ impl StreamApi for CudaApi {
     }
 
     fn end_capture(&self, s: StreamHandle) -> Result<GraphHandle> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: a stream in capture; valid out-pointer.
         check(
@@ -1504,7 +1576,7 @@ impl StreamApi for CudaApi {
     }
 
     fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: an executable graph of this API and a live stream.
         check(
             unsafe { raw::cuGraphLaunch(graph.0 as usize as CUgraphExec, stream(s)) },
@@ -1513,7 +1585,7 @@ impl StreamApi for CudaApi {
     }
 
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: an executable graph of this API; runs in flight finish first (CUDA frees it
         // asynchronously on completion).
         check(

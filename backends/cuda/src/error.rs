@@ -187,8 +187,8 @@ pub fn cuda_error(call: &str, code: Code) -> Error {
     if is_sticky(code) {
         message.push_str(
             "; this is a sticky CUDA device fault: the device's context is unusable from now on \
-             (every call fails, enqueued host functions never run); drop the device and every \
-             other user of its primary context, or restart the process",
+             (every call fails, enqueued host functions never run), and CUDA documents that \
+             the process must be restarted to use the GPU again",
         );
     }
     Error::new(status_code(code), message)

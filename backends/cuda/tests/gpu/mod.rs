@@ -236,6 +236,69 @@ fn calls_bind_their_context_whatever_is_current() {
     api.destroy_stream(s).unwrap();
 }
 
+/// A call on a thread where another context is current (the CUDA runtime's after
+/// `cudaSetDevice`, a library's, another device's) makes that context current again before it
+/// returns, so halcyon never moves other CUDA code on a shared thread to its device; on a
+/// thread with no context current, the API's own stays current for the next call. Needs a
+/// second device (the fake driver has two); skipped with one.
+#[test]
+fn calls_give_another_current_context_back() {
+    const TEST: &str = "calls_give_another_current_context_back";
+    let Some(api) = api_or_skip(TEST) else {
+        return;
+    };
+    let other = match probe::probe().and_then(|probe| CudaApi::new(probe, 1)) {
+        Ok(other) => other,
+        Err(e) => {
+            eprintln!("skipped {TEST}: no second device: {e}");
+            return;
+        }
+    };
+    let current = || {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the probe initialised the driver.
+        let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
+        assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
+        context
+    };
+    // A fresh thread: nothing is current on it yet.
+    std::thread::spawn(move || {
+        assert!(current().is_null(), "a new thread starts with no context");
+        let s = api.create_stream().unwrap();
+        assert_eq!(
+            current(),
+            api.context(),
+            "on a thread with none, the API's stays"
+        );
+        // SAFETY: the other device's retained primary context, alive while `other` is.
+        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(other.context()) };
+        assert!(code.is_success(), "cuCtxSetCurrent(other): {code:?}");
+        let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
+        assert_eq!(current(), other.context(), "after allocate");
+        api.memset_async(buf, 7, 1, 16, s).unwrap();
+        assert_eq!(current(), other.context(), "after memset_async");
+        let mut out = [0u8; 16];
+        // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
+        unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 16, s) }.unwrap();
+        api.synchronize_stream(s).unwrap();
+        assert_eq!(
+            current(),
+            other.context(),
+            "after a copy and a synchronisation"
+        );
+        assert_eq!(out, [7; 16], "the work ran on the API's own device");
+        // The other device's API finds its context current and keeps it.
+        let t = other.create_stream().unwrap();
+        other.destroy_stream(t).unwrap();
+        assert_eq!(current(), other.context(), "after the other API's calls");
+        api.free(buf).unwrap();
+        api.destroy_stream(s).unwrap();
+        assert_eq!(current(), other.context(), "after free and destroy_stream");
+    })
+    .join()
+    .unwrap();
+}
+
 /// Pinned memory: one address for host and device, read and written by kernels over the
 /// bus, and copied to and from device memory as a plain DMA (no staging, no host function):
 /// pinned → device → pinned → device, then read back through ordinary (staged) memory.
