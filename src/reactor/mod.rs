@@ -93,6 +93,10 @@ pub trait Parker: Send + 'static {
     /// The handle posters use to end a park. Called once, when the reactor starts.
     fn unparker(&self) -> Box<dyn Unpark>;
 
+    /// Called once on the reactor thread when it starts, before it runs anything: a backend
+    /// may prepare the thread (bind its device to it, say). Default: nothing.
+    fn started(&mut self) {}
+
     /// Called on the reactor thread after the last action was dropped at shutdown: fail or
     /// release whatever the backend still watches.
     fn shutdown(&mut self) {}
@@ -438,6 +442,9 @@ impl Executor {
 
 /// The reactor thread.
 fn run(shared: &Shared, mut parker: Option<Box<dyn Parker>>) {
+    if let Some(parker) = parker.as_mut() {
+        parker.started();
+    }
     let mut executor = Executor {
         tasks: HashMap::new(),
         ready: BTreeSet::new(),

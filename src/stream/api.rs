@@ -258,6 +258,13 @@ pub trait StreamApi: Send + Sync + 'static {
     /// Identity and capabilities. Cheap; called when a device is created.
     fn info(&self) -> ApiInfo;
 
+    /// Called first thing on each thread the stream layer runs for a device of this API (its
+    /// completion threads, its reclaimer and its reactor), where nothing but halcyon's work
+    /// runs. An API that binds a device or context to the calling thread (see the trait docs)
+    /// and gives the thread's previous one back after each call on other threads may bind it
+    /// here for good instead. Default: nothing.
+    fn adopt_thread(&self) {}
+
     // ---------------------------------------------------------------- streams
 
     /// Creates a stream that does not synchronise with the legacy default stream

@@ -4,7 +4,8 @@
 //!
 //! | core vocabulary ([`StreamApi`])  | HIP call                                                     |
 //! |----------------------------------|--------------------------------------------------------------|
-//! | bind the device to a thread      | `hipGetDevice`; `hipSetDevice(index)` when another is current |
+//! | bind the device to a thread      | `hipGetDevice`; `hipSetDevice(index)` when another is current, and `hipSetDevice(previous)` after the call (see [Threads](#threads)) |
+//! | adopt a thread                   | `hipSetDevice(index)`, kept                                  |
 //! | stream                           | `hipStreamCreateWithFlags(hipStreamNonBlocking)` / `hipStreamDestroy` |
 //! | synchronize stream               | `hipStreamSynchronize`                                       |
 //! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`: the *shared* HIP event; for [`EventFlags::BLOCKING_SYNC`] also a *private* one, `hipEventCreateWithFlags(hipEventBlockingSync)` (that flag alone), because HIP holds an event's lock for the whole of `hipEventSynchronize` (see [Events](#events)) / `hipEventDestroy` of each |
@@ -64,8 +65,14 @@
 //!
 //! HIP keeps the current device per thread. Every call first asks which device is current on
 //! the calling thread (`hipGetDevice`, a thread-local read in the runtime) and makes this
-//! API's device current (`hipSetDevice`) only when it is another, so other HIP code on the
-//! same thread may switch devices between the API's calls without restoring anything.
+//! API's device current (`hipSetDevice`) only when it is another. Then, before it returns, it
+//! makes the thread's previous device current again (two more `hipSetDevice`s), so other HIP
+//! code sharing the thread (a tokio worker issuing submissions, say) keeps working on the
+//! device it chose, and may switch devices between the API's calls without restoring
+//! anything. A fresh thread's device is 0, which HIP cannot tell from one chosen, so that is
+//! given back too. The exception is the threads the stream layer runs for the API (completion
+//! threads, reclaimer, reactor: [`StreamApi::adopt_thread`]), where only halcyon works: there
+//! the device stays current, and calls cost one `hipGetDevice`.
 //!
 //! # Host functions
 //!
@@ -140,6 +147,7 @@
 //! [`HostVisibleMemory`] picks for host-visible buffers: [`StreamApi::host_pointer`] returns its
 //! address, and copies to and from it skip staging.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
@@ -170,6 +178,48 @@ pub enum HostVisibleMemory {
     /// `hipHostMalloc(hipHostMallocMapped)`, freed with `hipHostFree`: pinned host memory the
     /// device reads and writes over the bus.
     MappedHost,
+}
+
+thread_local! {
+    /// The device a `HipStreamApi` left current on this thread: set on the threads the stream
+    /// layer runs for the API ([`StreamApi::adopt_thread`]), where no other code's device needs
+    /// giving back.
+    static LEFT: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+/// A device [`bind_device`] made current in place of another: dropping it makes the other
+/// current again, so other HIP code on the thread finds the device it chose.
+#[must_use = "the device is only bound while the guard lives"]
+struct Bound {
+    restore: Option<(Hip, i32)>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some((hip, previous)) = self.restore {
+            let _ = hip.set_device(previous);
+        }
+    }
+}
+
+/// Makes `device` current on the calling thread (`hipSetDevice`) unless it is (`hipGetDevice`,
+/// a thread-local read in the runtime). The device that was current is made current again when
+/// the guard drops, unless it is one this backend left current on an adopted thread.
+fn bind_device(hip: Hip, device: i32) -> Result<Bound> {
+    let current = hip.get_device().ok();
+    if current == Some(device) {
+        return Ok(Bound { restore: None });
+    }
+    hip.set_device(device)?;
+    match current {
+        Some(previous) if LEFT.with(Cell::get) != Some(previous) => Ok(Bound {
+            restore: Some((hip, previous)),
+        }),
+        _ => {
+            LEFT.with(|left| left.set(Some(device)));
+            Ok(Bound { restore: None })
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -463,21 +513,22 @@ impl Allocations {
         lock(&self.live).insert(base, (len, kind));
     }
 
-    /// Removes the allocation starting at `base` if `accept` accepts its kind.
+    /// Removes the allocation starting at `base` if `accept` accepts its kind: `(len, kind)`.
+    /// A caller whose free then fails inserts it again (the memory is still allocated).
     pub(crate) fn remove(
         &self,
         base: u64,
         accept: impl FnOnce(AllocKind) -> Result<()>,
-    ) -> Result<AllocKind> {
+    ) -> Result<(u64, AllocKind)> {
         let mut live = lock(&self.live);
-        let &(_, kind) = live.get(&base).ok_or_else(|| {
+        let &(len, kind) = live.get(&base).ok_or_else(|| {
             invalid(format!(
                 "{base:#x} is not the start of a live allocation of this API"
             ))
         })?;
         accept(kind)?;
         live.remove(&base);
-        Ok(kind)
+        Ok((len, kind))
     }
 
     /// The allocation containing `ptr`: `(base, len, kind)`.
@@ -752,15 +803,16 @@ fn size_of(size: u64) -> Result<usize> {
 }
 
 impl HipStreamApi {
-    /// The API for HIP device `device` (an ordinal below `hipGetDeviceCount`), making it current
-    /// on the calling thread. `host_visible` picks the allocator of host-visible memory.
+    /// The API for HIP device `device` (an ordinal below `hipGetDeviceCount`). The calling
+    /// thread's current device is the same afterwards. `host_visible` picks the allocator of
+    /// host-visible memory.
     ///
     /// Fails with the `hipSetDevice` error when the device cannot be used (for example
     /// `Unavailable` with `hipErrorInvalidDevice` on a machine without an AMD GPU), and with
     /// `Unimplemented` if [`HostVisibleMemory::Managed`] is asked of a device without managed
     /// memory.
     pub fn new(hip: Hip, device: i32, host_visible: HostVisibleMemory) -> Result<Self> {
-        hip.set_device(device)?;
+        let _bound = bind_device(hip, device)?;
         let name = crate::describe_device(hip, device)?;
         let attribute = |a| hip.device_attribute(a, device).ok();
         let managed = attribute(sys::hipDeviceAttributeManagedMemory) == Some(1);
@@ -843,7 +895,7 @@ impl HipStreamApi {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live pool (destroyed only when the API drops).
         unsafe { self.hip.mem_pool_set_release_threshold(pool.raw, bytes) }
     }
@@ -871,13 +923,10 @@ impl HipStreamApi {
         self.host_visible
     }
 
-    /// Makes this API's device current on the calling thread, unless the thread-local says it
-    /// already is.
-    fn bind(&self) -> Result<()> {
-        if self.hip.get_device().ok() != Some(self.device) {
-            self.hip.set_device(self.device)?;
-        }
-        Ok(())
+    /// Makes this API's device current on the calling thread for as long as the returned guard
+    /// lives (see [Threads](self#threads)).
+    fn bind(&self) -> Result<Bound> {
+        bind_device(self.hip, self.device)
     }
 
     fn stream(&self, handle: StreamHandle) -> Result<Arc<RawStream>> {
@@ -1041,7 +1090,7 @@ impl Drop for HipStreamApi {
     fn drop(&mut self) {
         // Whatever the stream layer left: let the streams finish, then destroy everything and
         // free the memory no work can still use.
-        let _ = self.bind();
+        let _bound = self.bind();
         for stream in self.streams.drain() {
             // SAFETY: a live stream (held by `stream`).
             let _ = unsafe { self.hip.stream_synchronize(stream.raw) };
@@ -1065,8 +1114,15 @@ impl StreamApi for HipStreamApi {
         self.info.clone()
     }
 
+    fn adopt_thread(&self) {
+        // Only halcyon's work runs here: the device may stay current for good.
+        if self.hip.set_device(self.device).is_ok() {
+            LEFT.with(|left| left.set(Some(self.device)));
+        }
+    }
+
     fn create_stream(&self) -> Result<StreamHandle> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let raw = self.hip.stream_create(sys::hipStreamNonBlocking)?;
         if raw.is_null() {
             return Err(null_from("hipStreamCreateWithFlags"));
@@ -1084,7 +1140,7 @@ impl StreamApi for HipStreamApi {
 
     fn synchronize_stream(&self, stream: StreamHandle) -> Result<()> {
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live stream, held for the call.
         let synchronized = unsafe { self.hip.stream_synchronize(stream.raw) };
         self.free_retired(); // this method may block
@@ -1092,7 +1148,7 @@ impl StreamApi for HipStreamApi {
     }
 
     fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let (shared_flags, private_flags) = event_flags(flags);
         let shared = self.hip.event_create(shared_flags)?;
         if shared.is_null() {
@@ -1121,7 +1177,7 @@ impl StreamApi for HipStreamApi {
 
     fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
         let (event, stream) = (self.event(event)?, self.stream(stream)?);
-        self.bind()?;
+        let _bound = self.bind()?;
         event.events.record(|raw| {
             // SAFETY: a HIP event of a live event and a live stream of this device, both held
             // for the call.
@@ -1131,7 +1187,7 @@ impl StreamApi for HipStreamApi {
 
     fn query_event(&self, event: EventHandle) -> Result<bool> {
         let event = self.event(event)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live event, held for the call. `hipErrorNotReady` is `Ok(false)`. The
         // shared HIP event: a completion thread blocked in `synchronize_event` holds only the
         // private one's lock.
@@ -1140,7 +1196,7 @@ impl StreamApi for HipStreamApi {
 
     fn synchronize_event(&self, event: EventHandle) -> Result<()> {
         let event = self.event(event)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // No staging is freed here (see the module docs): hipHostFree waits for every stream
         // of the device, and this runs on the completion threads.
         //
@@ -1151,7 +1207,7 @@ impl StreamApi for HipStreamApi {
 
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
         let (stream, event) = (self.stream(stream)?, self.event(event)?);
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live stream and event, held for the call; HIP captures the event's most
         // recent record at the call, so it may be re-recorded or destroyed afterwards. The
         // shared HIP event, whose lock no synchronisation holds.
@@ -1163,12 +1219,12 @@ impl StreamApi for HipStreamApi {
 
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         self.enqueue_host_func(&stream, func)
     }
 
     fn allocate(&self, size: u64, placement: MemoryPlacement) -> Result<DevicePtr> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let bytes = size_of(size)?;
         let (ptr, kind) = match placement {
             MemoryPlacement::Device => (self.malloc_device(bytes)?, AllocKind::Device),
@@ -1195,9 +1251,12 @@ impl StreamApi for HipStreamApi {
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
-        let kind = self.memory.remove(ptr.0, |_| Ok(()))?;
-        self.bind()?;
-        let freed = self.free_kind(ptr.0, kind);
+        let (len, kind) = self.memory.remove(ptr.0, |_| Ok(()))?;
+        let freed = self.bind().and_then(|_bound| self.free_kind(ptr.0, kind));
+        if freed.is_err() {
+            // Still allocated: kept in the registry, so a later free (or the API's drop) frees it.
+            self.memory.insert(ptr.0, len, kind);
+        }
         // hipFree waits for every stream of the device already; hipHostFree waits the same way.
         self.free_retired();
         freed
@@ -1224,7 +1283,7 @@ impl StreamApi for HipStreamApi {
             ));
         }
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let bytes = size_of(size)?;
         let (ptr, call) = match &self.pool {
             Some(pool) => {
@@ -1254,19 +1313,27 @@ impl StreamApi for HipStreamApi {
 
     fn free_async(&self, ptr: DevicePtr, stream: StreamHandle) -> Result<()> {
         let stream = self.stream(stream)?;
-        self.memory.remove(ptr.0, |kind| match kind {
+        let (len, kind) = self.memory.remove(ptr.0, |kind| match kind {
             AllocKind::StreamOrdered => Ok(()),
             other => Err(invalid(format!(
                 "{ptr:?} was not allocated in stream order ({other:?}): free it with free()"
             ))),
         })?;
-        self.bind()?;
-        // SAFETY: a stream-ordered allocation just removed from the registry (freed once), on
-        // a live stream; work on other streams using it is ordered before this by the caller.
-        unsafe {
-            self.hip
-                .free_async(ptr.0 as usize as *mut c_void, stream.raw)
+        let freed = self.bind().and_then(|_bound| {
+            // SAFETY: a stream-ordered allocation just removed from the registry (freed once),
+            // on a live stream; work on other streams using it is ordered before this by the
+            // caller.
+            unsafe {
+                self.hip
+                    .free_async(ptr.0 as usize as *mut c_void, stream.raw)
+            }
+        });
+        if freed.is_err() {
+            // Still allocated: kept in the registry, so the caller's fallback (`free`) or the
+            // API's drop frees it.
+            self.memory.insert(ptr.0, len, kind);
         }
+        freed
     }
 
     unsafe fn copy_host_to_device_async(
@@ -1282,7 +1349,7 @@ impl StreamApi for HipStreamApi {
         self.memory.check(dst, len, "copy to the device")?;
         let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let copy = |src: *const u8| {
             // SAFETY: `dst..dst+len` lies in a live allocation; `src..src+len` is pinned or
             // host-visible memory that stays valid and unmodified until the copy completed on
@@ -1329,7 +1396,7 @@ impl StreamApi for HipStreamApi {
         self.memory.check(src, len, "copy from the device")?;
         let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let copy = |dst: *mut u8| {
             // SAFETY: `src..src+len` lies in a live allocation; `dst..dst+len` is pinned or
             // host-visible memory that stays valid and untouched until the copy completed on
@@ -1378,7 +1445,7 @@ impl StreamApi for HipStreamApi {
         self.memory.check(dst, len, "device copy destination")?;
         self.memory.check(src, len, "device copy source")?;
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: both ranges lie in live allocations of this API (checked above), so the copy
         // cannot touch other memory; the stream is live and held.
         unsafe {
@@ -1406,7 +1473,7 @@ impl StreamApi for HipStreamApi {
         }
         self.memory.check(dst, len, "fill")?;
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let ptr = dst.0 as usize as sys::hipDeviceptr_t;
         // SAFETY: `dst..dst+len` lies in a live allocation (checked above) and is aligned to
         // the pattern (memset_elements); the stream is live and held.
@@ -1447,7 +1514,7 @@ impl StreamApi for HipStreamApi {
         // SAFETY: the little-endian words hold `bytes` in order (x86-64 and every HIP host is
         // little-endian), so the first `bytes.len()` bytes of `image` are the code object.
         let view = unsafe { std::slice::from_raw_parts(image.as_ptr().cast::<u8>(), bytes.len()) };
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: `validate` checked that this is an AMDGPU ELF whose headers, sections and
         // segments all lie inside these bytes, which is everything HIP reads through; the image
         // stays alive (and unmoved) in the module until after hipModuleUnload.
@@ -1509,7 +1576,7 @@ impl StreamApi for HipStreamApi {
                 ),
             ));
         };
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: a live module, held for the call.
         let raw = unsafe { self.hip.module_get_function(module.raw, name) }?;
         if raw.is_null() {
@@ -1563,7 +1630,7 @@ impl StreamApi for HipStreamApi {
         }
         check_grid(&function.name, config.grid, config.block, self.max_grid)?;
         let stream = self.stream(stream)?;
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut args = KernelArgs::new(params);
         let mut pointers = args.pointers();
         let kernel_params = if pointers.is_empty() {
@@ -1807,7 +1874,7 @@ mod tests {
         assert!(memory.remove(0x2000, refuse).is_err());
         assert_eq!(
             memory.remove(0x2000, |_| Ok(())).unwrap(),
-            AllocKind::MappedHost
+            (0x100, AllocKind::MappedHost)
         );
         assert!(memory.remove(0x2000, |_| Ok(())).is_err(), "freed once");
         assert_eq!(memory.drain(), [(0x1000, AllocKind::Device)]);

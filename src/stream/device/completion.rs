@@ -52,6 +52,7 @@ pub(crate) fn completion_thread<A: StreamApi>(core: Arc<Core<A>>, index: usize) 
     let Some(fifo) = core.queues[index].fifo.as_ref() else {
         return;
     };
+    core.api.adopt_thread();
     while let Some((id, event)) = fifo.next() {
         let status = wait(&*core.api, &event, fifo.spin());
         core.complete(id, Some(status), Via::Thread);
@@ -173,5 +174,9 @@ impl<A: StreamApi> Parker for ProbeParker<A> {
 
     fn unparker(&self) -> Box<dyn Unpark> {
         Box::new(ParkUnpark(self.core.park.clone()))
+    }
+
+    fn started(&mut self) {
+        self.core.api.adopt_thread();
     }
 }

@@ -264,6 +264,7 @@ impl<A: StreamApi> StreamDevice<A> {
         let reclaimer = std::thread::Builder::new()
             .name(format!("halcyon-{}{}-free", api_info.driver, options.index))
             .spawn(move || {
+                api.adopt_thread();
                 reclaim.run(|item| {
                     let _ = match item {
                         Reclaimed::Memory(ptr) => api.free(ptr),

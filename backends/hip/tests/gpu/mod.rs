@@ -34,11 +34,12 @@ fn devices_are_listed_and_created() {
     assert_eq!(err.code(), StatusCode::NotFound, "{err}");
 }
 
-/// Other HIP code on the same thread may make another device current between two calls of a
-/// `HipStreamApi`: each call makes its own device current again (HIP allocates and creates
-/// streams on the thread's current device), with nothing to restore. Needs two devices.
+/// A `HipStreamApi` call works on its own device whatever is current on the calling thread,
+/// and makes the thread's previous device current again before it returns, so other HIP code
+/// sharing the thread keeps the device it chose (HIP allocates and creates streams on the
+/// thread's current device). Needs two devices.
 #[test]
-fn calls_use_their_device_whatever_is_current() {
+fn calls_use_their_device_and_give_the_current_one_back() {
     let Some(hip) = super::runtime_with_a_device() else {
         return;
     };
@@ -46,27 +47,67 @@ fn calls_use_their_device_whatever_is_current() {
         eprintln!("skipped: one HIP device");
         return;
     }
-    let api = HipStreamApi::new(hip, 1, HostVisibleMemory::Auto).unwrap();
-    hip.set_device(0).unwrap();
-    let stream = api.create_stream().unwrap();
-    assert_eq!(
-        hip.get_device().unwrap(),
-        1,
-        "the API made its device current"
-    );
-    hip.set_device(0).unwrap();
-    let buf = api.allocate(64, MemoryPlacement::Device).unwrap();
-    assert_eq!(hip.get_device().unwrap(), 1);
-    hip.set_device(0).unwrap();
-    api.memset_async(buf, 9, 1, 64, stream).unwrap();
-    let mut out = [0u8; 64];
-    // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
-    unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 64, stream) }.unwrap();
-    hip.set_device(0).unwrap();
-    api.synchronize_stream(stream).unwrap();
-    assert_eq!(out, [9; 64]);
-    api.free(buf).unwrap();
-    api.destroy_stream(stream).unwrap();
+    // A fresh thread, whose device no earlier test changed.
+    std::thread::spawn(move || {
+        assert_eq!(
+            hip.get_device().unwrap(),
+            0,
+            "a new thread starts on device 0"
+        );
+        let api = HipStreamApi::new(hip, 1, HostVisibleMemory::Auto).unwrap();
+        assert_eq!(hip.get_device().unwrap(), 0, "after new");
+        let stream = api.create_stream().unwrap();
+        assert_eq!(hip.get_device().unwrap(), 0, "after create_stream");
+        let buf = api.allocate(64, MemoryPlacement::Device).unwrap();
+        assert_eq!(hip.get_device().unwrap(), 0, "after allocate");
+        api.memset_async(buf, 9, 1, 64, stream).unwrap();
+        let mut out = [0u8; 64];
+        // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
+        unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 64, stream) }.unwrap();
+        api.synchronize_stream(stream).unwrap();
+        assert_eq!(out, [9; 64], "the work ran on the API's device");
+        assert_eq!(
+            hip.get_device().unwrap(),
+            0,
+            "after a copy and a synchronisation"
+        );
+        // Another device chosen by other code comes back the same way.
+        hip.set_device(1).unwrap();
+        let api0 = HipStreamApi::new(hip, 0, HostVisibleMemory::Auto).unwrap();
+        let other = api0.create_stream().unwrap();
+        api0.destroy_stream(other).unwrap();
+        assert_eq!(
+            hip.get_device().unwrap(),
+            1,
+            "after the device-0 API's calls"
+        );
+        hip.set_device(0).unwrap();
+        api.free(buf).unwrap();
+        api.destroy_stream(stream).unwrap();
+        assert_eq!(
+            hip.get_device().unwrap(),
+            0,
+            "after free and destroy_stream"
+        );
+        // On a thread the stream layer runs for the API, its device stays current.
+        let api = Arc::new(api);
+        let adopted = api.clone();
+        std::thread::spawn(move || {
+            adopted.adopt_thread();
+            assert_eq!(adopted.hip().get_device().unwrap(), 1, "adopted");
+            let s = adopted.create_stream().unwrap();
+            adopted.destroy_stream(s).unwrap();
+            assert_eq!(
+                adopted.hip().get_device().unwrap(),
+                1,
+                "kept on an adopted thread"
+            );
+        })
+        .join()
+        .unwrap();
+    })
+    .join()
+    .unwrap();
 }
 
 /// Pinned memory (`hipHostMalloc(hipHostMallocMapped)`, whatever the host-visible allocator):
