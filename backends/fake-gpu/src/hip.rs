@@ -212,6 +212,41 @@ pub extern "C" fn hipSetDevice(ordinal: c_int) -> hipError_t {
     })
 }
 
+/// Each device's flags (`hipSetDeviceFlags`), by ordinal; 0 is `hipDeviceScheduleAuto`.
+static DEVICE_FLAGS: [std::sync::atomic::AtomicU32; 8] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; 8];
+
+/// The flags `hipSetDeviceFlags` accepts: the scheduling mask (7), `hipDeviceMapHost` (8),
+/// `hipDeviceLmemResizeToMax` (0x10).
+const DEVICE_FLAGS_SUPPORTED: c_uint = 0x7 | 0x8 | 0x10;
+
+/// `hipSetDeviceFlags`: the flags of the thread's current device (which the runtime accepts
+/// after the device was used, as hipamd and clr do); recorded, with no effect on the fake's
+/// waits. Unknown bits are `hipErrorInvalidValue`.
+#[no_mangle]
+pub extern "C" fn hipSetDeviceFlags(flags: c_uint) -> hipError_t {
+    call("hipSetDeviceFlags", HipNeeds::Nothing, || {
+        if flags & !DEVICE_FLAGS_SUPPORTED != 0 {
+            return Err(INVALID_VALUE);
+        }
+        DEVICE_FLAGS[current_device() as usize].store(flags, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+/// `hipGetDeviceFlags`: the flags of the thread's current device.
+///
+/// # Safety
+/// HIP's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn hipGetDeviceFlags(out: *mut c_uint) -> hipError_t {
+    call("hipGetDeviceFlags", HipNeeds::Nothing, || {
+        let flags = DEVICE_FLAGS[current_device() as usize].load(Ordering::SeqCst);
+        // SAFETY: HIP's contract: valid for one unsigned int.
+        unsafe { put(out, flags) }
+    })
+}
+
 /// `hipGetDevice`: the device current on this thread (device 0 before any `hipSetDevice`, as
 /// in HIP). A thread that asked knows which device its calls act on, so from then on it counts
 /// as having chosen it (the contract check that device calls follow a `hipSetDevice` is about

@@ -57,7 +57,9 @@
 //! The private event is created with `hipEventBlockingSync` and no other flag: the newest
 //! ROCm/clr sleeps in `hipEventSynchronize` only for an event whose flags are exactly that
 //! (`flags_ == hipEventBlockingSync`); ROCm through 6.2 ignores the flag there (the device's
-//! scheduling flags decide), and clr releases in between test its bit.
+//! scheduling flags decide, and HIP starts every device polling, so a device with completion
+//! threads is switched to sleeping waits there: [`HipStreamApi::schedule_blocking_sync`]),
+//! and clr releases in between test its bit.
 //! `hipEventDisableTiming` would buy nothing on it: AMD's runtime records the same timestamped
 //! marker either way.
 //!
@@ -898,6 +900,26 @@ impl HipStreamApi {
         let _bound = self.bind()?;
         // SAFETY: a live pool (destroyed only when the API drops).
         unsafe { self.hip.mem_pool_set_release_threshold(pool.raw, bytes) }
+    }
+
+    /// Makes threads that wait for this device sleep until its work completed
+    /// (`hipSetDeviceFlags(hipDeviceScheduleBlockingSync)`, keeping the flags' other bits)
+    /// instead of polling. Before ROCm 6.3 the device's scheduling, not an event's
+    /// `hipEventBlockingSync`, decides how `hipEventSynchronize` waits, and HIP starts every
+    /// device polling (hipamd and clr `SetActiveWait(true)` at start-up), so each completion
+    /// thread would keep a CPU core busy for as long as work is in flight. The flag is the
+    /// device's, for the whole process: other HIP code's synchronisations on it sleep too.
+    /// [`crate::HipDriver::create_device_with`] calls this where it matters (see
+    /// [`crate::HipDeviceOptions::blocking_sync`]). `Unimplemented` where the runtime lacks
+    /// `hipSetDeviceFlags`.
+    pub fn schedule_blocking_sync(&self) -> Result<()> {
+        let _bound = self.bind()?;
+        let others = self
+            .hip
+            .device_flags()
+            .map_or(0, |flags| flags & !sys::hipDeviceScheduleMask);
+        self.hip
+            .set_device_flags(others | sys::hipDeviceScheduleBlockingSync)
     }
 
     /// Whether stream-ordered allocation comes from the API's own pool

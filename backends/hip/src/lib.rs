@@ -291,7 +291,21 @@ pub struct HipDeviceOptions {
     /// memory. Ignored where the runtime has no pool calls (before ROCm 5.2) or the device no
     /// memory pools.
     pub pool_release_threshold: u64,
+    /// With completion threads on a runtime older than ROCm 6.3: make threads that wait for
+    /// the device sleep ([`HipStreamApi::schedule_blocking_sync`]). Those runtimes ignore the
+    /// `hipEventBlockingSync` flag of the event a completion thread waits on, and poll in
+    /// `hipEventSynchronize` unless the device's scheduling says otherwise, so without this
+    /// each queue's completion thread keeps a CPU core busy while work is in flight. The
+    /// setting is the device's, for the whole process (other HIP code's synchronisations on
+    /// it sleep too, a few microseconds later than polling would see the work done). Default
+    /// `true`; `false` leaves the device's scheduling alone. No effect on newer runtimes or
+    /// with host callbacks. Best effort: a runtime that refuses it leaves the device polling.
+    pub blocking_sync: bool,
 }
+
+/// The first HIP runtime whose `hipEventSynchronize` honours an event's
+/// `hipEventBlockingSync` flag (ROCm 6.3).
+const EVENT_BLOCKING_SYNC_VERSION: i32 = 60_300_000;
 
 impl Default for HipDeviceOptions {
     fn default() -> Self {
@@ -302,6 +316,7 @@ impl Default for HipDeviceOptions {
             host_visible_memory: HostVisibleMemory::Auto,
             completion_spin: Duration::ZERO,
             pool_release_threshold: u64::MAX,
+            blocking_sync: true,
         }
     }
 }
@@ -324,6 +339,15 @@ impl HipDriver {
         }
         let api = HipStreamApi::new(hip, index as i32, options.host_visible_memory)?;
         api.set_pool_release_threshold(options.pool_release_threshold)?;
+        if options.blocking_sync
+            && options.completion == CompletionStrategy::CompletionThread
+            && hip
+                .runtime_version()
+                .is_ok_and(|v| v < EVENT_BLOCKING_SYNC_VERSION)
+        {
+            // Best effort: without it the device works, and its completion threads poll.
+            let _ = api.schedule_blocking_sync();
+        }
         halcyon::stream::create_device(
             api,
             StreamDeviceOptions {

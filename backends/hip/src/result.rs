@@ -327,6 +327,25 @@ impl Hip {
         self.check(e, || "hipStreamAddCallback".into())
     }
 
+    /// `hipSetDeviceFlags`: sets the flags of the thread's current device; `Unimplemented`
+    /// where the runtime lacks the call.
+    pub fn set_device_flags(self, flags: c_uint) -> Result<()> {
+        let f = self.optional(self.api.hipSetDeviceFlags, "hipSetDeviceFlags")?;
+        // SAFETY: any flags are accepted; unsupported ones return an error.
+        let e = unsafe { f(flags) };
+        self.check(e, || format!("hipSetDeviceFlags({flags:#x})"))
+    }
+
+    /// `hipGetDeviceFlags`: the flags of the thread's current device; `Unimplemented` where
+    /// the runtime lacks the call.
+    pub fn device_flags(self) -> Result<c_uint> {
+        let f = self.optional(self.api.hipGetDeviceFlags, "hipGetDeviceFlags")?;
+        let mut flags: c_uint = 0;
+        // SAFETY: the out-pointer is valid for one unsigned int.
+        let e = unsafe { f(&mut flags) };
+        self.check(e, || "hipGetDeviceFlags".into()).map(|()| flags)
+    }
+
     /// Whether `hipLaunchHostFunc` is available (not in HIP 5.2.3's library).
     pub fn has_launch_host_func(self) -> bool {
         self.api.hipLaunchHostFunc.is_some()

@@ -134,6 +134,14 @@ pub const hipStreamDefault: c_uint = 0x0;
 /// `hipStreamNonBlocking`: no implicit synchronisation with the null stream.
 pub const hipStreamNonBlocking: c_uint = 0x1;
 
+/// `hipDeviceScheduleBlockingSync` (`hipSetDeviceFlags`): a thread waiting for the device
+/// sleeps until the work completed (an interrupt) instead of polling. Before ROCm 6.3 this
+/// device flag, not an event's `hipEventBlockingSync`, decides how `hipEventSynchronize` waits
+/// (hipamd and clr turn active waiting on for every device at start-up).
+pub const hipDeviceScheduleBlockingSync: c_uint = 0x4;
+/// `hipDeviceScheduleMask`: the scheduling bits of the device flags.
+pub const hipDeviceScheduleMask: c_uint = 0x7;
+
 /// `hipEventDefault` flag.
 pub const hipEventDefault: c_uint = 0x0;
 /// `hipEventBlockingSync`: `hipEventSynchronize` yields the CPU instead of spinning. HIP
@@ -565,6 +573,10 @@ hip_api! {
         ) -> hipError_t;
     }
     optional {
+        /// `hipError_t hipSetDeviceFlags(unsigned flags)`: of the thread's current device.
+        fn hipSetDeviceFlags(flags: c_uint) -> hipError_t;
+        /// `hipError_t hipGetDeviceFlags(unsigned* flags)`: of the thread's current device.
+        fn hipGetDeviceFlags(flags: *mut c_uint) -> hipError_t;
         /// `hipError_t hipLaunchHostFunc(hipStream_t, hipHostFn_t, void* userData)`;
         /// declared by HIP 5.2's header but not exported by its library.
         fn hipLaunchHostFunc(

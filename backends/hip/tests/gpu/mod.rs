@@ -272,3 +272,38 @@ fn pageable_copies_round_trip_through_staging() {
     api.free(buf).unwrap();
     api.destroy_stream(stream).unwrap();
 }
+
+/// On a runtime older than ROCm 6.3, which ignores an event's `hipEventBlockingSync`, a device
+/// with completion threads makes waits on its device sleep (`hipDeviceScheduleBlockingSync`),
+/// so its completion threads do not poll a CPU core each; newer runtimes are left alone.
+#[test]
+fn completion_threads_sleep_on_runtimes_that_ignore_the_event_flag() {
+    let Some(hip) = super::runtime_with_a_device() else {
+        return;
+    };
+    let version = hip.runtime_version().unwrap();
+    let device = HipDriver::with_hip(hip).create_device(0).unwrap();
+    std::thread::spawn(move || {
+        hip.set_device(0).unwrap();
+        let flags = match hip.device_flags() {
+            Ok(flags) => flags,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let schedule = flags & halcyon_hip::sys::hipDeviceScheduleMask;
+        if version < 60_300_000 {
+            assert_eq!(
+                schedule,
+                halcyon_hip::sys::hipDeviceScheduleBlockingSync,
+                "HIP {version}: device flags {flags:#x}"
+            );
+        } else {
+            println!("HIP {version} honours the event flag; device flags {flags:#x}");
+        }
+    })
+    .join()
+    .unwrap();
+    drop(device);
+}
