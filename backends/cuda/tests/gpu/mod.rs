@@ -48,6 +48,15 @@ fn api_or_skip(test: &str) -> Option<CudaApi> {
     }
 }
 
+/// The context current on the calling thread (`cuCtxGetCurrent`).
+fn current_context() -> cudarc::driver::sys::CUcontext {
+    let mut context = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the probe initialised the driver.
+    let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
+    assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
+    context
+}
+
 /// Streams, events, copies, fills, host functions, a kernel and a captured graph, through
 /// the raw table.
 #[test]
@@ -199,22 +208,20 @@ fn translation_table_round_trip() {
 }
 
 /// Other CUDA code on the same thread (the CUDA runtime, cudarc's safe layer, a second
-/// device) may leave another context current, or none, between two calls: each call finds its
-/// own context current again, with nothing to restore or forget.
+/// device) may leave no context current between two calls: each call makes its own context
+/// current again, and with nothing to give back leaves it current (giving another context
+/// back: `calls_give_another_current_context_back`).
 #[test]
 fn calls_bind_their_context_whatever_is_current() {
     let Some(api) = api_or_skip("calls_bind_their_context_whatever_is_current") else {
         return;
     };
-    let current = || {
-        let mut context = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; the probe initialised the driver.
-        let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
-        assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
-        context
-    };
     let s = api.create_stream().unwrap();
-    assert_eq!(current(), api.context(), "the API made its context current");
+    assert_eq!(
+        current_context(),
+        api.context(),
+        "the API made its context current"
+    );
     let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
     for round in 0..2u8 {
         // SAFETY: making no context current is always allowed; the API binds its own again.
@@ -222,7 +229,7 @@ fn calls_bind_their_context_whatever_is_current() {
         assert!(code.is_success(), "cuCtxSetCurrent(null): {code:?}");
         api.memset_async(buf, u32::from(round) + 1, 1, 16, s)
             .unwrap();
-        assert_eq!(current(), api.context(), "round {round}");
+        assert_eq!(current_context(), api.context(), "round {round}");
         let mut out = [0u8; 16];
         // SAFETY: nothing current again before a call that must bind first.
         let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(std::ptr::null_mut()) };
@@ -254,19 +261,15 @@ fn calls_give_another_current_context_back() {
             return;
         }
     };
-    let current = || {
-        let mut context = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; the probe initialised the driver.
-        let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
-        assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
-        context
-    };
     // A fresh thread: nothing is current on it yet.
     std::thread::spawn(move || {
-        assert!(current().is_null(), "a new thread starts with no context");
+        assert!(
+            current_context().is_null(),
+            "a new thread starts with no context"
+        );
         let s = api.create_stream().unwrap();
         assert_eq!(
-            current(),
+            current_context(),
             api.context(),
             "on a thread with none, the API's stays"
         );
@@ -274,15 +277,15 @@ fn calls_give_another_current_context_back() {
         let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(other.context()) };
         assert!(code.is_success(), "cuCtxSetCurrent(other): {code:?}");
         let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
-        assert_eq!(current(), other.context(), "after allocate");
+        assert_eq!(current_context(), other.context(), "after allocate");
         api.memset_async(buf, 7, 1, 16, s).unwrap();
-        assert_eq!(current(), other.context(), "after memset_async");
+        assert_eq!(current_context(), other.context(), "after memset_async");
         let mut out = [0u8; 16];
         // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
         unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 16, s) }.unwrap();
         api.synchronize_stream(s).unwrap();
         assert_eq!(
-            current(),
+            current_context(),
             other.context(),
             "after a copy and a synchronisation"
         );
@@ -290,10 +293,18 @@ fn calls_give_another_current_context_back() {
         // The other device's API finds its context current and keeps it.
         let t = other.create_stream().unwrap();
         other.destroy_stream(t).unwrap();
-        assert_eq!(current(), other.context(), "after the other API's calls");
+        assert_eq!(
+            current_context(),
+            other.context(),
+            "after the other API's calls"
+        );
         api.free(buf).unwrap();
         api.destroy_stream(s).unwrap();
-        assert_eq!(current(), other.context(), "after free and destroy_stream");
+        assert_eq!(
+            current_context(),
+            other.context(),
+            "after free and destroy_stream"
+        );
     })
     .join()
     .unwrap();
