@@ -324,9 +324,58 @@ pub fn read_entry_points<'a>(bytes: &'a [u8], what: &str) -> Result<(Vec<EntryPo
     Ok((entry_points, rest))
 }
 
+/// Appends a per-entry-point table of `count` little-endian `u32`s (for example each entry
+/// point's dynamic shared memory): `values` padded with zeros to `count` entries.
+/// [`read_entry_table`] reads it back.
+pub fn write_entry_table(out: &mut Vec<u8>, values: &[u32], count: usize) {
+    for index in 0..count {
+        let v = values.get(index).copied().unwrap_or(0);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Reads a table written by [`write_entry_table`] of `count` entries from the start of
+/// `bytes`: the values and the bytes after the table. A truncated table is `InvalidArgument`
+/// reading "malformed {what}: ...".
+pub fn read_entry_table<'a>(
+    bytes: &'a [u8],
+    count: usize,
+    what: &str,
+) -> Result<(Vec<u32>, &'a [u8])> {
+    let len = count.checked_mul(4).filter(|&len| len <= bytes.len());
+    let Some(len) = len else {
+        return Err(Error::new(
+            StatusCode::InvalidArgument,
+            format!("malformed {what}: its table of {count} per-entry-point values is truncated"),
+        ));
+    };
+    let (table, rest) = bytes.split_at(len);
+    let values = table
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    Ok((values, rest))
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_entry_tables_round_trip_and_refuse_truncation() {
+        let mut bytes = Vec::new();
+        write_entry_table(&mut bytes, &[5, 6], 3);
+        bytes.extend_from_slice(b"tail");
+        let (values, rest) = read_entry_table(&bytes, 3, "test executable").unwrap();
+        assert_eq!((values, rest), (vec![5, 6, 0], &b"tail"[..]));
+        let error = read_entry_table(&bytes[..11], 3, "test executable").unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument);
+        assert!(
+            error.message().contains("malformed test executable"),
+            "{error}"
+        );
+        assert!(read_entry_table(&bytes, usize::MAX, "x").is_err());
+    }
 
     #[test]
     fn entry_point_tables_round_trip_and_refuse_bad_input() {

@@ -498,6 +498,58 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
     Ok(())
 }
 
+/// The dynamic shared memory a module declares for an entry point reaches every launch of it:
+/// issued directly, replayed from a reusable command buffer, captured and launched as a graph;
+/// an entry point without a declaration launches with none.
+#[test]
+fn declared_shared_memory_reaches_every_launch() -> Result<()> {
+    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    let record = |args: &LaunchArgs<'_>| {
+        // SAFETY: the only binding; blocks of one launch run one after another.
+        let out = unsafe { args.binding_mut::<u32>(0) };
+        out[args.block_id()[0] as usize] = args.shared_memory_bytes();
+        Ok(())
+    };
+    let module = HostModule::new()
+        .kernel(entry("tile", 1, 0), record)
+        .kernel(entry("plain", 1, 0), record)
+        .with_shared_memory("tile", 48 << 10)?;
+    let missing = module.clone().with_shared_memory("tiles", 16).unwrap_err();
+    assert_eq!(missing.code(), StatusCode::NotFound);
+    assert!(missing.message().contains("[tile, plain]"), "{missing}");
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(0)?;
+    let executable = device.load_executable(&module.spec())?;
+    block_on(async {
+        let out = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[7; 4])).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.dispatch(&executable, 0, [2, 1, 1], &[], [Binding::from(out.whole())])?;
+        builder.dispatch(
+            &executable,
+            1,
+            [1, 1, 1],
+            &[],
+            [Binding::from(out.slice(8..16)?)],
+        )?;
+        let list = builder.finish();
+        for round in 0..3 {
+            done(
+                "fill",
+                queue.fill(Timepoints::default(), &out.whole(), &[7]),
+            )
+            .await?;
+            done("execute", queue.execute(Timepoints::default(), &list, None)).await?;
+            let values = bytes_u32(&download(&queue, Fence::new(), &out.whole()).await?)?;
+            let filled = u32::from_ne_bytes([7; 4]);
+            assert_eq!(values, [48 << 10, 48 << 10, 0, filled], "round {round}");
+        }
+        assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1);
+        assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 2);
+        Ok::<(), Error>(())
+    })
+}
+
 /// A graph launch re-resolves its buffers: after a queue `dealloca` released one, resubmitting
 /// the list fails like a direct issue would, instead of launching on freed memory.
 #[test]

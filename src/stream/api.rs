@@ -192,12 +192,23 @@ pub struct LoadedModule {
     /// kernels are launched with [`KernelParams::status`] set. Entry points beyond
     /// the vector's length take none, so an API without status words leaves it empty.
     pub status_words: Vec<bool>,
+    /// Index-aligned with `entry_points`: the dynamic shared memory each entry point's kernel
+    /// is launched with, in bytes ([`LaunchConfig::shared_memory_bytes`] of its every launch;
+    /// CUDA's `extern __shared__`, HIP's dynamic LDS). The API checked at load that the device
+    /// can launch the kernel with it. Entry points beyond the vector's length take none.
+    pub shared_memory_bytes: Vec<u32>,
 }
 
 impl LoadedModule {
     /// Whether entry point `index` takes a status word ([`LoadedModule::status_words`]).
     pub fn takes_status_word(&self, index: usize) -> bool {
         self.status_words.get(index).copied().unwrap_or(false)
+    }
+
+    /// The dynamic shared memory entry point `index` is launched with, in bytes
+    /// ([`LoadedModule::shared_memory_bytes`]).
+    pub fn shared_memory(&self, index: usize) -> u32 {
+        self.shared_memory_bytes.get(index).copied().unwrap_or(0)
     }
 }
 
@@ -208,7 +219,8 @@ pub struct LaunchConfig {
     pub grid: [u32; 3],
     /// Threads per block in x, y, z (the entry point's workgroup size).
     pub block: [u32; 3],
-    /// Dynamic shared memory per block, in bytes.
+    /// Dynamic shared memory per block, in bytes: the entry point's
+    /// ([`LoadedModule::shared_memory_bytes`]).
     pub shared_memory_bytes: u32,
 }
 

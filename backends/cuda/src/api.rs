@@ -29,7 +29,7 @@
 //! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
-//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads) |
+//! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads); an entry point declaring dynamic shared memory ([`CudaModule::with_shared_memory`]): `cuFuncGetAttribute(SHARED_SIZE_BYTES)` plus it within `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, and `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` where it exceeds the kernel's default limit |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`; the handle is registered with its kernel's checked signature, which a launch must match |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
@@ -137,6 +137,9 @@ impl Drop for Bound {
 
 /// Bytes of JIT error log kept when loading a module fails.
 const JIT_LOG_BYTES: usize = 16 << 10;
+/// The shared memory every CUDA kernel may use per block without opting in (48 KiB): the
+/// limit assumed where the device's cannot be read.
+const DEFAULT_SHARED_MEMORY: u32 = 48 << 10;
 
 /// The CUDA driver API for one device, as a [`StreamApi`] (see the [module docs](self)).
 pub struct CudaApi {
@@ -153,6 +156,10 @@ pub struct CudaApi {
     /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the host may touch managed memory while
     /// kernels run, so host-visible (managed) buffers can be offered.
     concurrent_managed: bool,
+    /// The most shared memory a block may have, static and dynamic together
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, else the 48 KiB every kernel
+    /// may use): see [`CudaApi::set_shared_memory`].
+    max_shared_memory: u32,
     staging: Arc<StagingPool>,
     /// Pinned copies of host data captured into graphs (see [`CudaApi::enable_graphs`]); freed
     /// with the API.
@@ -295,6 +302,14 @@ impl CudaApi {
         let concurrent_managed = attribute(Attr::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 1
             && attribute(Attr::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) == 1;
         let sms = attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as u32;
+        let max_shared_memory = [
+            Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+        ]
+        .into_iter()
+        .map(|a| attribute(a).max(0) as u32)
+        .find(|&bytes| bytes > 0)
+        .unwrap_or(DEFAULT_SHARED_MEMORY);
         let blocks_per_sm =
             attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR).max(1) as u32;
 
@@ -321,6 +336,7 @@ impl CudaApi {
                 concurrency: sms.saturating_mul(blocks_per_sm),
             },
             concurrent_managed,
+            max_shared_memory,
             staging: Arc::default(),
             captured: Mutex::default(),
             streams: RwLock::default(),
@@ -618,6 +634,62 @@ impl CudaApi {
                 entry.name, entry.workgroup_size, self.ordinal
             ),
         ))
+    }
+
+    /// Readies `function` for launches with `bytes` of dynamic shared memory, the entry point's
+    /// declaration ([`CudaModule::with_shared_memory`]): refuses a kernel whose static shared
+    /// memory (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`) plus `bytes` exceeds what a block of this
+    /// device may have, and raises the kernel's dynamic limit
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, 48 KiB less its static memory by
+    /// default) to `bytes` where that is below, which kernels above 48 KiB must opt in to.
+    /// Nothing for a kernel declaring none.
+    fn set_shared_memory(
+        &self,
+        function: FunctionHandle,
+        entry: &EntryPoint,
+        bytes: u32,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let f = function.0 as usize as CUfunction;
+        let read = |attribute| {
+            let mut value: c_int = 0;
+            // SAFETY: a valid out-pointer; a function of a module this API just loaded; the
+            // context is bound.
+            let r = unsafe { raw::cuFuncGetAttribute(&mut value, attribute, f) };
+            r.is_success().then_some(value.max(0) as u32)
+        };
+        let name = &entry.name;
+        let statik = read(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+        let total = u64::from(statik.unwrap_or(0)) + u64::from(bytes);
+        if total > u64::from(self.max_shared_memory) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "kernel '{name}' declares {bytes} bytes of dynamic shared memory{}, but a                      block on device {} may have at most {} bytes of shared memory                      (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN): declare less",
+                    match statik {
+                        Some(s) if s > 0 => format!(" on top of its {s} bytes of static"),
+                        _ => String::new(),
+                    },
+                    self.ordinal,
+                    self.max_shared_memory
+                ),
+            ));
+        }
+        let dynamic = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        if read(dynamic).is_some_and(|limit| limit >= bytes) {
+            return Ok(());
+        }
+        // SAFETY: as above; the attribute takes an int, and `bytes` fits one (it is below the
+        // device's limit, itself an int).
+        let r = unsafe { raw::cuFuncSetAttribute(f, dynamic, bytes as c_int) };
+        check(r, || {
+            format!(
+                "cuFuncSetAttribute(kernel '{name}', MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}):                  the kernel cannot have the dynamic shared memory its entry point declares"
+            )
+        })
+        .map_err(|e| Error::new(StatusCode::InvalidArgument, e.message().to_owned()))
     }
 
     fn free_pinned(&self, buffers: Vec<Pinned>) {
@@ -1327,7 +1399,7 @@ impl StreamApi for CudaApi {
         }
         let loaded = ModuleHandle(handle as usize as u64);
         let mut status_words = Vec::with_capacity(module.entry_points.len());
-        for entry in &module.entry_points {
+        for (index, entry) in module.entry_points.iter().enumerate() {
             // The driver's report where it has one (CUDA 12.4+); for PTX also its text, which
             // says whether the kernel takes a status word on any driver (validated above). For
             // a cubin kernel the driver cannot report on, see `cubin_status_word`.
@@ -1360,6 +1432,7 @@ impl StreamApi for CudaApi {
                     }
                 };
                 self.check_block_size(f, entry)?;
+                self.set_shared_memory(f, entry, module.shared_memory(index))?;
                 Ok((f, status_word))
             });
             match checked {
@@ -1385,6 +1458,9 @@ impl StreamApi for CudaApi {
             module: loaded,
             entry_points: module.entry_points.clone(),
             status_words,
+            shared_memory_bytes: (0..module.entry_points.len())
+                .map(|index| module.shared_memory(index))
+                .collect(),
         })
     }
 

@@ -38,18 +38,29 @@
 //! PTX, or run a 12.4+ driver, to avoid that). A kernel whose parameter count is neither
 //! `b + c` nor `b + c + 1` is refused.
 //!
+//! **Dynamic shared memory.** A kernel using `extern __shared__` memory is launched with as
+//! many bytes of it per block as its entry point declares ([`CudaModule::with_shared_memory`]);
+//! one declaring none gets none, and its first access to that memory faults the context.
+//! Loading checks the declaration against the device: the kernel's static shared memory plus
+//! the declared bytes must fit `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`
+//! (227 KiB on Hopper), and a kernel declaring more than the 48 KiB every kernel may use is
+//! opted in with `cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)`, so
+//! its launches do not fail with `CUDA_ERROR_INVALID_VALUE`.
+//!
 //! **Byte form** (little-endian):
 //!
 //! | bytes     | content                                                             |
 //! |-----------|---------------------------------------------------------------------|
-//! | 8         | magic `b"HLCNCUD1"`                                                 |
+//! | 8         | magic `b"HLCNCUD1"`, or `b"HLCNCUD2"` when the module declares dynamic shared memory |
 //! | 4         | image kind: 1 = PTX text, 2 = cubin or fatbin                       |
 //! | 4         | entry-point count `n`                                               |
 //! | n × (4 + len + 20) | name length, UTF-8 name, workgroup size x, y, z, binding count, constant count |
+//! | n × 4     | `HLCNCUD2` only: each entry point's dynamic shared memory in bytes   |
 //! | 8         | image length `L`                                                    |
 //! | L         | the image (PTX without a terminating NUL)                           |
 //!
-//! Nothing may follow the image.
+//! Nothing may follow the image. A module without shared memory keeps the `HLCNCUD1` form,
+//! so its bytes are what earlier releases wrote and read.
 //!
 //! **Validation** ([`CudaModule::validate`], run on every load): at least one entry point,
 //! unique names without NUL bytes, a workgroup size within CUDA's block limits
@@ -67,13 +78,17 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use halcyon::backend::{read_entry_points, write_entry_points};
+use halcyon::backend::{
+    read_entry_points, read_entry_table, write_entry_points, write_entry_table,
+};
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
 /// The executable format name of [`CudaModule`]s.
 pub const FORMAT_CUDA: &str = "cuda";
 
 const MAGIC: &[u8; 8] = b"HLCNCUD1";
+/// The byte form with a dynamic shared memory table.
+const MAGIC_SHARED: &[u8; 8] = b"HLCNCUD2";
 const KIND_PTX: u32 = 1;
 const KIND_BINARY: u32 = 2;
 /// The kernel parameter space every CUDA device accepts, in bytes (CUDA 12.1 raised it to
@@ -114,6 +129,10 @@ pub struct CudaModule {
     pub image: CudaImage,
     /// The kernels to expose (by name), with their metadata.
     pub entry_points: Vec<EntryPoint>,
+    /// Index-aligned with `entry_points`: the dynamic shared memory (`extern __shared__`)
+    /// each kernel is launched with, in bytes; entry points past its end take none. Set it
+    /// with [`CudaModule::with_shared_memory`].
+    pub shared_memory_bytes: Vec<u32>,
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -126,7 +145,49 @@ impl CudaModule {
         CudaModule {
             image,
             entry_points,
+            shared_memory_bytes: Vec::new(),
         }
+    }
+
+    /// Declares that kernel `entry` is launched with `bytes` of dynamic shared memory
+    /// (`extern __shared__`) per block: every dispatch of it passes them to `cuLaunchKernel`.
+    /// Loading checks that the device can give the kernel that much (see the
+    /// [module docs](self)). `NotFound` if no entry point is named `entry`.
+    ///
+    /// ```
+    /// use halcyon::EntryPoint;
+    /// use halcyon_cuda::CudaModule;
+    ///
+    /// let entry = EntryPoint { name: "block_sum".into(), workgroup_size: [256, 1, 1], binding_count: 2, constant_count: 0 };
+    /// let module = CudaModule::ptx(".version 8.0 ...", vec![entry])
+    ///     .with_shared_memory("block_sum", 64 << 10)?;
+    /// assert_eq!(module.shared_memory(0), 64 << 10);
+    /// # Ok::<(), halcyon::Error>(())
+    /// ```
+    pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
+        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "cannot declare shared memory for '{entry}': the CUDA module's entry points \
+                     are [{}]",
+                    self.entry_points
+                        .iter()
+                        .map(|e| e.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        self.shared_memory_bytes.resize(self.entry_points.len(), 0);
+        self.shared_memory_bytes[index] = bytes;
+        Ok(self)
+    }
+
+    /// The dynamic shared memory entry point `index` is launched with, in bytes
+    /// ([`CudaModule::shared_memory_bytes`]).
+    pub fn shared_memory(&self, index: usize) -> u32 {
+        self.shared_memory_bytes.get(index).copied().unwrap_or(0)
     }
 
     /// A module from PTX text.
@@ -166,9 +227,14 @@ impl CudaModule {
             CudaImage::Ptx(text) => (KIND_PTX, text.as_bytes()),
             CudaImage::Cubin(bytes) => (KIND_BINARY, &bytes[..]),
         };
-        let mut out = MAGIC.to_vec();
+        let shared = !self.shared_memory_bytes.is_empty();
+        let mut out = if shared { MAGIC_SHARED } else { MAGIC }.to_vec();
         out.extend_from_slice(&kind.to_le_bytes());
         write_entry_points(&mut out, &self.entry_points);
+        if shared {
+            let n = self.entry_points.len();
+            write_entry_table(&mut out, &self.shared_memory_bytes, n);
+        }
         out.extend_from_slice(&(image.len() as u64).to_le_bytes());
         out.extend_from_slice(image);
         out
@@ -178,7 +244,11 @@ impl CudaModule {
     /// checks the content).
     pub fn from_bytes(bytes: &[u8]) -> Result<CudaModule> {
         let bad = |what: &str| invalid(format!("malformed halcyon CUDA executable: {what}"));
-        let Some(rest) = bytes.strip_prefix(MAGIC) else {
+        let (shared, rest) = match (bytes.strip_prefix(MAGIC), bytes.strip_prefix(MAGIC_SHARED)) {
+            (Some(rest), _) => (false, Some(rest)),
+            (None, rest) => (true, rest),
+        };
+        let Some(rest) = rest else {
             if bytes.starts_with(ELF_MAGIC) || looks_like_ptx(bytes) || is_fatbin(bytes) {
                 return Err(invalid(
                     "raw PTX or cubin carries no entry-point metadata (binding and constant \
@@ -195,6 +265,11 @@ impl CudaModule {
             None => return Err(bad("truncated header")),
         };
         let (entry_points, rest) = read_entry_points(rest, "halcyon CUDA executable")?;
+        let (shared_memory_bytes, rest) = if shared {
+            read_entry_table(rest, entry_points.len(), "halcyon CUDA executable")?
+        } else {
+            (Vec::new(), rest)
+        };
         let Some((len, image)) = rest.split_first_chunk::<8>() else {
             return Err(bad("truncated before the image length"));
         };
@@ -222,6 +297,7 @@ impl CudaModule {
         Ok(CudaModule {
             image,
             entry_points,
+            shared_memory_bytes,
         })
     }
 
@@ -231,6 +307,13 @@ impl CudaModule {
             return Err(invalid(
                 "a CUDA executable must declare at least one entry point",
             ));
+        }
+        if self.shared_memory_bytes.len() > self.entry_points.len() {
+            return Err(invalid(format!(
+                "the CUDA module declares shared memory for {} entry points but has {}",
+                self.shared_memory_bytes.len(),
+                self.entry_points.len()
+            )));
         }
         for (i, entry) in self.entry_points.iter().enumerate() {
             validate_entry_point(entry)?;
@@ -649,6 +732,28 @@ mod tests {
         let back = CudaModule::from_bytes(&c.to_bytes()).unwrap();
         assert_eq!(back, c);
         back.validate().unwrap();
+    }
+
+    #[test]
+    fn shared_memory_declarations_round_trip_and_are_checked() {
+        let m = module().with_shared_memory("fail", 64 << 10).unwrap();
+        assert_eq!(m.shared_memory_bytes, [0, 64 << 10]);
+        let bytes = m.to_bytes();
+        assert!(bytes.starts_with(b"HLCNCUD2"));
+        assert_eq!(CudaModule::from_bytes(&bytes).unwrap(), m);
+        m.validate().unwrap();
+        // The table is part of the structure: cutting into it is a malformed executable.
+        let table = bytes.len() - PTX.len() - 8 - 8;
+        let e = CudaModule::from_bytes(&bytes[..table + 2]).unwrap_err();
+        assert!(e.message().contains("per-entry-point values"), "{e}");
+
+        let e = module().with_shared_memory("empty", 16).unwrap_err();
+        assert_eq!(e.code(), StatusCode::NotFound);
+        assert!(e.message().contains("[add_one_u32, fail]"), "{e}");
+        let mut long = module();
+        long.shared_memory_bytes = vec![0; 3];
+        let e = long.validate().unwrap_err();
+        assert!(e.message().contains("for 3 entry points but has 2"), "{e}");
     }
 
     #[test]

@@ -374,6 +374,8 @@ driver_calls! {
     fn cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
     /// `cuFuncGetAttribute`.
     fn cuFuncGetAttribute(value: *mut c_int, attribute: CUfunction_attribute, function: CUfunction);
+    /// `cuFuncSetAttribute`.
+    fn cuFuncSetAttribute(function: CUfunction, attribute: CUfunction_attribute, value: c_int);
     /// `cuFuncGetParamInfo` (CUDA 12.4).
     fn cuFuncGetParamInfo(function: CUfunction, index: usize, offset: *mut usize, size: *mut usize);
     /// `cuLaunchKernel`.

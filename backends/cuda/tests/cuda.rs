@@ -211,46 +211,60 @@ fn checked_in_ptx_loads_on_every_supported_driver() {
     assert_eq!(common::STANDARD_PTX_ISA, "8.0");
 }
 
-/// Assembles the checked-in PTX with ptxas for sm_52, sm_70, sm_75 and sm_90 where ptxas is
-/// found (`$PTXAS`, or on `PATH`): it rejects any instruction newer than the declared PTX ISA.
-/// Prints why and passes without one. An architecture this ptxas no longer targets (CUDA 13
-/// dropped sm_52 and sm_70) is skipped, but at least one must assemble.
+/// Assembles the checked-in PTX with ptxas where ptxas is found (`$PTXAS`, or on `PATH`):
+/// standard.ptx for sm_52, sm_70, sm_75 and sm_90, shared.ptx for its sm_75 and sm_90. ptxas
+/// rejects any instruction newer than the declared PTX ISA. Prints why and passes without one.
+/// An architecture this ptxas no longer targets (CUDA 13 dropped sm_52 and sm_70) is skipped,
+/// but each file must assemble for at least one.
 #[test]
 fn checked_in_ptx_assembles_with_ptxas() {
     let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
     let dir = std::env::temp_dir().join(format!("halcyon-cuda-ptxas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("standard.ptx");
-    std::fs::write(&input, common::STANDARD_PTX).unwrap();
-    let mut assembled = 0;
-    let mut ran = false;
-    for arch in ["sm_52", "sm_70", "sm_75", "sm_90"] {
-        let out = std::process::Command::new(&ptxas)
-            .arg(format!("-arch={arch}"))
-            .arg(&input)
-            .arg("-o")
-            .arg(dir.join(format!("standard.{arch}.cubin")))
-            .output();
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => {
-                eprintln!("skipped: cannot run {ptxas}: {e}");
-                break;
+    let files: [(&str, &str, &[&str]); 2] = [
+        (
+            "standard",
+            common::STANDARD_PTX,
+            &["sm_52", "sm_70", "sm_75", "sm_90"],
+        ),
+        ("shared", common::SHARED_PTX, &["sm_75", "sm_90"]),
+    ];
+    'files: for (name, text, archs) in files {
+        let input = dir.join(format!("{name}.ptx"));
+        std::fs::write(&input, text).unwrap();
+        let mut assembled = 0;
+        let mut ran = false;
+        for arch in archs {
+            let out = std::process::Command::new(&ptxas)
+                .arg(format!("-arch={arch}"))
+                .arg(&input)
+                .arg("-o")
+                .arg(dir.join(format!("{name}.{arch}.cubin")))
+                .output();
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    eprintln!("skipped: cannot run {ptxas}: {e}");
+                    break 'files;
+                }
+            };
+            ran = true;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
+                eprintln!("skipped {name}.ptx for {arch}: this ptxas no longer targets it");
+                continue;
             }
-        };
-        ran = true;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
-            eprintln!("skipped {arch}: this ptxas no longer targets it");
-            continue;
+            assert!(
+                out.status.success(),
+                "ptxas -arch={arch} {name}.ptx failed: {stderr}"
+            );
+            assembled += 1;
         }
-        assert!(out.status.success(), "ptxas -arch={arch} failed: {stderr}");
-        assembled += 1;
+        assert!(
+            !ran || assembled > 0,
+            "ptxas targets none of {name}.ptx's architectures"
+        );
     }
-    assert!(
-        !ran || assembled > 0,
-        "ptxas targets none of the architectures"
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -24,7 +24,7 @@ use crate::contract::{
 use crate::driver::{
     context_device, device_count, driver, next_handle, primary_context, GRAPH_LAUNCHES,
 };
-use crate::kernels::parse_ptx;
+use crate::kernels::{parse_ptx, DEFAULT_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
 use crate::memory::{memory, Kind, DEVICE_BYTES};
 use crate::stream::{Event, Op, Source, Stream};
 
@@ -194,7 +194,8 @@ pub unsafe extern "C" fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUre
 }
 
 /// `cuDeviceGetAttribute`: a compute capability 9.0 device with 4 multiprocessors, memory
-/// pools and concurrent managed access; 0 for attributes it does not model.
+/// pools, concurrent managed access and Hopper's shared memory limits; 0 for attributes it
+/// does not model.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -212,6 +213,12 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
             a if a == Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as u32 => 4,
             a if a == Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR as u32 => 2,
             a if a == Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK as u32 => 1024,
+            a if a == Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK as u32 => {
+                DEFAULT_DYNAMIC_SHARED as c_int
+            }
+            a if a == Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN as u32 => {
+                MAX_SHARED_OPTIN as c_int
+            }
             a if a == Attr::CU_DEVICE_ATTRIBUTE_WARP_SIZE as u32 => 32,
             a if a == Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as u32 => 1,
             a if a == Attr::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY as u32 => 1,
@@ -1256,7 +1263,9 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
 }
 
 /// `cuFuncGetAttribute`: `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` is the kernel's limit
-/// (see `Entry::max_threads`); the other attributes CUDA 12 defines read 0.
+/// (see `Entry::max_threads`), `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` its dynamic
+/// shared memory limit (see `Kernel::max_dynamic_shared`); the other attributes CUDA 12
+/// defines read 0 (static shared memory among them).
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -1275,12 +1284,44 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
         )?;
         let value = match attribute {
             0 => kernel.max_threads as c_int,
+            8 => kernel.max_dynamic_shared.load(Ordering::Relaxed) as c_int,
             // Up to CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE.
             1..=15 => 0,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         };
         // SAFETY: CUDA's contract: `out` is valid for one int.
         unsafe { put(out, value) }
+    })
+}
+
+/// `cuFuncSetAttribute`: `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` up to
+/// [`MAX_SHARED_OPTIN`] (the fake models no static shared memory) and
+/// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT` (-1 to 100, ignored); anything else
+/// is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncSetAttribute(
+    f: *mut c_void,
+    attribute: c_uint,
+    value: c_int,
+) -> CUresult {
+    call("cuFuncSetAttribute", Needs::Context, || {
+        let kernel = driver().find(
+            |d| &d.functions,
+            handle(f),
+            "function",
+            "cuFuncSetAttribute",
+        )?;
+        match (attribute, value) {
+            (8, v) if (0..=MAX_SHARED_OPTIN as c_int).contains(&v) => {
+                kernel.max_dynamic_shared.store(v as u32, Ordering::Relaxed);
+                Ok(())
+            }
+            (9, -1..=100) => Ok(()),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     })
 }
 
@@ -1317,7 +1358,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             || grid_y > 65535
             || grid_z > 65535
             || grid_x > i32::MAX as u32
-            || shared_memory_bytes > 48 << 10
+            || shared_memory_bytes > kernel.max_dynamic_shared.load(Ordering::Relaxed)
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -1337,6 +1378,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 &stream,
                 grid,
                 block,
+                shared_memory_bytes,
                 kernel_params,
             )
         }?;

@@ -100,6 +100,7 @@ pub(crate) unsafe fn enqueue_launch(
     stream: &Stream,
     grid: [u32; 3],
     block: [u32; 3],
+    shared_memory_bytes: u32,
     kernel_params: *mut *mut c_void,
 ) -> Ret {
     let function_device = driver().owner(kernel.function);
@@ -142,6 +143,7 @@ pub(crate) unsafe fn enqueue_launch(
         native,
         grid,
         block,
+        shared_memory_bytes,
         args,
     })));
     Ok(())

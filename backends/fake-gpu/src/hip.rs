@@ -1162,6 +1162,7 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
                 &stream,
                 grid,
                 block,
+                shared_memory_bytes,
                 kernel_params,
             )
         }

@@ -1,7 +1,7 @@
 //! Modules and kernels: PTX read for its entry points and parameters, and the kernels the fake
 //! can run natively (halcyon's standard kernels, matched by name and parameter sizes).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUresult;
@@ -25,6 +25,10 @@ pub(crate) struct Kernel {
     /// The most threads a block launching it may have
     /// (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`): see [`Entry::max_threads`].
     pub max_threads: u32,
+    /// The most dynamic shared memory a launch may give it
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): [`DEFAULT_DYNAMIC_SHARED`] until
+    /// `cuFuncSetAttribute` raises it. The fake models no static shared memory.
+    pub max_dynamic_shared: AtomicU32,
     pub native: Option<Native>,
     /// Set by `cuModuleUnload`: a launch still queued must not run any more.
     pub unloaded: AtomicBool,
@@ -43,6 +47,11 @@ pub(crate) enum Native {
     Empty,
     /// `trap()`: faults the device (`CUDA_ERROR_LAUNCH_FAILED`).
     Trap,
+    /// `block_sum_u32(const u32* x, u32* out, u32 n, u32 words)`: `out[b]` = the sum of
+    /// block `b`'s elements of `x` (those below `n`), gathered in the top `block.x` of `words`
+    /// `u32`s of dynamic shared memory: a launch giving fewer than `4 * words` bytes (or
+    /// `words < block.x`) reads outside its shared memory (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+    BlockSumU32,
 }
 
 impl Native {
@@ -54,6 +63,7 @@ impl Native {
             "fail" => Native::Fail,
             "empty" => Native::Empty,
             "trap" => Native::Trap,
+            "block_sum_u32" => Native::BlockSumU32,
             _ => return None,
         })
     }
@@ -65,6 +75,7 @@ impl Native {
             Native::SaxpyF32 => &[8, 8, 4, 4],
             Native::Fail => &[8],
             Native::Empty | Native::Trap => &[],
+            Native::BlockSumU32 => &[8, 8, 4, 4],
         }
     }
 
@@ -87,6 +98,12 @@ pub(crate) struct Entry {
 
 /// The most threads a CUDA block may have on every device the fake models.
 pub(crate) const MAX_BLOCK_THREADS: u32 = 1024;
+/// The dynamic shared memory a kernel may be launched with before `cuFuncSetAttribute`
+/// raises its limit: CUDA's 48 KiB.
+pub(crate) const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
+/// The most shared memory a block may have once its kernel opted in
+/// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`): a Hopper GPU's 227 KiB.
+pub(crate) const MAX_SHARED_OPTIN: u32 = 227 << 10;
 
 impl Entry {
     /// The entry point of kernel `name` in a module whose parameter metadata the fake does not
@@ -454,6 +471,7 @@ impl Kernel {
             native: Native::find(&entry.name, &sizes),
             params,
             max_threads: entry.max_threads,
+            max_dynamic_shared: AtomicU32::new(DEFAULT_DYNAMIC_SHARED),
             unloaded: AtomicBool::new(false),
         }
     }
@@ -466,6 +484,8 @@ pub(crate) struct Launch {
     pub native: Native,
     pub grid: [u32; 3],
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_memory_bytes: u32,
     pub args: Vec<u64>,
 }
 
@@ -546,6 +566,30 @@ pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String,
         Native::Fail => {
             check(&memory, args[0], 4, "status")?;
             memory.write_u32(args[0], 1);
+        }
+        Native::BlockSumU32 => {
+            let (x, out, n, words) = (args[0], args[1], args[2] as u32, args[3]);
+            if words < bx || 4 * words > u64::from(launch.shared_memory_bytes) {
+                return Err((
+                    CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+                    format!(
+                        "shared memory out of bounds: the kernel addresses {} bytes, the \
+                         launch gave {}",
+                        4 * words.max(bx),
+                        launch.shared_memory_bytes
+                    ),
+                    false,
+                ));
+            }
+            let count = u64::from(n).min(threads);
+            check(&memory, x, 4 * count, "x")?;
+            check(&memory, out, 4 * gx, "out")?;
+            for block in 0..gx {
+                let sum = (block * bx..(block + 1) * bx)
+                    .filter(|&i| i < count)
+                    .fold(0u32, |sum, i| sum.wrapping_add(memory.read_u32(x + 4 * i)));
+                memory.write_u32(out + 4 * block, sum);
+            }
         }
         Native::Empty => {}
         Native::Trap => {

@@ -20,7 +20,7 @@
 //! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
-//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`]; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
+//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
 //! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]); the grid checked first against `hipDeviceAttributeMaxGridDim{X,Y,Z}` and `grid × block ≤ u32::MAX` per dimension (`InvalidArgument`), which some runtimes would otherwise truncate |
 //! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
@@ -164,7 +164,7 @@ use halcyon::stream::{
 };
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
-use crate::module::{HipModule, FORMAT_HSACO};
+use crate::module::{HipModule, KernelInfo, FORMAT_HSACO};
 use crate::result::Hip;
 use crate::sys;
 
@@ -592,6 +592,37 @@ pub(crate) fn event_flags(flags: EventFlags) -> (c_uint, Option<c_uint>) {
 /// ROCm reports from 5.7 on (`INT32_MAX`, 65536, 65536; ROCm/clr `hip_device.cpp`).
 pub(crate) const DEFAULT_MAX_GRID: [u32; 3] = [i32::MAX as u32, 1 << 16, 1 << 16];
 
+/// The shared memory (LDS) per block assumed where `hipDeviceAttributeMaxSharedMemoryPerBlock`
+/// cannot be read: 64 KiB, what every AMD GPU since GCN has.
+pub(crate) const DEFAULT_MAX_SHARED_MEMORY: u32 = 64 << 10;
+
+/// Checks that kernel `kernel` can be launched with the `bytes` of dynamic shared memory its
+/// entry point declares on a device whose blocks may have `max` bytes of it: its static LDS
+/// plus `bytes` must fit (`InvalidArgument` naming both otherwise; `hipModuleLaunchKernel`
+/// would refuse every dispatch of it).
+pub(crate) fn check_shared_memory(
+    kernel: &KernelInfo,
+    bytes: u32,
+    max: u32,
+    device: i32,
+) -> Result<()> {
+    let statik = kernel.group_segment_fixed_size;
+    if bytes == 0 || u64::from(statik) + u64::from(bytes) <= u64::from(max) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "kernel '{}' declares {bytes} bytes of dynamic shared memory{}, but a block on \
+         hip://{device} may have at most {max} bytes of shared memory \
+         (hipDeviceAttributeMaxSharedMemoryPerBlock): declare less",
+        kernel.symbol,
+        if statik > 0 {
+            format!(" on top of its {statik} bytes of static")
+        } else {
+            String::new()
+        },
+    )))
+}
+
 /// Checks the shape of a launch of kernel `name` before `hipModuleLaunchKernel` sees it:
 /// at most `max_grid[i]` blocks in each dimension (the device's `hipDeviceAttributeMaxGridDim*`),
 /// and at most `u32::MAX` work-items (blocks × threads per block) in each. HIP computes the
@@ -760,6 +791,10 @@ pub struct HipStreamApi {
     /// The most blocks a launch may have in x, y and z (`hipDeviceAttributeMaxGridDim*`, else
     /// [`DEFAULT_MAX_GRID`]): see [`check_grid`].
     max_grid: [u32; 3],
+    /// The most shared memory (LDS) a block may have, static and dynamic together
+    /// (`hipDeviceAttributeMaxSharedMemoryPerBlock`, else [`DEFAULT_MAX_SHARED_MEMORY`]): an
+    /// entry point declaring more is refused at load.
+    max_shared_memory: u32,
     /// This API's own pool for stream-ordered allocation, where the device has memory pools
     /// and the runtime exports the pool calls: see
     /// [`HipStreamApi::set_pool_release_threshold`]. `None`: `hipMallocAsync` on the device's
@@ -851,6 +886,10 @@ impl HipStreamApi {
             grid_limit(sys::hipDeviceAttributeMaxGridDimY, DEFAULT_MAX_GRID[1]),
             grid_limit(sys::hipDeviceAttributeMaxGridDimZ, DEFAULT_MAX_GRID[2]),
         ];
+        let max_shared_memory = grid_limit(
+            sys::hipDeviceAttributeMaxSharedMemoryPerBlock,
+            DEFAULT_MAX_SHARED_MEMORY,
+        );
         let mut api = HipStreamApi {
             hip,
             device,
@@ -871,6 +910,7 @@ impl HipStreamApi {
             memory: Allocations::default(),
             staging: Arc::default(),
             max_grid,
+            max_shared_memory,
             pool: None,
         };
         if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) && hip.has_mem_pools() {
@@ -1525,6 +1565,14 @@ impl StreamApi for HipStreamApi {
             .iter()
             .map(|entry| code.check_entry_point(entry))
             .collect::<Result<Vec<bool>>>()?;
+        let shared_memory_bytes: Vec<u32> = (0..module.entry_points.len())
+            .map(|index| module.shared_memory(index))
+            .collect();
+        for (entry, &bytes) in module.entry_points.iter().zip(&shared_memory_bytes) {
+            if let Some(kernel) = code.kernel(&entry.name) {
+                check_shared_memory(kernel, bytes, self.max_shared_memory, self.device)?;
+            }
+        }
         // An 8-byte aligned copy: HIP reads the ELF headers in place.
         let bytes = &module.code_object;
         let mut image = vec![0u64; bytes.len().div_ceil(8)];
@@ -1571,6 +1619,7 @@ impl StreamApi for HipStreamApi {
             module: ModuleHandle(handle),
             entry_points,
             status_words,
+            shared_memory_bytes,
         })
     }
 
@@ -1685,6 +1734,30 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    #[test]
+    fn static_and_dynamic_shared_memory_must_fit_a_block() {
+        let kernel = KernelInfo {
+            symbol: "k".into(),
+            name: "k".into(),
+            args: Vec::new(),
+            max_flat_workgroup_size: 256,
+            reqd_workgroup_size: None,
+            group_segment_fixed_size: 1024,
+        };
+        let max = DEFAULT_MAX_SHARED_MEMORY;
+        check_shared_memory(&kernel, 0, 512, 0).unwrap();
+        check_shared_memory(&kernel, max - 1024, max, 0).unwrap();
+        let e = check_shared_memory(&kernel, max - 1023, max, 3).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument);
+        assert!(
+            e.message().contains(
+                "on top of its 1024 bytes of static, but a block on hip://3 may have \
+                           at most 65536 bytes"
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn event_flags_map_to_hip_flags() {

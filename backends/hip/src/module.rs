@@ -5,8 +5,9 @@
 //! * [`ExecutableSource::Native`] holding an `Arc<HipModule>` ([`HipModule::spec`]): a code
 //!   object plus the entry points to expose, in dispatch index order, or
 //! * [`ExecutableSource::Bytes`] produced by [`HipModule::to_bytes`]: a small metadata header
-//!   (`b"HLCNHIP1"`, the entry points) followed by the code object. A bare code object without
-//!   the header is refused with a message saying how to supply the metadata.
+//!   (`b"HLCNHIP1"`, the entry points; `b"HLCNHIP2"` adds each entry point's dynamic shared
+//!   memory) followed by the code object. A bare code object without the header is refused
+//!   with a message saying how to supply the metadata.
 //!
 //! A code object is what `hipModuleLoadData` loads: a linked AMDGPU ELF (`clang -x hip
 //! --cuda-device-only --no-gpu-bundle-output`, `hipcc --genco` then `clang-offload-bundler
@@ -33,6 +34,15 @@
 //!   fits the kernel's `max_flat_workgroup_size` and equals its `reqd_workgroup_size` if it has
 //!   one.
 //!
+//! # Dynamic shared memory
+//!
+//! A kernel using `extern __shared__` memory (dynamic LDS) is launched with as many bytes of it
+//! per block as its entry point declares ([`HipModule::with_shared_memory`]); one declaring
+//! none gets none. Loading checks that the kernel's static LDS (`.group_segment_fixed_size`
+//! in its metadata) plus the declared bytes fit the device's
+//! `hipDeviceAttributeMaxSharedMemoryPerBlock` (64 KiB on most AMD GPUs), which
+//! `hipModuleLaunchKernel` would otherwise refuse at every dispatch.
+//!
 //! # Status word
 //!
 //! A kernel fails its dispatch through a status word (the stream layer's convention, see
@@ -51,7 +61,9 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use halcyon::backend::{read_entry_points, write_entry_points};
+use halcyon::backend::{
+    read_entry_points, read_entry_table, write_entry_points, write_entry_table,
+};
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
 /// The executable format name.
@@ -61,6 +73,8 @@ pub const FORMAT_HSACO: &str = "hip-hsaco";
 pub const EM_AMDGPU: u16 = 224;
 
 const HEADER_MAGIC: &[u8; 8] = b"HLCNHIP1";
+/// The byte form with a dynamic shared memory table.
+const HEADER_MAGIC_SHARED: &[u8; 8] = b"HLCNHIP2";
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 const OFFLOAD_BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
 /// `ELFOSABI_AMDGPU_HSA`.
@@ -89,6 +103,10 @@ pub struct HipModule {
     pub code_object: Vec<u8>,
     /// The kernels to expose, by symbol name, with their metadata.
     pub entry_points: Vec<EntryPoint>,
+    /// Index-aligned with `entry_points`: the dynamic shared memory (LDS) each kernel is
+    /// launched with, in bytes; entry points past its end take none. Set it with
+    /// [`HipModule::with_shared_memory`].
+    pub shared_memory_bytes: Vec<u32>,
 }
 
 impl fmt::Debug for HipModule {
@@ -99,6 +117,7 @@ impl fmt::Debug for HipModule {
                 &format_args!("{} bytes", self.code_object.len()),
             )
             .field("entry_points", &self.entry_points)
+            .field("shared_memory_bytes", &self.shared_memory_bytes)
             .finish()
     }
 }
@@ -109,7 +128,38 @@ impl HipModule {
         HipModule {
             code_object,
             entry_points,
+            shared_memory_bytes: Vec::new(),
         }
+    }
+
+    /// Declares that kernel `entry` is launched with `bytes` of dynamic shared memory (LDS,
+    /// `extern __shared__`) per block: every dispatch of it passes them to
+    /// `hipModuleLaunchKernel`. Loading checks that the device can give the kernel that much
+    /// (see the [module docs](self)). `NotFound` if no entry point is named `entry`.
+    pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
+        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "cannot declare shared memory for '{entry}': the HIP module's entry points \
+                     are [{}]",
+                    self.entry_points
+                        .iter()
+                        .map(|e| e.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        self.shared_memory_bytes.resize(self.entry_points.len(), 0);
+        self.shared_memory_bytes[index] = bytes;
+        Ok(self)
+    }
+
+    /// The dynamic shared memory entry point `index` is launched with, in bytes
+    /// ([`HipModule::shared_memory_bytes`]).
+    pub fn shared_memory(&self, index: usize) -> u32 {
+        self.shared_memory_bytes.get(index).copied().unwrap_or(0)
     }
 
     /// An executable spec (format [`FORMAT_HSACO`], native source).
@@ -119,10 +169,22 @@ impl HipModule {
 
     /// The byte form: `b"HLCNHIP1"`, the entry-point count, each entry point (name length,
     /// name, workgroup size x, y, z, binding count, constant count; every number a
-    /// little-endian `u32`), then the code object.
+    /// little-endian `u32`), then the code object. A module declaring dynamic shared memory
+    /// starts with `b"HLCNHIP2"` instead and has each entry point's bytes (a `u32` each)
+    /// between the entry points and the code object.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = HEADER_MAGIC.to_vec();
+        let shared = !self.shared_memory_bytes.is_empty();
+        let mut out = if shared {
+            HEADER_MAGIC_SHARED
+        } else {
+            HEADER_MAGIC
+        }
+        .to_vec();
         write_entry_points(&mut out, &self.entry_points);
+        if shared {
+            let n = self.entry_points.len();
+            write_entry_table(&mut out, &self.shared_memory_bytes, n);
+        }
         out.extend_from_slice(&self.code_object);
         out
     }
@@ -138,13 +200,24 @@ impl HipModule {
                  to_bytes() form",
             ));
         }
-        let rest = bytes.strip_prefix(HEADER_MAGIC).ok_or_else(|| {
+        let (shared, rest) = match bytes.strip_prefix(HEADER_MAGIC) {
+            Some(rest) => (false, Some(rest)),
+            None => (true, bytes.strip_prefix(HEADER_MAGIC_SHARED)),
+        };
+        let rest = rest.ok_or_else(|| {
             bad("missing the b\"HLCNHIP1\" header (build it with HipModule::to_bytes)")
         })?;
-        let (entry_points, code_object) = read_entry_points(rest, "halcyon HIP executable")?;
+        let what = "halcyon HIP executable";
+        let (entry_points, rest) = read_entry_points(rest, what)?;
+        let (shared_memory_bytes, code_object) = if shared {
+            read_entry_table(rest, entry_points.len(), what)?
+        } else {
+            (Vec::new(), rest)
+        };
         Ok(HipModule {
             code_object: code_object.to_vec(),
             entry_points,
+            shared_memory_bytes,
         })
     }
 
@@ -182,6 +255,13 @@ impl HipModule {
                 "HIP executable declares no entry points; its code object ({}) has kernels [{}]",
                 code.target,
                 code.kernel_names().join(", ")
+            )));
+        }
+        if self.shared_memory_bytes.len() > self.entry_points.len() {
+            return Err(invalid(format!(
+                "the HIP module declares shared memory for {} entry points but has {}",
+                self.shared_memory_bytes.len(),
+                self.entry_points.len()
             )));
         }
         for (i, entry) in self.entry_points.iter().enumerate() {
@@ -228,6 +308,9 @@ pub struct KernelInfo {
     pub max_flat_workgroup_size: u32,
     /// `.reqd_workgroup_size`, when the kernel requires one.
     pub reqd_workgroup_size: Option<[u32; 3]>,
+    /// `.group_segment_fixed_size`: the static shared memory (LDS) a block of it uses, in
+    /// bytes (0 when absent); dynamic shared memory comes on top.
+    pub group_segment_fixed_size: u32,
 }
 
 impl KernelInfo {
@@ -720,12 +803,20 @@ fn parse_kernels(note: &[u8]) -> std::result::Result<Vec<KernelInfo>, String> {
                     }
                 }
             };
+            let group_segment_fixed_size = match k.get(".group_segment_fixed_size") {
+                None => 0,
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| format!("kernel {name}: bad .group_segment_fixed_size"))?,
+            };
             Ok(KernelInfo {
                 symbol,
                 name,
                 args,
                 max_flat_workgroup_size,
                 reqd_workgroup_size,
+                group_segment_fixed_size,
             })
         })
         .collect()
@@ -971,6 +1062,29 @@ mod tests {
     }
 
     #[test]
+    fn shared_memory_declarations_round_trip_and_are_checked() {
+        let m = module(GFX900, standard())
+            .with_shared_memory("saxpy_f32", 32 << 10)
+            .unwrap();
+        assert_eq!(m.shared_memory(1), 32 << 10);
+        assert_eq!(m.shared_memory(7), 0);
+        let bytes = m.to_bytes();
+        assert!(bytes.starts_with(b"HLCNHIP2"));
+        assert_eq!(HipModule::from_bytes(&bytes).unwrap(), m);
+        m.validate().unwrap();
+        let e = err(module(GFX900, standard()).with_shared_memory("nope", 4));
+        assert_eq!(e.code(), StatusCode::NotFound);
+        assert!(
+            e.message().contains("[add_one_u32, saxpy_f32, fail]"),
+            "{e}"
+        );
+        let mut long = module(GFX900, standard());
+        long.shared_memory_bytes = vec![0; 4];
+        let e = err(long.validate());
+        assert!(e.message().contains("for 4 entry points but has 3"), "{e}");
+    }
+
+    #[test]
     fn byte_form_round_trips_and_bare_code_objects_are_refused() {
         let m = module(GFX900, standard());
         let bytes = m.to_bytes();
@@ -1114,6 +1228,7 @@ mod tests {
                 }],
                 max_flat_workgroup_size: 256,
                 reqd_workgroup_size: Some([16, 16, 1]),
+                group_segment_fixed_size: 0,
             }],
         };
         let e = code
@@ -1146,6 +1261,7 @@ mod tests {
                 args,
                 max_flat_workgroup_size: 1024,
                 reqd_workgroup_size: None,
+                group_segment_fixed_size: 0,
             }],
         };
         let hidden = arg("hidden_global_offset_x", 8);

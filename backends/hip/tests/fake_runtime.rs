@@ -26,6 +26,10 @@ use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
 
 use fake::{fake, hip, hip_5_2, FakeKernels, CODE_OBJECT};
 
+/// `tests/data/shared.hip` compiled for gfx900: `block_sum_u32`, which uses dynamic shared
+/// memory.
+const SHARED_CODE_OBJECT: &[u8] = include_bytes!("data/shared-gfx900.hsaco");
+
 /// For `gpu/mod.rs`: the fake runtime, which always has its device.
 fn runtime_with_a_device() -> Option<Hip> {
     Some(hip())
@@ -202,6 +206,74 @@ fn work_reaches_the_fake_runtime() {
     assert!(after.kernels_run > before.kernels_run, "{after:?}");
     assert!(after.host_funcs_run > before.host_funcs_run, "{after:?}");
     assert_eq!(after.violations, 0, "{:?}", fake().violations());
+}
+
+/// A kernel using dynamic shared memory gets what its entry point declares (all 64 KiB of the
+/// device's LDS), also through the module's byte form; a declaration beyond the device's
+/// `hipDeviceAttributeMaxSharedMemoryPerBlock` is refused at load, naming the limit.
+#[test]
+fn dynamic_shared_memory_reaches_the_kernel() {
+    use halcyon::{EntryPoint, ExecutableSpec, Fence, StatusCode, Timepoints};
+    use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    const WORDS: u32 = 16 << 10;
+    let entry = EntryPoint {
+        name: "block_sum_u32".into(),
+        workgroup_size: [64, 1, 1],
+        binding_count: 2,
+        constant_count: 2,
+    };
+    let module = |bytes| {
+        HipModule::new(SHARED_CODE_OBJECT.to_vec(), vec![entry.clone()])
+            .with_shared_memory("block_sum_u32", bytes)
+            .unwrap()
+    };
+    let device = device(
+        hip(),
+        CompletionStrategy::CompletionThread,
+        HostVisibleMemory::Auto,
+    )
+    .unwrap();
+    let queue = device.queue(0).unwrap();
+    const N: u32 = 1000;
+    let blocks = N.div_ceil(64);
+    let data: Vec<u32> = (0..N).map(|i| i * 7 + 1).collect();
+    let expected: Vec<u32> = data.chunks(64).map(|c| c.iter().sum()).collect();
+    let specs = [
+        module(4 * WORDS).spec(),
+        ExecutableSpec::bytes(halcyon_hip::FORMAT_HSACO, module(4 * WORDS).to_bytes()),
+    ];
+    for spec in specs {
+        let executable = device.load_executable(&spec).unwrap();
+        block_on(async {
+            let x = upload_u32(&queue, &data).await?;
+            let out = upload_u32(&queue, &vec![0; blocks as usize]).await?;
+            queue
+                .dispatch(
+                    Timepoints::default(),
+                    &executable,
+                    0,
+                    [blocks, 1, 1],
+                    &[N, WORDS],
+                    &[x.whole(), out.whole()],
+                )
+                .await?;
+            assert_eq!(
+                download_u32(&queue, Fence::new(), &out.whole()).await?,
+                expected
+            );
+            Ok::<(), halcyon::Error>(())
+        })
+        .unwrap();
+    }
+    let Err(e) = device.load_executable(&module(4 * WORDS + 4).spec()) else {
+        panic!("more than the device's LDS is refused");
+    };
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("may have at most 65536 bytes") && e.message().contains("hip://0"),
+        "{e}"
+    );
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
 }
 
 /// A code object for another GPU than the device's loads nowhere: HIP's

@@ -1,5 +1,5 @@
 //! Executables of a stream device: a loaded module and one function per entry point, with
-//! whether each takes a status word.
+//! whether each takes a status word and the dynamic shared memory it is launched with.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -26,6 +26,9 @@ pub(crate) struct StreamExecutable<A: StreamApi> {
     /// Index-aligned with `entry_points`: whether the kernel takes a status word
     /// ([`crate::stream::LoadedModule::status_words`]).
     pub(crate) status_words: Vec<bool>,
+    /// Index-aligned with `entry_points`: the dynamic shared memory each kernel is launched
+    /// with ([`crate::stream::LoadedModule::shared_memory_bytes`]).
+    pub(crate) shared_memory_bytes: Vec<u32>,
 }
 
 impl<A: StreamApi> StreamExecutable<A> {
@@ -50,6 +53,9 @@ impl<A: StreamApi> StreamExecutable<A> {
         let status_words = (0..loaded.entry_points.len())
             .map(|index| loaded.takes_status_word(index))
             .collect();
+        let shared_memory_bytes = (0..loaded.entry_points.len())
+            .map(|index| loaded.shared_memory(index))
+            .collect();
         Ok(StreamExecutable {
             api: api.clone(),
             reclaim: core.reclaim.clone(),
@@ -58,6 +64,7 @@ impl<A: StreamApi> StreamExecutable<A> {
             entry_points: loaded.entry_points,
             functions,
             status_words,
+            shared_memory_bytes,
         })
     }
 }

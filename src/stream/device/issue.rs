@@ -540,7 +540,11 @@ impl<A: StreamApi> Core<A> {
         let config = LaunchConfig {
             grid: dispatch.workgroups,
             block: entry.workgroup_size,
-            shared_memory_bytes: 0,
+            shared_memory_bytes: executable
+                .shared_memory_bytes
+                .get(index)
+                .copied()
+                .unwrap_or(0),
         };
         let params = KernelParams {
             bindings: &bindings,

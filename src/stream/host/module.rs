@@ -38,6 +38,8 @@ pub struct LaunchArgs<'a> {
     pub(crate) bindings: &'a [(*mut u8, usize)],
     /// The status word, for a kernel that takes one.
     pub(crate) status: Option<&'a AtomicU32>,
+    /// The launch's dynamic shared memory, in bytes.
+    pub(crate) shared_memory_bytes: u32,
 }
 
 impl LaunchArgs<'_> {
@@ -59,6 +61,14 @@ impl LaunchArgs<'_> {
     /// The launch's `u32` constants.
     pub fn constants(&self) -> &[u32] {
         self.constants
+    }
+
+    /// The dynamic shared memory the launch gave each block, in bytes
+    /// ([`crate::stream::LaunchConfig::shared_memory_bytes`]; a stream device launches an
+    /// entry point with what [`HostModule::with_shared_memory`] declared). A host kernel has
+    /// no shared memory to address: this reports what a GPU kernel would have been given.
+    pub fn shared_memory_bytes(&self) -> u32 {
+        self.shared_memory_bytes
     }
 
     /// The status word the launch passed after the constants, for a kernel added with
@@ -124,6 +134,8 @@ pub(crate) struct HostKernelEntry {
     pub(crate) run: Arc<HostKernel>,
     /// Whether it takes a status word after its constants.
     pub(crate) status_word: bool,
+    /// The dynamic shared memory its launches declare, in bytes.
+    pub(crate) shared_memory_bytes: u32,
 }
 
 /// A set of named host kernels forming one module.
@@ -169,6 +181,7 @@ impl HostModule {
             entry: entry_point,
             run: Arc::new(kernel),
             status_word: false,
+            shared_memory_bytes: 0,
         });
         self
     }
@@ -208,8 +221,53 @@ impl HostModule {
             entry: entry_point,
             run: Arc::new(kernel),
             status_word: true,
+            shared_memory_bytes: 0,
         });
         self
+    }
+
+    /// Declares that kernel `entry` is launched with `bytes` of dynamic shared memory per
+    /// block, as a CUDA or HIP module declares it for a kernel using `extern __shared__`:
+    /// every launch a stream device makes of it passes `bytes` in
+    /// [`crate::stream::LaunchConfig::shared_memory_bytes`], which the kernel reads back
+    /// through [`LaunchArgs::shared_memory_bytes`]. `NotFound` if the module has no kernel
+    /// named `entry`.
+    ///
+    /// ```
+    /// use halcyon::stream::host::HostModule;
+    /// use halcyon::EntryPoint;
+    ///
+    /// let module = HostModule::new()
+    ///     .kernel(
+    ///         EntryPoint { name: "tile".into(), workgroup_size: [64, 1, 1], binding_count: 0, constant_count: 0 },
+    ///         |args| match args.shared_memory_bytes() {
+    ///             4096 => Ok(()),
+    ///             other => Err(format!("launched with {other} bytes of shared memory")),
+    ///         },
+    ///     )
+    ///     .with_shared_memory("tile", 4096)?;
+    /// assert!(module.clone().with_shared_memory("tiles", 4096).is_err());
+    /// # Ok::<(), halcyon::Error>(())
+    /// ```
+    pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
+        let names = || {
+            self.kernels
+                .iter()
+                .map(|k| k.entry.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some(index) = self.kernels.iter().position(|k| k.entry.name == entry) else {
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "cannot declare shared memory for host kernel '{entry}': the module has                      only [{}]",
+                    names()
+                ),
+            ));
+        };
+        self.kernels[index].shared_memory_bytes = bytes;
+        Ok(self)
     }
 
     /// The executable spec to load on a device over [`crate::stream::host::HostStreamApi`].

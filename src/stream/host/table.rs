@@ -304,6 +304,11 @@ impl StreamApi for HostStreamApi {
         };
         let entry_points = module.kernels.iter().map(|k| k.entry.clone()).collect();
         let status_words = module.kernels.iter().map(|k| k.status_word).collect();
+        let shared_memory_bytes = module
+            .kernels
+            .iter()
+            .map(|k| k.shared_memory_bytes)
+            .collect();
         let id = shared.id();
         let bytes = shared.module_bytes.load(Ordering::Relaxed);
         if bytes > 0 {
@@ -317,6 +322,7 @@ impl StreamApi for HostStreamApi {
             module: ModuleHandle(id),
             entry_points,
             status_words,
+            shared_memory_bytes,
         })
     }
 
@@ -394,7 +400,11 @@ impl StreamApi for HostStreamApi {
             Some(word) => Some(self.resolve_status_word(word, &resolved)?),
         };
         let constants = params.constants.to_vec();
-        let LaunchConfig { grid, block, .. } = *config;
+        let LaunchConfig {
+            grid,
+            block,
+            shared_memory_bytes,
+        } = *config;
         shared.stats.bump(&shared.stats.launches);
         self.exec(
             stream,
@@ -419,6 +429,7 @@ impl StreamApi for HostStreamApi {
                                 constants: &constants,
                                 bindings: &bindings,
                                 status: word,
+                                shared_memory_bytes,
                             };
                             (kernel.run)(&args).map_err(|message| {
                                 Error::new(

@@ -35,6 +35,26 @@ pub fn standard_ptx_from_nvrtc(ptx: &str) -> String {
         .collect()
 }
 
+/// PTX of `tests/kernels/shared.cu`: `block_sum_u32`, a kernel using dynamic shared memory.
+pub const SHARED_PTX: &str = include_str!("../kernels/shared.ptx");
+
+/// `block_sum_u32`'s metadata: 64 threads, bindings `x` and `out`, constants `n` and `words`.
+pub fn block_sum() -> EntryPoint {
+    EntryPoint {
+        name: "block_sum_u32".into(),
+        workgroup_size: [64, 1, 1],
+        binding_count: 2,
+        constant_count: 2,
+    }
+}
+
+/// [`SHARED_PTX`] with `block_sum_u32` launched with `bytes` of dynamic shared memory.
+pub fn shared_module(bytes: u32) -> CudaModule {
+    CudaModule::ptx(SHARED_PTX, vec![block_sum()])
+        .with_shared_memory("block_sum_u32", bytes)
+        .expect("block_sum_u32 is the module's entry point")
+}
+
 /// The `empty` kernel's metadata.
 pub fn empty() -> EntryPoint {
     EntryPoint {

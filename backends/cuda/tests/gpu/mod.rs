@@ -530,6 +530,80 @@ fn module_load_errors() {
     api.unload_module(loaded.module).unwrap();
 }
 
+/// A kernel using dynamic shared memory gets what its entry point declares: 64 KiB, above the
+/// 48 KiB a kernel may use without opting in, through direct dispatches and a reusable command
+/// buffer executed three times (issued, captured into a graph, launched as the graph). A
+/// declaration no block of the device can have is refused at load, naming the limit.
+#[test]
+fn dynamic_shared_memory_reaches_the_kernel() {
+    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    if !prepared("dynamic_shared_memory_reaches_the_kernel") {
+        return;
+    }
+    let options = halcyon_cuda::CudaDeviceOptions {
+        graphs: true,
+        ..Default::default()
+    };
+    let device = match halcyon_cuda::create_device_with(0, options) {
+        Ok(device) => device,
+        Err(e) if e.code() == StatusCode::Unavailable => {
+            eprintln!("skipped dynamic_shared_memory_reaches_the_kernel: {e}");
+            return;
+        }
+        Err(e) => panic!("cuda://0: {e}"),
+    };
+    const WORDS: u32 = 16 << 10; // 64 KiB
+    let executable = device
+        .load_executable(&common::shared_module(4 * WORDS).spec())
+        .unwrap();
+    let queue = device.queue(0).unwrap();
+    const N: u32 = 1000;
+    let blocks = N.div_ceil(64);
+    let data: Vec<u32> = (0..N).map(|i| i * 7 + 1).collect();
+    let expected: Vec<u32> = data.chunks(64).map(|c| c.iter().sum()).collect();
+    block_on(async {
+        let x = upload_u32(&queue, &data).await?;
+        let out = upload_u32(&queue, &vec![0; blocks as usize]).await?;
+        queue
+            .dispatch(
+                Timepoints::default(),
+                &executable,
+                0,
+                [blocks, 1, 1],
+                &[N, WORDS],
+                &[x.whole(), out.whole()],
+            )
+            .await?;
+        assert_eq!(
+            download_u32(&queue, Fence::new(), &out.whole()).await?,
+            expected
+        );
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.fill(out.whole(), &[0])?;
+        let bindings = [Binding::from(x.whole()), Binding::from(out.whole())];
+        builder.dispatch(&executable, 0, [blocks, 1, 1], &[N, WORDS], bindings)?;
+        let list = builder.finish();
+        for round in 0..3 {
+            queue.execute(Timepoints::default(), &list, None).await?;
+            let sums = download_u32(&queue, Fence::new(), &out.whole()).await?;
+            assert_eq!(sums, expected, "round {round}");
+        }
+        Ok::<(), halcyon::Error>(())
+    })
+    .unwrap();
+    let launches = device.query(halcyon::stream::keys::GRAPH_LAUNCHES).unwrap();
+    assert!(launches >= 1, "the third execution launches the graph");
+
+    let Err(e) = device.load_executable(&common::shared_module(1 << 30).spec()) else {
+        panic!("1 GiB of shared memory per block is refused");
+    };
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("may have at most") && e.message().contains("declare less"),
+        "{e}"
+    );
+}
+
 /// The device end to end: upload, dispatch with a parked wait released by the host,
 /// download; and host-visible buffers mapped by the host.
 #[test]
