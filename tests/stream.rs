@@ -550,6 +550,48 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
     })
 }
 
+/// A capture the driver invalidates (CUDA does so when another thread synchronises the
+/// context meanwhile) costs the submission nothing: its operations, which the capture took
+/// without running, are issued directly, with the right results; the list starts over and is
+/// captured again two submissions later.
+#[test]
+fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
+    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(0)?;
+    let module = HostModule::new().kernel(entry("add_one", 1, 0), |args: &LaunchArgs<'_>| {
+        // SAFETY: the only binding; blocks of one launch run one after another.
+        let data = unsafe { args.binding_mut::<u32>(0) };
+        data.iter_mut().for_each(|x| *x += 1);
+        Ok(())
+    });
+    let executable = device.load_executable(&module.spec())?;
+    block_on(async {
+        let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+        let list = builder.finish();
+        // Direct, capture (invalidated: direct), direct, capture, graph.
+        let expected = [(0, 0, 0), (0, 1, 0), (0, 1, 0), (1, 1, 1), (1, 1, 2)];
+        for (round, &(captures, failures, launches)) in (1..).zip(&expected) {
+            if round == 2 {
+                api.invalidate_next_capture();
+            }
+            done("execute", queue.execute(Timepoints::default(), &list, None)).await?;
+            let values = bytes_u32(&download(&queue, Fence::new(), &x.whole()).await?)?;
+            assert_eq!(values, [round; 4], "round {round}");
+            let stats = (
+                stat(&device, keys::GRAPH_CAPTURES),
+                stat(&device, keys::GRAPH_CAPTURE_FAILURES),
+                stat(&device, keys::GRAPH_LAUNCHES),
+            );
+            assert_eq!(stats, (captures, failures, launches), "round {round}");
+        }
+        Ok(())
+    })
+}
+
 /// A graph launch re-resolves its buffers: after a queue `dealloca` released one, resubmitting
 /// the list fails like a direct issue would, instead of launching on freed memory.
 #[test]

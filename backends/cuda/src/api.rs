@@ -33,7 +33,7 @@
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`; the handle is registered with its kernel's checked signature, which a launch must match |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
-//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy` |
+//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy`; while a stream of the device captures, `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` (which may synchronise the context and so invalidate the capture) wait on other threads, and a capture waits for those under way (`src/capture.rs`) |
 //! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
 //!
 //! Every call above exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
@@ -94,6 +94,7 @@ use halcyon::stream::{
 };
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
+use crate::capture::CaptureGate;
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, ptx_status_word, CudaImage, CudaModule, FORMAT_CUDA};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
@@ -180,6 +181,9 @@ pub struct CudaApi {
     mapped: PinnedAllocations,
     /// Host functions enqueued so far ([`CudaApi::host_funcs_enqueued`]).
     host_funcs: AtomicU64,
+    /// The streams capturing a graph now, counted by the device's [`CaptureGate`], with the
+    /// thread that began each capture.
+    capturing: Mutex<HashMap<u64, std::thread::ThreadId>>,
 }
 
 /// Live pinned, device-mapped host allocations (`cuMemHostAlloc`), by base address, with their
@@ -344,6 +348,7 @@ impl CudaApi {
             signatures: Mutex::default(),
             mapped: PinnedAllocations::default(),
             host_funcs: AtomicU64::new(0),
+            capturing: Mutex::default(),
         };
         // Fails early (e.g. the context cannot be created) rather than on first use, and keeps
         // the context current while the pool is made.
@@ -692,7 +697,28 @@ impl CudaApi {
         .map_err(|e| Error::new(StatusCode::InvalidArgument, e.message().to_owned()))
     }
 
+    /// Held across a call that may synchronise the context (`cuMemFree`, `cuMemFreeHost`,
+    /// `cuModuleUnload`), which would invalidate a graph capture: waits until no stream of
+    /// this device captures, and keeps captures from beginning meanwhile (see
+    /// [`crate::capture`]).
+    fn no_captures(&self) -> crate::capture::SyncCall {
+        CaptureGate::get().sync(self.device)
+    }
+
+    /// Stops counting stream `s`'s capture (ended, or its stream destroyed), if it has one.
+    fn capture_ended(&self, s: StreamHandle) {
+        let began = self
+            .capturing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&s.0);
+        if let Some(thread) = began {
+            CaptureGate::get().end(self.device, thread == std::thread::current().id());
+        }
+    }
+
     fn free_pinned(&self, buffers: Vec<Pinned>) {
+        let _no_captures = (!buffers.is_empty()).then(|| self.no_captures());
         for buffer in buffers {
             // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
             // idle in the pool).
@@ -831,11 +857,22 @@ impl Drop for CudaApi {
         // Host functions still pending will never run (a faulted context drops them) or belong
         // to streams nobody synchronised; either way nothing waits for them any more.
         callback::drop_owned_by(self.id);
+        let open: Vec<u64> = self
+            .capturing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for s in open {
+            self.capture_ended(StreamHandle(s));
+        }
         if let Ok(_bound) = self.bind() {
             self.free_pinned(self.staging.drain());
             let captured =
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
             self.free_pinned(captured);
+            let _no_captures = self.no_captures();
             for base in self.mapped.drain() {
                 // SAFETY: a pinned allocation of this API (cuMemHostAlloc) nobody freed,
                 // forgotten by the drain, so freed once; the API is going away, and the stream
@@ -901,6 +938,7 @@ impl StreamApi for CudaApi {
                 format!("{handle:?} is not a live stream of {}", self.info.name),
             ));
         }
+        self.capture_ended(handle);
         // SAFETY: a stream this API created; enqueued work still completes (cuStreamDestroy
         // releases the stream's resources once it is done).
         check(unsafe { raw::cuStreamDestroy_v2(stream(handle)) }, || {
@@ -1035,6 +1073,7 @@ impl StreamApi for CudaApi {
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         let _bound = self.bind()?;
         self.free_retired(); // this method may block
+        let _no_captures = self.no_captures();
         if self.mapped.remove(ptr.0) {
             // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
             // forgotten, so freed exactly once; the stream layer frees only after the work
@@ -1472,6 +1511,7 @@ impl StreamApi for CudaApi {
             .retain(|_, signature| signature.module != module.0);
         drop(signatures);
         let _bound = self.bind()?;
+        let _no_captures = self.no_captures();
         // SAFETY: a module this API loaded; the stream layer unloads only after the work using
         // it completed.
         check(
@@ -1625,22 +1665,39 @@ impl StreamApi for CudaApi {
         // captures. Other threads (the reactor's probe, completion threads) keep querying and
         // synchronising events, and a captured host-to-device copy allocates pinned memory on
         // this thread (cuMemAllocHost), which the global and thread-local modes would refuse.
+        // Relaxed mode also lets other threads free memory and unload modules, which may
+        // synchronise the context and so invalidate the capture: the device's capture gate
+        // holds them back until it ends (see [`crate::capture`]).
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        CaptureGate::get().begin(self.device);
+        let previous = self
+            .capturing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(s.0, std::thread::current().id());
+        if previous.is_some() {
+            // Already capturing: the driver refuses below, and the first capture stays counted.
+            CaptureGate::get().end(self.device, true);
+        }
         // SAFETY: a live stream of this context.
-        check(
+        let began = check(
             unsafe { raw::cuStreamBeginCapture_v2(stream(s), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
-        )
+        );
+        if began.is_err() && previous.is_none() {
+            self.capture_ended(s);
+        }
+        began
     }
 
     fn end_capture(&self, s: StreamHandle) -> Result<GraphHandle> {
         let _bound = self.bind()?;
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: a stream in capture; valid out-pointer.
-        check(
-            unsafe { raw::cuStreamEndCapture(stream(s), &mut graph) },
-            || format!("cuStreamEndCapture({s:?})"),
-        )?;
+        let ended = unsafe { raw::cuStreamEndCapture(stream(s), &mut graph) };
+        // The stream no longer captures, whatever the result.
+        self.capture_ended(s);
+        check(ended, || format!("cuStreamEndCapture({s:?})"))?;
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
         let r = self

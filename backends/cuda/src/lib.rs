@@ -109,6 +109,7 @@
 
 pub mod api;
 mod callback;
+mod capture;
 pub mod error;
 pub mod module;
 pub mod nvrtc;

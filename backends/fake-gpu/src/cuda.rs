@@ -22,7 +22,8 @@ use crate::contract::{
     violation, Needs, Ret,
 };
 use crate::driver::{
-    context_device, device_count, driver, next_handle, primary_context, GRAPH_LAUNCHES,
+    context_device, device_count, driver, next_handle, primary_context, CAPTURES_INVALIDATED,
+    GRAPH_LAUNCHES,
 };
 use crate::kernels::{parse_ptx, DEFAULT_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
 use crate::memory::{memory, Kind, DEVICE_BYTES};
@@ -701,10 +702,32 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
     call("cuMemFree", Needs::ContextEvenFaulted, || {
+        sync_context();
         memory()
             .free(ptr, |k| !matches!(k, Kind::Pinned { .. }), "cuMemFree")
             .map(drop)
     })
+}
+
+/// What a call that may synchronise the whole context (`cuMemFree`, `cuMemFreeHost`,
+/// `cuModuleUnload`) does to graph captures: CUDA calls synchronising a context while one of
+/// its streams captures invalid, so every capture running on the current context's device is
+/// invalidated (its end reports `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`; its operations never
+/// run) and counted in `FakeStats::captures_invalidated`.
+fn sync_context() {
+    let device = current_device();
+    let streams: Vec<Arc<Stream>> = driver()
+        .streams
+        .values()
+        .filter(|s| s.device == device)
+        .cloned()
+        .collect();
+    for stream in streams {
+        if stream.capture_status() == Some(None) {
+            stream.invalidate_capture(CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+            CAPTURES_INVALIDATED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// `cuMemFreeHost`: pinned memory, by its base.
@@ -714,6 +737,7 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> CUresult {
     call("cuMemFreeHost", Needs::ContextEvenFaulted, || {
+        sync_context();
         memory()
             .free(
                 handle(ptr),
@@ -1208,6 +1232,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleUnload(m: *mut c_void) -> CUresult {
     call("cuModuleUnload", Needs::ContextEvenFaulted, || {
+        sync_context();
         unload_module(handle(m), "cuModuleUnload")
     })
 }

@@ -54,6 +54,8 @@ pub(crate) static KERNELS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static HOST_FUNCS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CONTEXTS_DESTROYED: AtomicU64 = AtomicU64::new(0);
+/// Captures invalidated by a call that synchronises the context (see `cuda::sync_context`).
+pub(crate) static CAPTURES_INVALIDATED: AtomicU64 = AtomicU64::new(0);
 
 /// Each primary context's incarnation: work queued in an earlier one never runs.
 static EPOCHS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];

@@ -10,8 +10,8 @@ use CUresult::CUDA_ERROR_INVALID_VALUE;
 
 use crate::contract::{check_same_device, set_record_only, sticky, violation, violations, Ret};
 use crate::driver::{
-    device_count, driver, next_handle, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN,
-    KERNELS_RUN,
+    device_count, driver, next_handle, CAPTURES_INVALIDATED, CONTEXTS_DESTROYED, GRAPH_LAUNCHES,
+    HOST_FUNCS_RUN, KERNELS_RUN,
 };
 use crate::kernels::{Entry, Kernel, Launch, Module};
 use crate::memory::memory;
@@ -263,6 +263,7 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             kernels_run: KERNELS_RUN.load(Ordering::Relaxed),
             host_funcs_run: HOST_FUNCS_RUN.load(Ordering::Relaxed),
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
+            captures_invalidated: CAPTURES_INVALIDATED.load(Ordering::Relaxed),
             violations: violations().len() as u64,
         }
     };

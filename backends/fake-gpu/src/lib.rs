@@ -124,6 +124,9 @@ pub struct FakeStats {
     pub host_funcs_run: u64,
     /// Graphs launched.
     pub graph_launches: u64,
+    /// Graph captures invalidated because another call synchronised their context meanwhile
+    /// (`cuMemFree`, `cuMemFreeHost`, `cuModuleUnload` while a stream of the device captured).
+    pub captures_invalidated: u64,
     /// Contract violations so far.
     pub violations: u64,
 }

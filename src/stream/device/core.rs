@@ -43,6 +43,7 @@ pub(crate) struct Stats {
     pub(crate) probe_failures: AtomicU64,
     pub(crate) probes: AtomicU64,
     pub(crate) graph_captures: AtomicU64,
+    pub(crate) graph_capture_failures: AtomicU64,
     pub(crate) graph_launches: AtomicU64,
     pub(crate) queued_allocations: AtomicU64,
     pub(crate) status_checks: AtomicU64,

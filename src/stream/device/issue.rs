@@ -256,14 +256,15 @@ impl<A: StreamApi> Core<A> {
         for graph in dropped {
             let _ = self.api.destroy_graph(graph);
         }
-        match plan {
-            Plan::Direct => {
-                let mut slots = self.lease_for_list(commands, 0, timepoint)?;
-                for command in commands.iter() {
-                    self.enqueue_command(stream, command, timepoint, &mut slots)?;
-                }
-                Ok(())
+        let direct = |timepoint: &mut Timepoint| {
+            let mut slots = self.lease_for_list(commands, 0, timepoint)?;
+            for command in commands.iter() {
+                self.enqueue_command(stream, command, timepoint, &mut slots)?;
             }
+            Ok(())
+        };
+        match plan {
+            Plan::Direct => direct(timepoint),
             Plan::Launch(graph) => {
                 // Resolve every buffer again: keeps its memory alive until completion, and
                 // fails (like a direct issue) if one was released since the capture.
@@ -281,7 +282,11 @@ impl<A: StreamApi> Core<A> {
                 Ok(())
             }
             Plan::Capture => {
-                self.api.begin_capture(stream)?;
+                if self.api.begin_capture(stream).is_err() {
+                    queue.graphs.forget(commands);
+                    Stats::bump(&self.stats.graph_capture_failures, 1);
+                    return direct(timepoint);
+                }
                 let mut slots = StatusSlots::none();
                 let enqueued = commands.iter().try_for_each(|command| {
                     self.enqueue_command(stream, command, timepoint, &mut slots)
@@ -289,15 +294,22 @@ impl<A: StreamApi> Core<A> {
                 let captured = self.api.end_capture(stream);
                 let graph = match (enqueued, captured) {
                     (Ok(()), Ok(graph)) => graph,
-                    (enqueued, captured) => {
+                    (_, captured) => {
                         if let Ok(graph) = captured {
                             let _ = self.api.destroy_graph(graph);
                         }
                         if let Some(old) = queue.graphs.forget(commands) {
                             let _ = self.api.destroy_graph(old);
                         }
-                        // Nothing ran: the capture took the operations. Report the first error.
-                        return Err(enqueued.and(captured.map(drop)).unwrap_err());
+                        // Nothing ran: the capture took the operations. Issue them directly
+                        // instead, which reports any error that was not the capture's own (a
+                        // released buffer, a device fault) as a direct issue would; a capture
+                        // the driver invalidated (a context-wide call on another thread, an
+                        // operation it cannot capture) costs the submission nothing. The list
+                        // starts over: its next submission is issued directly, the one after
+                        // captured again.
+                        Stats::bump(&self.stats.graph_capture_failures, 1);
+                        return direct(timepoint);
                     }
                 };
                 let kept = queue.graphs.captured(commands, graph);

@@ -44,6 +44,9 @@ pub const REACTOR_WAKEUPS: &str = "stream.reactor_wakeups";
 pub const REACTOR_POLLS: &str = "stream.reactor_polls";
 /// Resubmitted command lists captured into a graph.
 pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
+/// Captures of a resubmitted command list that failed (the driver refused or invalidated the
+/// capture); each such submission was issued directly instead.
+pub const GRAPH_CAPTURE_FAILURES: &str = "stream.graph_capture_failures";
 /// Submissions issued as one graph launch.
 pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.

@@ -373,6 +373,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PROBE_FAILURES => stat(&stats.probe_failures),
             keys::PROBES => stat(&stats.probes),
             keys::GRAPH_CAPTURES => stat(&stats.graph_captures),
+            keys::GRAPH_CAPTURE_FAILURES => stat(&stats.graph_capture_failures),
             keys::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
             keys::STATUS_CHECKS => stat(&stats.status_checks),
             keys::PINNED_LEASES => stat(&stats.pinned_leases),

@@ -127,6 +127,8 @@ pub(crate) struct Shared {
     pub(crate) closing: AtomicBool,
     /// Set by [`HostStreamApi::refuse_pinned_memory`].
     pub(crate) refuse_pinned: AtomicBool,
+    /// Set by [`HostStreamApi::invalidate_next_capture`]; taken by the next `end_capture`.
+    pub(crate) invalidate_capture: AtomicBool,
     /// Set by [`HostStreamApi::delay_frees`], in microseconds.
     pub(crate) free_delay_us: AtomicU64,
     /// Set by [`HostStreamApi::modules_take_memory`], in bytes.
@@ -254,6 +256,7 @@ impl HostStreamApi {
                     control: Control::default(),
                     closing: AtomicBool::new(false),
                     refuse_pinned: AtomicBool::new(false),
+                    invalidate_capture: AtomicBool::new(false),
                     free_delay_us: AtomicU64::new(0),
                     module_bytes: AtomicU64::new(0),
                     module_memory: Mutex::default(),
@@ -306,6 +309,16 @@ impl HostStreamApi {
     /// [`MemoryPlacement::Pinned`]: crate::stream::MemoryPlacement::Pinned
     pub fn refuse_pinned_memory(&self) {
         self.shared().refuse_pinned.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the next graph capture fail: its `end_capture` answers `Aborted` and makes no
+    /// graph, and the operations enqueued while it captured never run, as when CUDA
+    /// invalidates a capture (an operation it cannot capture, a call that synchronises the
+    /// context meanwhile).
+    pub fn invalidate_next_capture(&self) {
+        self.shared()
+            .invalidate_capture
+            .store(true, Ordering::Relaxed);
     }
 
     /// From now on makes every `free` take `delay` before it frees (a GPU free waits for the

@@ -469,6 +469,15 @@ impl StreamApi for HostStreamApi {
         // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
         // the graph is not made then.
         shared.control.check()?;
+        if shared.invalidate_capture.swap(false, Ordering::Relaxed) {
+            return Err(Error::new(
+                StatusCode::Aborted,
+                format!(
+                    "the capture of {stream:?} was invalidated \
+                     (HostStreamApi::invalidate_next_capture)"
+                ),
+            ));
+        }
         let id = shared.id();
         lock(&shared.graphs).insert(id, captured.into());
         Ok(GraphHandle(id))

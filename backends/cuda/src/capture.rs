@@ -1,0 +1,221 @@
+//! Graph captures kept apart from the calls that synchronise the whole context.
+//!
+//! CUDA calls it invalid to synchronise a context while one of its streams captures a graph,
+//! and a capture that meets such a synchronisation is invalidated: its graph is lost, and the
+//! operations it took never run. `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` may
+//! synchronise the context, and halcyon makes them on threads other than the capturing one (the
+//! reclaimer, a thread dropping the last handle to a buffer). halcyon captures in relaxed mode,
+//! which lets those threads make the calls but promises nothing about the capture.
+//!
+//! So captures and those calls exclude each other on each device (all `CudaApi`s of one
+//! device share its primary context), as two classes of readers of a lock: any number of
+//! captures may run together, or any number of such calls, never both.
+//! [`CaptureGate::begin`] and [`CaptureGate::end`] bracket a capture; [`CaptureGate::sync`]
+//! brackets one such call. A capture waits for the calls already under way (each is one
+//! driver call, which at worst waits for the device), and while a capture waits or runs, new
+//! calls wait: captures are short (they enqueue a list's operations, which do not wait for the
+//! device), so those waits are too. A thread that itself has a capture open never waits in
+//! [`CaptureGate::sync`] (it would wait for itself): should it make such a call, the driver
+//! may invalidate the capture, and the stream layer then issues the list directly.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use cudarc::driver::sys::CUdevice;
+
+/// One device's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Device {
+    /// Captures running.
+    captures: usize,
+    /// Captures waiting for the calls under way to finish.
+    waiting: usize,
+    /// Context-synchronising calls under way.
+    syncs: usize,
+}
+
+/// The captures and context-synchronising calls of each device, process-wide.
+pub(crate) struct CaptureGate {
+    devices: Mutex<BTreeMap<CUdevice, Device>>,
+    changed: Condvar,
+}
+
+static GATE: CaptureGate = CaptureGate {
+    devices: Mutex::new(BTreeMap::new()),
+    changed: Condvar::new(),
+};
+
+thread_local! {
+    /// Captures the calling thread began and has not ended.
+    static OPEN_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A context-synchronising call under way ([`CaptureGate::sync`]); ends when dropped.
+pub(crate) struct SyncCall {
+    device: Option<CUdevice>,
+}
+
+impl Drop for SyncCall {
+    fn drop(&mut self) {
+        if let Some(device) = self.device {
+            GATE.update(device, |d| d.syncs -= 1);
+        }
+    }
+}
+
+impl CaptureGate {
+    /// The process's gate.
+    pub(crate) fn get() -> &'static CaptureGate {
+        &GATE
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<CUdevice, Device>> {
+        self.devices.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits while `blocked` holds for `device`'s state, then applies `change` to it.
+    fn wait_then(
+        &self,
+        device: CUdevice,
+        blocked: impl Fn(&Device) -> bool,
+        change: impl Fn(&mut Device),
+    ) {
+        let devices = self.lock();
+        let mut devices = self
+            .changed
+            .wait_while(devices, |d| {
+                blocked(&d.get(&device).copied().unwrap_or_default())
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        change(devices.entry(device).or_default());
+    }
+
+    /// Applies `change` to `device`'s state and wakes the waiters.
+    fn update(&self, device: CUdevice, change: impl Fn(&mut Device)) {
+        let mut devices = self.lock();
+        let state = devices.entry(device).or_default();
+        change(state);
+        if *state == Device::default() {
+            devices.remove(&device);
+        }
+        drop(devices);
+        self.changed.notify_all();
+    }
+
+    /// A capture on `device` begins on the calling thread, once the context-synchronising
+    /// calls under way finished.
+    pub(crate) fn begin(&self, device: CUdevice) {
+        self.update(device, |d| d.waiting += 1);
+        self.wait_then(
+            device,
+            |d| d.syncs > 0,
+            |d| {
+                d.waiting -= 1;
+                d.captures += 1;
+            },
+        );
+        OPEN_HERE.with(|open| open.set(open.get() + 1));
+    }
+
+    /// A capture on `device` that [`CaptureGate::begin`] counted has ended (or failed to
+    /// begin); `here` when it began on the calling thread.
+    pub(crate) fn end(&self, device: CUdevice, here: bool) {
+        self.update(device, |d| d.captures = d.captures.saturating_sub(1));
+        if here {
+            OPEN_HERE.with(|open| open.set(open.get().saturating_sub(1)));
+        }
+    }
+
+    /// A call that may synchronise `device`'s context is about to be made: waits until no
+    /// capture of the device runs or waits (unless the calling thread has one open), and
+    /// keeps new captures from beginning until the returned guard drops.
+    pub(crate) fn sync(&self, device: CUdevice) -> SyncCall {
+        if OPEN_HERE.with(Cell::get) > 0 {
+            return SyncCall { device: None };
+        }
+        self.wait_then(
+            device,
+            |d| d.captures > 0 || d.waiting > 0,
+            |d| d.syncs += 1,
+        );
+        SyncCall {
+            device: Some(device),
+        }
+    }
+
+    /// `device`'s state now: captures running, captures waiting, calls under way.
+    #[cfg(test)]
+    fn state(&self, device: CUdevice) -> (usize, usize, usize) {
+        let d = self.lock().get(&device).copied().unwrap_or_default();
+        (d.captures, d.waiting, d.syncs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Waits (a bounded time) until `device`'s state is `state`.
+    fn until(gate: &CaptureGate, device: CUdevice, state: (usize, usize, usize)) {
+        for _ in 0..1000 {
+            if gate.state(device) == state {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("{:?}, not {state:?}", gate.state(device));
+    }
+
+    #[test]
+    fn calls_wait_for_the_device_s_captures_but_never_for_their_own() {
+        let gate = CaptureGate::get();
+        let device: CUdevice = 1000; // no real device: tests of other modules never use it
+        gate.begin(device);
+        // This thread has the capture open: it does not wait (nor count).
+        drop(gate.sync(device));
+        // Another device's calls do not wait either.
+        drop(gate.sync(device + 1));
+        let done = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let sync = gate.sync(device);
+                done.store(true, Ordering::SeqCst);
+                drop(sync);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!done.load(Ordering::SeqCst), "waits while the capture runs");
+        assert_eq!(gate.state(device), (1, 0, 0));
+        gate.end(device, true);
+        caller.join().unwrap();
+        assert!(done.load(Ordering::SeqCst));
+        assert_eq!(gate.state(device), (0, 0, 0));
+    }
+
+    #[test]
+    fn captures_wait_for_the_calls_under_way_and_hold_back_new_ones() {
+        let gate = CaptureGate::get();
+        let device: CUdevice = 2000;
+        let sync = gate.sync(device);
+        let capture = std::thread::spawn(move || {
+            gate.begin(device);
+            std::thread::sleep(Duration::from_millis(20));
+            gate.end(device, true);
+        });
+        until(gate, device, (0, 1, 1));
+        // A call arriving while a capture waits waits for it too.
+        let late = std::thread::spawn(move || drop(gate.sync(device)));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(gate.state(device), (0, 1, 1), "neither started");
+        drop(sync);
+        capture.join().unwrap();
+        late.join().unwrap();
+        assert_eq!(gate.state(device), (0, 0, 0));
+    }
+}
