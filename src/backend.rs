@@ -17,8 +17,8 @@ use std::any::Any;
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};
 pub use crate::executable::{
-    read_entry_points, read_entry_table, write_entry_points, write_entry_table, ExecutableBackend,
-    MAX_ENTRY_POINTS,
+    read_entry_points, read_entry_table, set_entry_value, write_entry_points, write_entry_table,
+    ExecutableBackend, MAX_ENTRY_POINTS,
 };
 pub use crate::queue::ReadSink;
 

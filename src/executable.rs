@@ -334,6 +334,32 @@ pub fn write_entry_table(out: &mut Vec<u8>, values: &[u32], count: usize) {
     }
 }
 
+/// Sets entry point `entry`'s value in `table`, a per-entry-point table index-aligned with
+/// `entry_points` (padded with zeros to their number): what a module builder such as
+/// `with_shared_memory` records. `NotFound`, naming `what` (for example "CUDA module") and
+/// its entry points, when none is called `entry`.
+pub fn set_entry_value(
+    table: &mut Vec<u32>,
+    entry_points: &[EntryPoint],
+    entry: &str,
+    value: u32,
+    what: &str,
+) -> Result<()> {
+    let Some(index) = entry_points.iter().position(|e| e.name == entry) else {
+        let names: Vec<&str> = entry_points.iter().map(|e| e.name.as_str()).collect();
+        return Err(Error::new(
+            StatusCode::NotFound,
+            format!(
+                "the {what} has no entry point '{entry}'; its entry points are [{}]",
+                names.join(", ")
+            ),
+        ));
+    };
+    table.resize(table.len().max(entry_points.len()), 0);
+    table[index] = value;
+    Ok(())
+}
+
 /// Reads a table written by [`write_entry_table`] of `count` entries from the start of
 /// `bytes`: the values and the bytes after the table. A truncated table is `InvalidArgument`
 /// reading "malformed {what}: ...".

@@ -414,6 +414,16 @@ fn entry(name: &str, bindings: u32, constants: u32) -> EntryPoint {
     }
 }
 
+/// A module with kernel `add_one(x)`: adds 1 to every `u32` of binding 0.
+fn add_one_module() -> HostModule {
+    HostModule::new().kernel(entry("add_one", 1, 0), |args: &LaunchArgs<'_>| {
+        // SAFETY: the only binding; blocks of one launch run one after another.
+        let data = unsafe { args.binding_mut::<u32>(0) };
+        data.iter_mut().for_each(|x| *x += 1);
+        Ok(())
+    })
+}
+
 /// Buffers of one stream device are refused by another, naming the buffer and the device.
 #[test]
 fn buffers_of_another_device_are_refused() -> Result<()> {
@@ -444,12 +454,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
         let api = HostStreamApi::new();
         let device = device(&api, strategy)?;
         let queue = device.queue(0)?;
-        let module = HostModule::new().kernel(entry("add_one", 1, 0), |args: &LaunchArgs<'_>| {
-            // SAFETY: the only binding; blocks of one launch run one after another.
-            let data = unsafe { args.binding_mut::<u32>(0) };
-            data.iter_mut().for_each(|x| *x += 1);
-            Ok(())
-        });
+        let module = add_one_module();
         let executable = device.load_executable(&module.spec())?;
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[10; 16])).await?;
@@ -560,12 +565,7 @@ fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
     let api = HostStreamApi::new();
     let device = device(&api, CompletionStrategy::CompletionThread)?;
     let queue = device.queue(0)?;
-    let module = HostModule::new().kernel(entry("add_one", 1, 0), |args: &LaunchArgs<'_>| {
-        // SAFETY: the only binding; blocks of one launch run one after another.
-        let data = unsafe { args.binding_mut::<u32>(0) };
-        data.iter_mut().for_each(|x| *x += 1);
-        Ok(())
-    });
+    let module = add_one_module();
     let executable = device.load_executable(&module.spec())?;
     block_on(async {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;

@@ -79,7 +79,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use halcyon::backend::{
-    read_entry_points, read_entry_table, write_entry_points, write_entry_table,
+    read_entry_points, read_entry_table, set_entry_value, write_entry_points, write_entry_table,
 };
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
@@ -165,22 +165,14 @@ impl CudaModule {
     /// # Ok::<(), halcyon::Error>(())
     /// ```
     pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
-        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!(
-                    "cannot declare shared memory for '{entry}': the CUDA module's entry points \
-                     are [{}]",
-                    self.entry_points
-                        .iter()
-                        .map(|e| e.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        };
-        self.shared_memory_bytes.resize(self.entry_points.len(), 0);
-        self.shared_memory_bytes[index] = bytes;
+        let what = "CUDA module";
+        set_entry_value(
+            &mut self.shared_memory_bytes,
+            &self.entry_points,
+            entry,
+            bytes,
+            what,
+        )?;
         Ok(self)
     }
 

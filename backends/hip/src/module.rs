@@ -62,7 +62,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use halcyon::backend::{
-    read_entry_points, read_entry_table, write_entry_points, write_entry_table,
+    read_entry_points, read_entry_table, set_entry_value, write_entry_points, write_entry_table,
 };
 use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
 
@@ -137,22 +137,14 @@ impl HipModule {
     /// `hipModuleLaunchKernel`. Loading checks that the device can give the kernel that much
     /// (see the [module docs](self)). `NotFound` if no entry point is named `entry`.
     pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
-        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!(
-                    "cannot declare shared memory for '{entry}': the HIP module's entry points \
-                     are [{}]",
-                    self.entry_points
-                        .iter()
-                        .map(|e| e.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        };
-        self.shared_memory_bytes.resize(self.entry_points.len(), 0);
-        self.shared_memory_bytes[index] = bytes;
+        let what = "HIP module";
+        set_entry_value(
+            &mut self.shared_memory_bytes,
+            &self.entry_points,
+            entry,
+            bytes,
+            what,
+        )?;
         Ok(self)
     }
 
