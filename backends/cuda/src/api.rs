@@ -614,18 +614,10 @@ impl CudaApi {
     /// it would fail with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. A driver that cannot answer
     /// leaves it to the launch.
     fn check_block_size(&self, function: FunctionHandle, entry: &EntryPoint) -> Result<()> {
-        let mut max: c_int = 0;
-        // SAFETY: a valid out-pointer; a function of a module this API just loaded; the context
-        // is bound.
-        let r = unsafe {
-            raw::cuFuncGetAttribute(
-                &mut max,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                function.0 as usize as CUfunction,
-            )
-        };
+        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+        let max = function_attribute(function, attribute).unwrap_or(0);
         let threads: u64 = entry.workgroup_size.iter().map(|&d| u64::from(d)).product();
-        if !r.is_success() || max <= 0 || threads <= max as u64 {
+        if max <= 0 || threads <= max as u64 {
             return Ok(());
         }
         Err(Error::new(
@@ -658,13 +650,7 @@ impl CudaApi {
             return Ok(());
         }
         let f = function.0 as usize as CUfunction;
-        let read = |attribute| {
-            let mut value: c_int = 0;
-            // SAFETY: a valid out-pointer; a function of a module this API just loaded; the
-            // context is bound.
-            let r = unsafe { raw::cuFuncGetAttribute(&mut value, attribute, f) };
-            r.is_success().then_some(value.max(0) as u32)
-        };
+        let read = |attribute| function_attribute(function, attribute).map(|v| v.max(0) as u32);
         let name = &entry.name;
         let statik = read(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
         let total = u64::from(statik.unwrap_or(0)) + u64::from(bytes);
@@ -672,7 +658,9 @@ impl CudaApi {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
                 format!(
-                    "kernel '{name}' declares {bytes} bytes of dynamic shared memory{}, but a                      block on device {} may have at most {} bytes of shared memory                      (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN): declare less",
+                    "kernel '{name}' declares {bytes} bytes of dynamic shared memory{}, but a \
+                     block on device {} may have at most {} bytes of shared memory \
+                     (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN): declare less",
                     match statik {
                         Some(s) if s > 0 => format!(" on top of its {s} bytes of static"),
                         _ => String::new(),
@@ -691,7 +679,8 @@ impl CudaApi {
         let r = unsafe { raw::cuFuncSetAttribute(f, dynamic, bytes as c_int) };
         check(r, || {
             format!(
-                "cuFuncSetAttribute(kernel '{name}', MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}):                  the kernel cannot have the dynamic shared memory its entry point declares"
+                "cuFuncSetAttribute(kernel '{name}', MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}): \
+                 the kernel cannot have the dynamic shared memory its entry point declares"
             )
         })
         .map_err(|e| Error::new(StatusCode::InvalidArgument, e.message().to_owned()))
@@ -1726,6 +1715,21 @@ impl StreamApi for CudaApi {
             || format!("cuGraphExecDestroy({graph:?})"),
         )
     }
+}
+
+/// `cuFuncGetAttribute(attribute)` of `function`, a kernel of a module this API loaded, on a
+/// thread where its context is bound; `None` where the driver cannot answer.
+fn function_attribute(
+    function: FunctionHandle,
+    attribute: sys::CUfunction_attribute,
+) -> Option<c_int> {
+    let mut value: c_int = 0;
+    // SAFETY: a valid out-pointer; the caller's contract: a function of a loaded module, with
+    // its context bound.
+    let r = unsafe {
+        raw::cuFuncGetAttribute(&mut value, attribute, function.0 as usize as CUfunction)
+    };
+    r.is_success().then_some(value)
 }
 
 /// Whether a cubin kernel is launched with a status word: as the driver reports

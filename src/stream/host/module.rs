@@ -261,7 +261,8 @@ impl HostModule {
             return Err(Error::new(
                 StatusCode::NotFound,
                 format!(
-                    "cannot declare shared memory for host kernel '{entry}': the module has                      only [{}]",
+                    "cannot declare shared memory for host kernel '{entry}': the module has \
+                     only [{}]",
                     names()
                 ),
             ));
