@@ -14,6 +14,19 @@
 //!   enqueued after it (the submission's completion event) waits for the host function, so the
 //!   bytes are in place when the event completes.
 //!
+//! A copy larger than [`CHUNK_BYTES`] (8 MiB) goes through one buffer of that size, chunk by
+//! chunk ([`stage_to_device`], [`stage_from_device`]): a host function moves each chunk
+//! between the caller's memory and the buffer, and stream order keeps the device's copy of one
+//! chunk and the host's of the next apart. Staging the whole copy at once instead would pin
+//! memory the size of the copy rounded up to a power of two (2 GiB for a 1.1 GiB tensor, page
+//! locking that alone takes a long time), copy a large write's bytes on the submitting thread
+//! (an async executor's worker, for as long as a memcpy of the whole tensor takes), and hold
+//! the driver's callback thread, which runs every host function of the process in turn, for
+//! the whole copy out of a large read. In chunks, the submitting thread copies at most one
+//! chunk, a host function runs for about a millisecond, and the pinned memory a copy needs is
+//! bounded whatever its size; the cost is a host function per chunk (a few microseconds
+//! against the milliseconds the chunk's bytes take).
+//!
 //! The pool only holds buffers and chooses among them; it never calls a vendor API, because a
 //! host function runs on a driver thread that must not call the driver. Allocating and freeing
 //! the pinned memory is the backend's job: it passes buffers in ([`StagingPool::give`],
@@ -31,12 +44,18 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::error::{Error, Result, StatusCode};
+use crate::stream::api::HostFunc;
+
 /// Idle buffers kept at most.
 pub const MAX_BUFFERS: usize = 8;
 /// Idle bytes kept at most.
 pub const MAX_BYTES: usize = 64 << 20;
 /// The smallest buffer allocated (small copies share sizes this way).
 pub const MIN_BUFFER: usize = 64 << 10;
+/// The most bytes a staged copy moves through its buffer at once: a larger copy goes through
+/// one buffer of this size, chunk by chunk (see the [module docs](self)).
+pub const CHUNK_BYTES: usize = 8 << 20;
 
 /// A pinned host buffer allocated by a backend. Not freed on drop (freeing calls the driver,
 /// which the driver thread that may drop one must not do): the backend frees what the pool
@@ -80,6 +99,159 @@ pub fn capacity_for(len: usize) -> usize {
     len.max(MIN_BUFFER)
         .checked_next_power_of_two()
         .unwrap_or(len)
+}
+
+/// The staging a copy of `len` bytes needs: one chunk (at most [`CHUNK_BYTES`]). Lease at
+/// least this many bytes for [`stage_to_device`] or [`stage_from_device`].
+pub fn staging_len(len: usize) -> usize {
+    len.min(CHUNK_BYTES)
+}
+
+/// A host address moved into a host function of a staged copy.
+struct SendPtr(*mut u8);
+
+// SAFETY: only the address moves; the staged copy's safety contract says who may touch the
+// memory and when.
+unsafe impl Send for SendPtr {}
+
+/// The chunk size for a staged copy of `len` (non-zero) bytes through `lease`.
+fn chunk_for(lease: &Lease, len: usize) -> Result<usize> {
+    match lease.capacity().min(len) {
+        0 => Err(Error::new(
+            StatusCode::Internal,
+            "a staged copy was given an empty staging buffer",
+        )),
+        chunk => Ok(chunk),
+    }
+}
+
+/// Enqueues a copy of `len` bytes from host memory at `src` to the device, through the pinned
+/// buffer of `lease`, in chunks of the buffer's capacity (see the [module docs](self)).
+///
+/// `copy(staging, offset, n)` enqueues the device's copy of `n` bytes from `staging` to the
+/// destination's byte `offset`; `enqueue` enqueues a host function, on the same stream. The
+/// first chunk is copied into the buffer now, on the calling thread; each later one by a host
+/// function enqueued after the device's copy of the chunk before it, so it runs once that copy
+/// is done, and the device's copy of it waits for it; a last host function returns the buffer
+/// to its pool. Host functions call no driver function.
+///
+/// Failure: if the first device copy cannot be enqueued, nothing was, and the buffer goes back
+/// to the pool. A later failure returns the error with the chunks enqueued so far left to run
+/// (the destination is then partly written) and orphans the buffer, which they may still use.
+///
+/// # Safety
+/// `src..src+len` must be readable, and not be modified, until the stream has run everything
+/// enqueued here (its host functions read it), and must not overlap the lease's buffer.
+pub unsafe fn stage_to_device(
+    lease: Lease,
+    src: *const u8,
+    len: usize,
+    mut copy: impl FnMut(*const u8, usize, usize) -> Result<()>,
+    mut enqueue: impl FnMut(HostFunc) -> Result<()>,
+) -> Result<()> {
+    if len == 0 {
+        lease.release();
+        return Ok(());
+    }
+    let chunk = chunk_for(&lease, len)?;
+    let staging = lease.ptr();
+    let mut offset = 0;
+    while offset < len {
+        let n = chunk.min(len - offset);
+        // SAFETY: `offset < len`, inside the caller's `src..src+len`.
+        let from = unsafe { src.add(offset) };
+        if offset == 0 {
+            // SAFETY: the caller keeps `src..src+len` readable; the buffer holds at least
+            // `chunk >= n` bytes that nothing else uses (the lease is this copy's).
+            unsafe { std::ptr::copy_nonoverlapping(from, staging, n) };
+        } else {
+            let (from, to) = (SendPtr(from.cast_mut()), SendPtr(staging));
+            // Dropped unrun (a stream error, or refused below), it copies nothing.
+            let fill: HostFunc = Box::new(move || {
+                let (from, to) = (from, to);
+                // SAFETY: runs in stream order after the device's copy of the previous chunk
+                // out of the buffer completed, and before the next one starts; the caller keeps
+                // the source readable and unmodified until the stream ran it; the buffer holds
+                // `n` bytes and is disjoint from the source.
+                unsafe { std::ptr::copy_nonoverlapping(from.0.cast_const(), to.0, n) };
+            });
+            enqueue(fill)?; // the lease is dropped: orphaned, earlier copies may use it
+        }
+        if let Err(error) = copy(staging, offset, n) {
+            if offset == 0 {
+                lease.release(); // nothing was enqueued
+            }
+            return Err(error);
+        }
+        offset += n;
+    }
+    // Dropped unrun, it orphans the buffer instead.
+    enqueue(Box::new(move || lease.release()))
+}
+
+/// Enqueues a copy of `len` bytes from the device to host memory at `dst`, through the pinned
+/// buffer of `lease`, in chunks of the buffer's capacity (see the [module docs](self)).
+///
+/// `copy(staging, offset, n)` enqueues the device's copy of `n` bytes from the source's byte
+/// `offset` into `staging`; `enqueue` enqueues a host function, on the same stream. After each
+/// device copy a host function moves the chunk to `dst` (so the next device copy into the
+/// buffer waits for it); the last one also returns the buffer to its pool. Work enqueued on
+/// the stream afterwards runs after the last host function, so the bytes are all in place when
+/// an event recorded after this completes. Host functions call no driver function.
+///
+/// Failure: if the first device copy cannot be enqueued, nothing was, and the buffer goes back
+/// to the pool. A later failure returns the error with the chunks enqueued so far left to run
+/// (`dst` is then partly written) and orphans the buffer, which they may still use.
+///
+/// # Safety
+/// `dst..dst+len` must be valid for writes, and not be accessed by anything else, until the
+/// stream has run everything enqueued here, and must not overlap the lease's buffer.
+pub unsafe fn stage_from_device(
+    lease: Lease,
+    dst: *mut u8,
+    len: usize,
+    mut copy: impl FnMut(*mut u8, usize, usize) -> Result<()>,
+    mut enqueue: impl FnMut(HostFunc) -> Result<()>,
+) -> Result<()> {
+    if len == 0 {
+        lease.release();
+        return Ok(());
+    }
+    let chunk = chunk_for(&lease, len)?;
+    let staging = lease.ptr();
+    let mut lease = Some(lease);
+    let mut offset = 0;
+    while offset < len {
+        let n = chunk.min(len - offset);
+        if let Err(error) = copy(staging, offset, n) {
+            if let (0, Some(lease)) = (offset, lease.take()) {
+                lease.release(); // nothing was enqueued
+            }
+            return Err(error); // else the lease is dropped: orphaned
+        }
+        // SAFETY: `offset < len`, inside the caller's `dst..dst+len`.
+        let to = SendPtr(unsafe { dst.add(offset) });
+        let from = SendPtr(staging);
+        let done = match offset + n == len {
+            true => lease.take(),
+            false => None,
+        };
+        // Dropped unrun (a stream error, or refused below), it writes nothing and orphans the
+        // buffer if it held the lease.
+        let copy_out: HostFunc = Box::new(move || {
+            let (from, to) = (from, to);
+            // SAFETY: runs in stream order after the device's copy of this chunk into the
+            // buffer completed, and before the next one starts; the caller keeps `dst..dst+len`
+            // valid and untouched until the stream ran it; the two do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(from.0.cast_const(), to.0, n) };
+            if let Some(lease) = done {
+                lease.release();
+            }
+        });
+        enqueue(copy_out)?;
+        offset += n;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Default)]
@@ -364,6 +536,202 @@ mod tests {
         pool.trim();
         assert_eq!(pool.counts(), (8, 1, 0));
         assert_eq!(pool.drain().len(), 9);
+    }
+
+    /// What a staged copy enqueued on its simulated stream, run in order by [`Stream::run`].
+    enum Op {
+        /// A device copy: `(host, device offset, n, to_device)`.
+        Copy(*mut u8, usize, usize, bool),
+        Host(HostFunc),
+    }
+
+    /// A stream that records what is enqueued and runs it in order over a "device" of bytes,
+    /// failing the `fail_copy`-th device copy or `fail_enqueue`-th host function (from 0).
+    #[derive(Default)]
+    struct Stream {
+        ops: Vec<Op>,
+        copies: usize,
+        enqueued: usize,
+        fail_copy: Option<usize>,
+        fail_enqueue: Option<usize>,
+    }
+
+    impl Stream {
+        fn copy(&mut self, host: *mut u8, offset: usize, n: usize, to_device: bool) -> Result<()> {
+            self.copies += 1;
+            if self.fail_copy == Some(self.copies - 1) {
+                return Err(Error::new(StatusCode::Internal, "copy refused"));
+            }
+            self.ops.push(Op::Copy(host, offset, n, to_device));
+            Ok(())
+        }
+
+        fn enqueue(&mut self, f: HostFunc) -> Result<()> {
+            self.enqueued += 1;
+            if self.fail_enqueue == Some(self.enqueued - 1) {
+                return Err(Error::new(StatusCode::Internal, "host function refused"));
+            }
+            self.ops.push(Op::Host(f));
+            Ok(())
+        }
+
+        /// Runs the operations in order; returns (device copies, host functions) run.
+        fn run(self, device: &mut [u8]) -> (usize, usize) {
+            let (mut copies, mut hosts) = (0, 0);
+            for op in self.ops {
+                match op {
+                    Op::Copy(host, offset, n, true) => {
+                        copies += 1;
+                        // SAFETY: `host` is the test's staging buffer of at least `n` bytes.
+                        let bytes = unsafe { std::slice::from_raw_parts(host, n) };
+                        device[offset..offset + n].copy_from_slice(bytes);
+                    }
+                    Op::Copy(host, offset, n, false) => {
+                        copies += 1;
+                        // SAFETY: as above, and nothing else uses the buffer meanwhile.
+                        let bytes = unsafe { std::slice::from_raw_parts_mut(host, n) };
+                        bytes.copy_from_slice(&device[offset..offset + n]);
+                    }
+                    Op::Host(f) => {
+                        hosts += 1;
+                        f();
+                    }
+                }
+            }
+            (copies, hosts)
+        }
+    }
+
+    /// A pool and a lease of a real `capacity`-byte buffer (freed by [`free`]).
+    fn real_lease(capacity: usize) -> (Arc<StagingPool>, Lease) {
+        let bytes: Box<[u8]> = vec![0xEE; capacity].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(bytes).cast::<u8>()).unwrap();
+        let pool = Arc::new(StagingPool::default());
+        let lease = Lease::new(Pinned { ptr, capacity }, pool.clone());
+        (pool, lease)
+    }
+
+    fn free(pool: &StagingPool) {
+        for p in pool.drain() {
+            let slice = std::ptr::slice_from_raw_parts_mut(p.ptr.as_ptr(), p.capacity);
+            // SAFETY: allocated as a boxed slice of `capacity` bytes by `real_lease`.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    /// What a staged copy returned, the bytes at its destination, the (device copies, host
+    /// functions) its stream ran, and the pool's counts afterwards.
+    type Staged = (Result<()>, Vec<u8>, (usize, usize), (usize, usize, usize));
+
+    /// Writes `len` bytes through a `capacity`-byte buffer.
+    fn write_staged(len: usize, capacity: usize, mut stream: Stream) -> Staged {
+        let (pool, lease) = real_lease(capacity);
+        let src = pattern(len);
+        let cell = std::cell::RefCell::new(&mut stream);
+        // SAFETY: `src` outlives the simulated stream's run below and is not modified.
+        let result = unsafe {
+            stage_to_device(
+                lease,
+                src.as_ptr(),
+                len,
+                |staging, offset, n| cell.borrow_mut().copy(staging.cast_mut(), offset, n, true),
+                |f| cell.borrow_mut().enqueue(f),
+            )
+        };
+        let mut device = vec![0u8; len];
+        let ran = stream.run(&mut device);
+        let counts = pool.counts();
+        free(&pool);
+        (result, device, ran, counts)
+    }
+
+    /// Reads `len` bytes through a `capacity`-byte buffer.
+    fn read_staged(len: usize, capacity: usize, mut stream: Stream) -> Staged {
+        let (pool, lease) = real_lease(capacity);
+        let mut dst = vec![0u8; len];
+        let cell = std::cell::RefCell::new(&mut stream);
+        // SAFETY: `dst` outlives the simulated stream's run below and nothing else touches it.
+        let result = unsafe {
+            stage_from_device(
+                lease,
+                dst.as_mut_ptr(),
+                len,
+                |staging, offset, n| cell.borrow_mut().copy(staging, offset, n, false),
+                |f| cell.borrow_mut().enqueue(f),
+            )
+        };
+        let mut device = pattern(len);
+        let ran = stream.run(&mut device);
+        let counts = pool.counts();
+        free(&pool);
+        (result, dst, ran, counts)
+    }
+
+    #[test]
+    fn staged_writes_move_chunk_by_chunk_in_stream_order() {
+        // 150 bytes through 64: three device copies, two fills on the stream, one release.
+        let (result, device, ran, counts) = write_staged(150, 64, Stream::default());
+        result.unwrap();
+        assert_eq!(device, pattern(150), "every chunk arrives whole");
+        assert_eq!(ran, (3, 3));
+        assert_eq!(counts, (1, 0, 0), "the buffer is back in the pool");
+        // One chunk: no fill on the stream, only the release.
+        let (result, device, ran, counts) = write_staged(64, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((device, ran, counts), (pattern(64), (1, 1), (1, 0, 0)));
+        assert_eq!(staging_len(3 * CHUNK_BYTES), CHUNK_BYTES);
+        assert_eq!(staging_len(100), 100);
+    }
+
+    #[test]
+    fn staged_reads_move_chunk_by_chunk_in_stream_order() {
+        let (result, dst, ran, counts) = read_staged(150, 64, Stream::default());
+        result.unwrap();
+        assert_eq!(dst, pattern(150), "every chunk arrives whole");
+        assert_eq!(ran, (3, 3), "one copy out per chunk");
+        assert_eq!(counts, (1, 0, 0), "the last copy out returns the buffer");
+        let (result, dst, ran, counts) = read_staged(10, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((dst, ran, counts), (pattern(10), (1, 1), (1, 0, 0)));
+    }
+
+    #[test]
+    fn staged_copies_orphan_their_buffer_once_anything_was_enqueued() {
+        let refuse = |copy: Option<usize>, enqueue: Option<usize>| Stream {
+            fail_copy: copy,
+            fail_enqueue: enqueue,
+            ..Stream::default()
+        };
+        // The first device copy refused: nothing enqueued, the buffer is reused.
+        let (result, _, ran, counts) = write_staged(150, 64, refuse(Some(0), None));
+        assert!(result.is_err());
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        let (result, _, ran, counts) = read_staged(150, 64, refuse(Some(0), None));
+        assert!(result.is_err());
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        // A later device copy, a fill, a copy out or the release refused: what was enqueued
+        // still runs, and the buffer it may use is never reused.
+        for (copy, enqueue) in [(Some(2), None), (None, Some(1)), (None, Some(2))] {
+            let (result, device, _, counts) = write_staged(150, 64, refuse(copy, enqueue));
+            assert!(result.is_err());
+            assert_eq!(counts, (0, 0, 1), "orphaned ({copy:?}, {enqueue:?})");
+            assert_eq!(device[..64], pattern(64)[..], "the first chunk still ran");
+            let (result, dst, _, counts) = read_staged(150, 64, refuse(copy, enqueue));
+            assert!(result.is_err());
+            assert_eq!(counts, (0, 0, 1), "orphaned ({copy:?}, {enqueue:?})");
+            assert_eq!(dst[..64], pattern(64)[..], "the first chunk still ran");
+        }
+        // Nothing to copy: the buffer goes straight back.
+        let (result, _, ran, counts) = write_staged(0, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        let (result, _, ran, counts) = read_staged(0, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
     }
 
     #[test]

@@ -25,8 +25,8 @@
 //! | `free`                              | `cuMemFreeHost` for the base of a pinned allocation, else `cuMemFree` |
 //! | `host_pointer`                      | the address itself inside a pinned allocation; else `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)` (needs concurrent managed access) |
 //! | `allocate_async` / `free_async`     | `cuMemAllocFromPoolAsync` from the API's own pool (`cuMemPoolCreate`, release threshold [`CudaApi::set_pool_release_threshold`]) / `cuMemFreeAsync`; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` |
-//! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else the bytes copied into pinned staging, `cuMemcpyHtoDAsync` from it + a host function returning it (`halcyon::stream::staging`) |
-//! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else `cuMemcpyDtoHAsync` into pinned staging + a host function copying out (`halcyon::stream::staging`) |
+//! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `cuMemcpyHtoDAsync` from the buffer after each, and a host function returning it (`halcyon::stream::staging`) |
+//! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: `cuMemcpyDtoHAsync` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads); an entry point declaring dynamic shared memory ([`CudaModule::with_shared_memory`]): `cuFuncGetAttribute(SHARED_SIZE_BYTES)` plus it within `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, and `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` where it exceeds the kernel's default limit |
@@ -67,8 +67,8 @@
 //! error without running them. Their closures live in a registry (`src/callback.rs`), not in
 //! leaked boxes, and are dropped with the `CudaApi`; the stream layer's fault probe turns the
 //! fault into errors on the affected fences. A pinned staging buffer held by such a host
-//! function (a read's or a write's) never returns to the pool: it is dropped with the closure,
-//! not freed (the copy may still use it), and reclaimed when the context is destroyed.
+//! function (a read's or a write's) never returns to the pool: dropped with the closure, it is
+//! orphaned (never reused, as the copy may still use it) and freed when the API drops.
 //!
 //! **Freeing staging.** `cuMemFreeHost` may wait for the device, so staging buffers beyond the
 //! pool's limits are only *retired* on the copy paths (the issuing thread, which must not block)
@@ -86,7 +86,9 @@ use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
     CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
 };
-use halcyon::stream::staging::{capacity_for, Pinned, StagingPool};
+use halcyon::stream::staging::{
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
+};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle,
     HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
@@ -261,12 +263,6 @@ unsafe impl Send for CudaApi {}
 // SAFETY: as above; `&CudaApi` methods only read immutable fields or go through the driver and
 // internally synchronised pools.
 unsafe impl Sync for CudaApi {}
-
-/// A host pointer moved into a host function.
-struct HostPtr(*mut u8);
-// SAFETY: the caller of `copy_device_to_host_async` guarantees the memory stays valid and
-// untouched by anything else until the copy completed; only that copy's host function uses it.
-unsafe impl Send for HostPtr {}
 
 impl CudaApi {
     /// Opens device `index`: retains its primary context and reads its name and capabilities.
@@ -744,6 +740,14 @@ impl CudaApi {
         Ok(Pinned { ptr, capacity })
     }
 
+    /// A lease of pinned staging of at least `len` bytes for one copy ([`Self::pinned`]), after
+    /// retiring the idle buffers beyond the pool's limits.
+    fn staging_lease(&self, len: usize) -> Result<Lease> {
+        let buffer = self.pinned(len)?;
+        self.staging.trim();
+        Ok(Lease::new(buffer, self.staging.clone()))
+    }
+
     /// A [`MemoryPlacement::Pinned`] allocation of `bytes` (non-zero) bytes: page-locked host
     /// memory mapped into the device's address space (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`),
     /// kept only if its device address (`cuMemHostGetDevicePointer`) is its host address, and
@@ -1187,34 +1191,25 @@ impl StreamApi for CudaApi {
         }
         // From pageable memory cuMemcpyHtoDAsync may wait for the stream (the driver stages
         // the bytes and may synchronise to do so); from pinned memory it returns at once. So
-        // copy the caller's bytes (valid now, per the safety contract) into pooled pinned
-        // staging, enqueue the copy from there, and return the staging to the pool from a host
-        // function once the stream has passed the copy (see halcyon::stream::staging).
-        let pinned = self.pinned(bytes)?;
-        self.staging.trim();
-        // SAFETY: the caller guarantees `src..src+len` is readable now; `pinned` holds at least
-        // `bytes` bytes and, taken out of the pool, is used by nothing else.
-        unsafe { pinned.fill_from(src, bytes) };
-        let staging = pinned.ptr.as_ptr();
-        // SAFETY: `staging` holds `bytes` bytes of pinned memory that nothing else uses until
-        // the host function below returns it to the pool.
-        let r = unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, staging.cast(), bytes, stream(s)) };
-        if !r.is_success() {
-            self.staging.give(pinned); // nothing was enqueued
-            return Err(cuda_error(
-                &format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes, {s:?})"),
-                r,
-            ));
+        // the caller's bytes go through pooled pinned staging, chunk by chunk, the buffer
+        // returned to the pool by a host function once the stream passed the last copy from it
+        // (see halcyon::stream::staging).
+        let lease = self.staging_lease(staging_len(bytes))?;
+        let copy = |staging: *const u8, offset: usize, n: usize| {
+            let to = DevicePtr(dst.0 + offset as u64);
+            // SAFETY: `staging` holds `n` bytes of pinned memory that stage_to_device keeps
+            // for this copy until the stream passed it.
+            let r = unsafe { raw::cuMemcpyHtoDAsync_v2(to.0, staging.cast(), n, stream(s)) };
+            check(r, || format!("cuMemcpyHtoDAsync({to:?}, {n} bytes, {s:?})"))
+        };
+        // SAFETY: the caller keeps `src..src+len` readable and unmodified until the copy
+        // completed on `s` (which includes the host functions enqueued on it), and pinned
+        // staging is not the caller's memory. A buffer a failure orphans, or whose host
+        // function a sticky fault drops, is never reused; the API frees it when dropped.
+        unsafe {
+            stage_to_device(lease, src, bytes, copy, |f| self.enqueue_host_func(s, f))
+                .map_err(|e| e.context("cannot stage a copy to the device"))
         }
-        let pool = self.staging.clone();
-        // Runs after the copy completed (stream order), so the buffer may be reused; on a CUDA
-        // thread, so no CUDA call: it only hands the buffer back.
-        let give_back: HostFunc = Box::new(move || pool.give(pinned));
-        // If this fails, or the host function never runs (a sticky fault drops it), the buffer
-        // never returns to the pool (the copy may still read it): the closure is dropped with
-        // the API and the memory reclaimed when the context is destroyed.
-        self.enqueue_host_func(s, give_back)
-            .map_err(|e| e.context("cannot enqueue the return of pinned staging"))
     }
 
     unsafe fn copy_device_to_host_async(
@@ -1241,35 +1236,26 @@ impl StreamApi for CudaApi {
             );
         }
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
-        // stream reached and finished it (see halcyon::stream::staging).
-        let pinned = self.pinned(bytes)?;
-        self.staging.trim();
-        let staging = pinned.ptr.as_ptr();
-        // SAFETY: `staging` holds at least `bytes` bytes of pinned memory that nothing else
-        // uses until the host function below returns it to the pool.
-        let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), src.0, bytes, stream(s)) };
-        if !r.is_success() {
-            self.staging.give(pinned); // nothing was enqueued
-            return Err(cuda_error(
-                &format!("cuMemcpyDtoHAsync({src:?}, {len} bytes, {s:?})"),
-                r,
-            ));
+        // stream reached and finished it. So the bytes come through pooled pinned staging,
+        // chunk by chunk, each copied out by a host function (see halcyon::stream::staging).
+        let lease = self.staging_lease(staging_len(bytes))?;
+        let copy = |staging: *mut u8, offset: usize, n: usize| {
+            let from = DevicePtr(src.0 + offset as u64);
+            // SAFETY: `staging` holds `n` bytes of pinned memory that stage_from_device keeps
+            // for this copy until its host function copied them out.
+            let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), from.0, n, stream(s)) };
+            check(r, || {
+                format!("cuMemcpyDtoHAsync({from:?}, {n} bytes, {s:?})")
+            })
+        };
+        // SAFETY: the caller keeps `dst..dst+len` valid and untouched until the copy completed
+        // on `s`, which includes the host functions enqueued on it (work after them waits for
+        // them); pinned staging and the caller's memory are disjoint. A buffer a failure
+        // orphans, or whose host function a sticky fault drops, is never reused.
+        unsafe {
+            stage_from_device(lease, dst, bytes, copy, |f| self.enqueue_host_func(s, f))
+                .map_err(|e| e.context("cannot stage a copy from the device"))
         }
-        let pool = self.staging.clone();
-        let dst = HostPtr(dst);
-        let copy_out: HostFunc = Box::new(move || {
-            let dst = dst;
-            // SAFETY: runs after the device-to-host copy completed (stream order); `staging`
-            // holds `bytes` bytes; the caller keeps `dst..dst+len` valid and untouched until
-            // the copy completed, which includes this host function (work after it on the
-            // stream waits for it). The two do not overlap (pinned vs. caller memory).
-            unsafe { std::ptr::copy_nonoverlapping(pinned.ptr.as_ptr(), dst.0, bytes) };
-            pool.give(pinned); // no CUDA call on this thread
-        });
-        // If this fails the closure is dropped unrun and its pinned buffer is not reused (the
-        // copy into it may still be in flight); the context reclaims it when destroyed.
-        self.enqueue_host_func(s, copy_out)
-            .map_err(|e| e.context("cannot enqueue the copy out of pinned staging"))
     }
 
     fn copy_device_to_device_async(

@@ -251,6 +251,10 @@ pub extern "C" fn halcyon_fake_gpu_offset_mapped_pointers(offset: c_int) {
 pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
     let stats = {
         let d = driver();
+        let (allocations, largest_pinned) = {
+            let m = memory();
+            (m.count() as u64, m.largest_pinned() as u64)
+        };
         FakeStats {
             context_retains: d.retains.iter().sum(),
             contexts_destroyed: CONTEXTS_DESTROYED.load(Ordering::Relaxed),
@@ -259,7 +263,8 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             modules: d.modules.len() as u64,
             graphs: (d.graphs.len() + d.execs.len()) as u64,
             pools: d.pools.len() as u64,
-            allocations: memory().count() as u64,
+            allocations,
+            largest_pinned,
             kernels_run: KERNELS_RUN.load(Ordering::Relaxed),
             host_funcs_run: HOST_FUNCS_RUN.load(Ordering::Relaxed),
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),

@@ -118,6 +118,9 @@ pub struct FakeStats {
     pub pools: u64,
     /// Allocations (device, managed, pinned, stream-ordered) not freed.
     pub allocations: u64,
+    /// The largest pinned host allocation made so far, in bytes (`cuMemAllocHost`,
+    /// `cuMemHostAlloc`, `hipHostMalloc`).
+    pub largest_pinned: u64,
     /// Kernels run.
     pub kernels_run: u64,
     /// Host functions run.

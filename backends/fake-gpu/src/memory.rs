@@ -66,6 +66,8 @@ pub(crate) struct Memory {
     quarantined_bytes: usize,
     device_bytes: [usize; MAX_DEVICES],
     pinned_bytes: usize,
+    /// The largest pinned allocation made so far.
+    largest_pinned: usize,
 }
 
 static MEMORY: LazyLock<Mutex<Memory>> = LazyLock::new(Mutex::default);
@@ -116,6 +118,9 @@ impl Memory {
             return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         }
         *used += len;
+        if !kind.on_device() {
+            self.largest_pinned = self.largest_pinned.max(len);
+        }
         let base = ptr as usize as u64;
         self.live.insert(base, Allocation { len, kind, device });
         Ok(base)
@@ -266,6 +271,11 @@ impl Memory {
     /// Live allocations.
     pub(crate) fn count(&self) -> usize {
         self.live.len()
+    }
+
+    /// The largest pinned allocation made so far, in bytes.
+    pub(crate) fn largest_pinned(&self) -> usize {
+        self.largest_pinned
     }
 
     /// Reads a `u32` at `ptr`, which [`Memory::check`] accepted.

@@ -16,8 +16,8 @@
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
 //! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped \| hipHostMallocCoherent)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
 //! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copy host → device               | the bytes copied into pinned staging (`hipHostMalloc`) at enqueue, `hipMemcpyAsync(HostToDevice)` from it, then a host function returning the buffer to the pool (`halcyon::stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
-//! | copy device → host               | `hipMemcpyAsync(DeviceToHost)` into pinned staging, then a host function copying the bytes out and returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon::stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
@@ -111,12 +111,13 @@
 //! asynchronous, with a host function on the same stream after the copy: for a write it only
 //! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
 //! read it first copies the bytes to the caller's memory, and the stream's later work (the
-//! submission's completion event) waits for it. The host functions call no HIP function.
-//! Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
+//! submission's completion event) waits for it. A copy over 8 MiB goes through one 8 MiB
+//! buffer chunk by chunk, a host function moving each chunk (`halcyon::stream::staging`
+//! explains why). The host functions call no HIP function. Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
 //! [`MemoryPlacement::Pinned`] and [`HostVisibleMemory::MappedHost`]; known from the allocation
 //! registry) need no staging and go straight to `hipMemcpyAsync`.
 //!
-//! Costs: an extra host memcpy per copy, and a host function per copy (on HIP 5.2, without
+//! Costs: an extra host memcpy per copy, and a host function per copy or 8 MiB chunk (on HIP 5.2, without
 //! `hipLaunchHostFunc`, a stream callback, slower and blocking the copy's stream until it
 //! returns). Idle buffers are bounded (8 buffers, 64 MiB); the ones beyond that are retired.
 //! `hipHostFree` waits for every stream of the device (hipamd 5.2.3 `ihipFree` finishes the
@@ -156,7 +157,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use halcyon::stream::staging::{capacity_for, Lease, Pinned, StagingPool};
+use halcyon::stream::staging::{
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
+};
 use halcyon::stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
     KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
@@ -743,36 +746,6 @@ unsafe extern "C" fn stream_callback(
 unsafe extern "C" fn host_fn(user_data: *mut c_void) {
     // SAFETY: HIP passes back the user data `launch_host_func` gave it, once.
     unsafe { consume_host_func(user_data, true) }
-}
-
-/// A host address moved into a host function.
-struct HostPtr(*mut u8);
-
-// SAFETY: only the address moves; the copy's safety contract says who may touch the memory.
-unsafe impl Send for HostPtr {}
-
-/// The host function after a host-to-device copy from staging: the copy completed (stream
-/// order), so the buffer can be reused. Calls no HIP function. Dropped unrun (a stream error),
-/// it orphans the buffer instead.
-fn release_staging(lease: Lease) -> HostFunc {
-    Box::new(move || lease.release())
-}
-
-/// The host function after a device-to-host copy of `len` bytes into `lease`'s buffer: copies
-/// them to `dst` and returns the buffer. Calls no HIP function. Dropped unrun (a stream error),
-/// it leaves `dst` untouched and orphans the buffer.
-///
-/// # Safety
-/// When it runs, `lease`'s buffer holds `len` bytes written by the completed copy, and
-/// `dst..dst+len` is valid for writes, touched by nothing else and disjoint from the buffer.
-unsafe fn copy_out_of_staging(lease: Lease, dst: *mut u8, len: usize) -> HostFunc {
-    let dst = HostPtr(dst);
-    Box::new(move || {
-        let dst = dst;
-        // SAFETY: guaranteed by the caller of `copy_out_of_staging`.
-        unsafe { std::ptr::copy_nonoverlapping(lease.ptr(), dst.0, len) };
-        lease.release();
-    })
 }
 
 /// Halcyon's [`StreamApi`] over HIP for one device (see the [module docs](self)).
@@ -1429,20 +1402,33 @@ impl StreamApi for HipStreamApi {
         if self.memory.host_resident(src, len) {
             return copy(src); // already asynchronous: no staging
         }
-        // Through pinned staging: from pageable memory hipMemcpyAsync would wait for the stream
-        // (see the module docs).
-        let lease = self.pinned(bytes)?;
-        // SAFETY: the caller keeps `src..src+len` readable now; the leased buffer holds at
-        // least `bytes` bytes, is used by nothing else, and is not the caller's memory.
-        unsafe { std::ptr::copy_nonoverlapping(src, lease.ptr(), bytes) };
-        if let Err(e) = copy(lease.ptr()) {
-            lease.release(); // nothing was enqueued
-            return Err(e);
+        // Through pinned staging, chunk by chunk: from pageable memory hipMemcpyAsync would
+        // wait for the stream (see the module docs).
+        let lease = self.pinned(staging_len(bytes))?;
+        let copy = |staging: *const u8, offset: usize, n: usize| {
+            // SAFETY: `dst+offset..+n` lies in the checked live allocation; `staging` holds `n`
+            // bytes of pinned memory that stage_to_device keeps for this copy until the
+            // (live, held) stream passed it.
+            unsafe {
+                self.hip.memcpy_async(
+                    (dst.0 as usize + offset) as *mut c_void,
+                    staging.cast(),
+                    n,
+                    sys::hipMemcpyHostToDevice,
+                    stream.raw,
+                )
+            }
+        };
+        // SAFETY: the caller keeps `src..src+len` readable and unmodified until the copy
+        // completed on the stream (which includes the host functions enqueued on it), and
+        // pinned staging is not the caller's memory. A buffer a failure orphans, or whose host
+        // function a stream error drops, is never reused; the API frees it when dropped.
+        unsafe {
+            stage_to_device(lease, src, bytes, copy, |f| {
+                self.enqueue_host_func(&stream, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy to the device"))
         }
-        // If this fails the lease is dropped unrun: the buffer is orphaned, not reused while
-        // the copy from it may be in flight.
-        self.enqueue_host_func(&stream, release_staging(lease))
-            .map_err(|e| e.context("cannot enqueue the release of pinned staging"))
     }
 
     unsafe fn copy_device_to_host_async(
@@ -1476,22 +1462,32 @@ impl StreamApi for HipStreamApi {
         if self.memory.host_resident(dst, len) {
             return copy(dst); // already asynchronous: no staging
         }
-        // Into pinned staging: into pageable memory hipMemcpyAsync would wait for the stream
-        // (see the module docs).
-        let lease = self.pinned(bytes)?;
-        if let Err(e) = copy(lease.ptr()) {
-            lease.release(); // nothing was enqueued
-            return Err(e);
+        // Into pinned staging, chunk by chunk: into pageable memory hipMemcpyAsync would wait
+        // for the stream (see the module docs).
+        let lease = self.pinned(staging_len(bytes))?;
+        let copy = |staging: *mut u8, offset: usize, n: usize| {
+            // SAFETY: `src+offset..+n` lies in the checked live allocation; `staging` holds `n`
+            // bytes of pinned memory that stage_from_device keeps for this copy until its host
+            // function copied them out.
+            unsafe {
+                self.hip.memcpy_async(
+                    staging.cast(),
+                    (src.0 as usize + offset) as *const c_void,
+                    n,
+                    sys::hipMemcpyDeviceToHost,
+                    stream.raw,
+                )
+            }
+        };
+        // SAFETY: the caller keeps `dst..dst+len` valid and untouched until the copy completed
+        // on the stream, which includes the host functions enqueued on it (later work on the
+        // stream waits for them); pinned staging and the caller's memory are disjoint.
+        unsafe {
+            stage_from_device(lease, dst, bytes, copy, |f| {
+                self.enqueue_host_func(&stream, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy from the device"))
         }
-        // SAFETY: the host function runs after the copy into the leased buffer completed
-        // (stream order), and the caller keeps `dst..dst+len` valid and untouched until the
-        // copy completed, which includes the host function (later work on the stream waits
-        // for it); pinned staging and the caller's memory are disjoint.
-        let copy_out = unsafe { copy_out_of_staging(lease, dst, bytes) };
-        // If this fails the function is dropped unrun: `dst` is not written and the buffer is
-        // orphaned, not reused while the copy into it may be in flight.
-        self.enqueue_host_func(&stream, copy_out)
-            .map_err(|e| e.context("cannot enqueue the copy out of pinned staging"))
     }
 
     fn copy_device_to_device_async(
@@ -2067,6 +2063,53 @@ mod tests {
                 None => host_fn(user_data),
             }
         }
+    }
+
+    /// The one host function a staged read of `dst.len()` bytes (at most the buffer) enqueues,
+    /// its device copy left out (the buffer keeps what `fake_pinned` put there).
+    ///
+    /// # Safety
+    /// `dst` must outlive the host function and be disjoint from the buffer.
+    unsafe fn copy_out_of_staging(lease: Lease, dst: *mut u8, len: usize) -> HostFunc {
+        let mut funcs = Vec::new();
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            stage_from_device(
+                lease,
+                dst,
+                len,
+                |_, _, _| Ok(()),
+                |f| {
+                    funcs.push(f);
+                    Ok(())
+                },
+            )
+            .unwrap()
+        };
+        assert_eq!(funcs.len(), 1);
+        funcs.remove(0)
+    }
+
+    /// The host function a staged write of one chunk enqueues (the buffer's release).
+    fn release_staging(lease: Lease) -> HostFunc {
+        let src = [1u8; 4];
+        let mut funcs = Vec::new();
+        // SAFETY: `src` is read at once (one chunk), before this returns.
+        unsafe {
+            stage_to_device(
+                lease,
+                src.as_ptr(),
+                4,
+                |_, _, _| Ok(()),
+                |f| {
+                    funcs.push(f);
+                    Ok(())
+                },
+            )
+            .unwrap()
+        };
+        assert_eq!(funcs.len(), 1);
+        funcs.remove(0)
     }
 
     #[test]
