@@ -144,6 +144,15 @@
 //! memory at the same virtual address; the allocation is refused if not). Each allocation
 //! remembers which allocator made it, and is freed by the matching call.
 //!
+//! Where managed memory lives depends on the system, not on halcyon. With XNACK enabled
+//! (`HSA_XNACK=1` on GPUs that support it, such as MI200 and MI300; reported as
+//! `hipDeviceAttributePageableMemoryAccess`) or on an APU, its pages migrate to the GPU on
+//! access, so a host-visible buffer the device works on is device-local after the first touch.
+//! Without XNACK (the default on most discrete GPUs) ROCm keeps managed memory in host RAM and
+//! the device reads and writes it over the bus, as it does mapped host memory: use host-visible
+//! buffers for uploads, read-backs and small shared state, and device-local buffers for what
+//! kernels work on.
+//!
 //! [`MemoryPlacement::Pinned`] memory is always the mapped kind, made coherent
 //! (`hipHostMalloc(hipHostMallocMapped | hipHostMallocCoherent)`, same-address check and all:
 //! the stream layer reads kernels' status words from it), whatever
@@ -178,7 +187,9 @@ pub enum HostVisibleMemory {
     /// [`HostVisibleMemory::MappedHost`].
     #[default]
     Auto,
-    /// `hipMallocManaged(hipMemAttachGlobal)`, freed with `hipFree`.
+    /// `hipMallocManaged(hipMemAttachGlobal)`, freed with `hipFree`: migrates to the GPU on
+    /// access with XNACK enabled or on an APU, otherwise stays in host RAM (see the module
+    /// docs).
     Managed,
     /// `hipHostMalloc(hipHostMallocMapped)`, freed with `hipHostFree`: pinned host memory the
     /// device reads and writes over the bus.
