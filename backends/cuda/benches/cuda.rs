@@ -44,6 +44,17 @@
 //!   `futures::executor::block_on`: the device copies into the submission's lease of the stream
 //!   layer's pinned memory (no staging, no host function), and the bytes are copied out to the
 //!   returned `Vec` on completion.
+//!
+//! Group `cuda_read_64m`: the same three for 64 MiB, where halcyon's read goes through the API's
+//! pinned staging in 8 MiB chunks, a host function copying each out
+//! (`halcyon::stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
+//! comparison that matters.
+//!
+//! Group `cuda_write_64m` (64 MiB from a `Vec` to device memory, submitted and awaited):
+//! `raw/pinned_async_stream_sync` (`cuMemcpyHtoDAsync` from pinned memory, the floor),
+//! `raw/pageable_sync` (`cuMemcpyHtoD` from the `Vec`) and `completion_thread/write_block_on`
+//! (`queue.write`: the first chunk copied into staging at submission, the rest by host
+//! functions between the chunks' copies).
 
 use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
@@ -220,64 +231,84 @@ impl Drop for Raw {
     }
 }
 
-/// 4 KiB of device memory and a pinned host buffer, for the raw reads of `cuda_read_4k`.
-struct RawRead {
+/// Device memory and a pinned host buffer of the same size, for the raw transfers of
+/// `cuda_read_4k`, `cuda_read_64m` and `cuda_write_64m`.
+struct RawTransfer {
+    bytes: usize,
     device_memory: sys::CUdeviceptr,
     pinned: *mut std::ffi::c_void,
 }
 
-impl RawRead {
-    const BYTES: usize = 4096;
-
-    fn new() -> RawRead {
-        let mut read = RawRead {
+impl RawTransfer {
+    fn new(bytes: usize) -> RawTransfer {
+        let mut transfer = RawTransfer {
+            bytes,
             device_memory: 0,
             pinned: std::ptr::null_mut(),
         };
         // SAFETY: valid out-pointers; the context was made current by `Raw::new`.
         unsafe {
             ok(
-                raw::cuMemAlloc_v2(&mut read.device_memory, Self::BYTES),
+                raw::cuMemAlloc_v2(&mut transfer.device_memory, bytes),
                 "cuMemAlloc",
             );
             ok(
-                raw::cuMemsetD8_v2(read.device_memory, 7, Self::BYTES),
+                raw::cuMemsetD8_v2(transfer.device_memory, 7, bytes),
                 "cuMemsetD8",
             );
             ok(
-                raw::cuMemAllocHost_v2(&mut read.pinned, Self::BYTES),
+                raw::cuMemAllocHost_v2(&mut transfer.pinned, bytes),
                 "cuMemAllocHost",
             );
         }
-        read
+        transfer
     }
 
-    fn pinned_async(&self, raw: &Raw) {
-        // SAFETY: `pinned` holds BYTES bytes of pinned memory, untouched until the stream is
+    fn read_pinned_async(&self, raw: &Raw) {
+        // SAFETY: `pinned` holds `bytes` bytes of pinned memory, untouched until the stream is
         // synchronised right after.
         unsafe {
             ok(
-                raw::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, Self::BYTES, raw.stream),
+                raw::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, self.bytes, raw.stream),
                 "cuMemcpyDtoHAsync",
             );
         }
         raw.stream_sync();
     }
 
-    fn pageable(&self) -> Vec<u8> {
-        let mut bytes = vec![0u8; Self::BYTES];
-        // SAFETY: `bytes` holds BYTES writable bytes; the copy is synchronous.
+    fn read_pageable(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.bytes];
+        // SAFETY: `bytes` holds `self.bytes` writable bytes; the copy is synchronous.
         ok(
             unsafe {
-                raw::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, Self::BYTES)
+                raw::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, self.bytes)
             },
             "cuMemcpyDtoH",
         );
         bytes
     }
+
+    fn write_pinned_async(&self, raw: &Raw) {
+        // SAFETY: `pinned` holds `bytes` bytes, unmodified until the stream is synchronised.
+        unsafe {
+            ok(
+                raw::cuMemcpyHtoDAsync_v2(self.device_memory, self.pinned, self.bytes, raw.stream),
+                "cuMemcpyHtoDAsync",
+            );
+        }
+        raw.stream_sync();
+    }
+
+    fn write_pageable(&self, bytes: &[u8]) {
+        // SAFETY: `bytes` holds `self.bytes` readable bytes; the copy is synchronous.
+        ok(
+            unsafe { raw::cuMemcpyHtoD_v2(self.device_memory, bytes.as_ptr().cast(), self.bytes) },
+            "cuMemcpyHtoD",
+        );
+    }
 }
 
-impl Drop for RawRead {
+impl Drop for RawTransfer {
     fn drop(&mut self) {
         // SAFETY: allocated in `new`, idle (every copy synchronised).
         unsafe {
@@ -287,39 +318,70 @@ impl Drop for RawRead {
     }
 }
 
-fn read(c: &mut Criterion, raw: &Raw) {
-    let mut group = c.benchmark_group("cuda_read_4k");
-    group
-        .sample_size(100)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Bytes(RawRead::BYTES as u64));
-    let raw_read = RawRead::new();
-    group.bench_function("raw/pinned_async_stream_sync", |b| {
-        b.iter(|| raw_read.pinned_async(raw))
-    });
-    group.bench_function("raw/pageable_sync", |b| b.iter(|| raw_read.pageable()));
+/// A queue of `cuda://0` with a timeline and a device buffer of `bytes` bytes set to 7.
+fn transfer_queue(bytes: usize) -> (Device, Queue, Timeline, halcyon::Buffer) {
     let device = create_device_with(0, options(CompletionStrategy::CompletionThread, false))
         .expect("cuda://0");
     let queue = device.queue(0).expect("queue");
     let timeline = queue.timeline().expect("timeline");
     let buffer = device
         .allocator()
-        .allocate(RawRead::BYTES as u64, halcyon::BufferParams::DEVICE)
+        .allocate(bytes as u64, halcyon::BufferParams::DEVICE)
         .expect("buffer");
     block_on(queue.fill(timeline.next(), &buffer.whole(), &[7])).expect("fill");
+    (device, queue, timeline, buffer)
+}
+
+/// Group `cuda_read_4k` or `cuda_read_64m` (see the module docs).
+fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) {
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(samples)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Bytes(bytes as u64));
+    let raw_read = RawTransfer::new(bytes);
+    group.bench_function("raw/pinned_async_stream_sync", |b| {
+        b.iter(|| raw_read.read_pinned_async(raw))
+    });
+    group.bench_function("raw/pageable_sync", |b| b.iter(|| raw_read.read_pageable()));
+    let (device, queue, timeline, buffer) = transfer_queue(bytes);
     group.bench_function("completion_thread/read_block_on", |b| {
         b.iter(|| {
-            let bytes = block_on(queue.read(timeline.next(), &buffer.whole())).expect("read");
-            assert_eq!(bytes[RawRead::BYTES - 1], 7);
+            let read = block_on(queue.read(timeline.next(), &buffer.whole())).expect("read");
+            assert_eq!(read[bytes - 1], 7);
         })
     });
     println!(
-        "completion_thread/read_block_on: {} submissions leased pinned memory",
+        "{name} completion_thread/read_block_on: {} submissions leased pinned memory",
         device
             .query(halcyon::stream::keys::PINNED_LEASES)
             .unwrap_or(-1)
     );
+    group.finish();
+}
+
+/// Group `cuda_write_64m` (see the module docs).
+fn write(c: &mut Criterion, raw: &Raw) {
+    const BYTES: usize = 64 << 20;
+    let mut group = c.benchmark_group("cuda_write_64m");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Bytes(BYTES as u64));
+    let raw_write = RawTransfer::new(BYTES);
+    let data = vec![5u8; BYTES];
+    group.bench_function("raw/pinned_async_stream_sync", |b| {
+        b.iter(|| raw_write.write_pinned_async(raw))
+    });
+    group.bench_function("raw/pageable_sync", |b| {
+        b.iter(|| raw_write.write_pageable(&data))
+    });
+    let (_device, queue, timeline, buffer) = transfer_queue(BYTES);
+    group.bench_function("completion_thread/write_block_on", |b| {
+        b.iter(|| block_on(queue.write(timeline.next(), &data, &buffer.whole())).expect("write"))
+    });
     group.finish();
 }
 
@@ -536,7 +598,9 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     round_trip(&mut criterion, &raw);
     paired(&raw);
+    read(&mut criterion, &raw, "cuda_read_4k", 4 << 10, 100);
+    read(&mut criterion, &raw, "cuda_read_64m", 64 << 20, 20);
+    write(&mut criterion, &raw);
     replay(&mut criterion, &raw);
-    read(&mut criterion, &raw);
     criterion.final_summary();
 }

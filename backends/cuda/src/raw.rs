@@ -344,6 +344,8 @@ driver_calls! {
     fn cuMemFreeAsync(pointer: CUdeviceptr, stream: CUstream);
     /// `cuMemcpyDtoH` (`_v2`): synchronous, for benchmarks' raw baselines.
     fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    /// `cuMemcpyHtoD` (`_v2`): synchronous, for benchmarks' raw baselines.
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize);
     /// `cuMemsetD8` (`_v2`): synchronous, for benchmarks' raw baselines.
     fn cuMemsetD8_v2(dst: CUdeviceptr, value: c_uchar, count: usize);
     /// `cuMemcpyHtoDAsync` (`_v2`).

@@ -943,6 +943,28 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
     })
 }
 
+/// `cuMemcpyHtoD` (synchronous: nothing of halcyon's streams is ordered with it).
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> CUresult {
+    call("cuMemcpyHtoD", Needs::Context, || {
+        let mut memory = memory();
+        memory
+            .check(dst, bytes)
+            .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the destination lies in a live allocation (checked under this lock); CUDA's
+        // contract: `src` is valid for `bytes`.
+        unsafe { memory.copy(dst, handle(src.cast_mut()), bytes) };
+        Ok(())
+    })
+}
+
 /// `cuMemsetD8` (synchronous).
 ///
 /// # Safety
