@@ -258,6 +258,75 @@ fn kernel_failure_travels_through_stream_waits() -> Result<()> {
     Ok(())
 }
 
+/// Work that waited on a submission's event through a stream wait settles only after that
+/// submission, and fails with it: here the host fails `t` while the work signalling it is in
+/// flight, so `a2`, which waited for `t` on the device, fails; its failure of `s` is held
+/// back behind `a1`'s earlier value (500 ms), yet `d`, which waited on `a2`'s event, fails at
+/// once with the same error instead of reaching `r`.
+#[test]
+fn work_after_a_failed_submission_fails_though_its_event_completed() -> Result<()> {
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = create_device(
+            api.clone(),
+            StreamDeviceOptions {
+                queue_count: 3,
+                completion: strategy,
+                probe_interval: Duration::from_millis(5),
+                ..StreamDeviceOptions::default()
+            },
+        )?;
+        let (q0, q1, q2) = (device.queue(0)?, device.queue(1)?, device.queue(2)?);
+        let module = HostModule::new()
+            .kernel(entry("slow", 0, 0), |_: &LaunchArgs<'_>| {
+                std::thread::sleep(Duration::from_millis(500));
+                Ok(())
+            })
+            .kernel(entry("noop", 0, 0), |_: &LaunchArgs<'_>| Ok(()));
+        let executable = device.load_executable(&module.spec())?;
+        let [s, t, r] = [0; 3].map(|_| device.create_semaphore(0).unwrap());
+        let dispatch = |queue: &halcyon::Queue, wait: Fence, signal: Fence, entry: u32| {
+            queue.dispatch(
+                Timepoints::new(wait, signal),
+                &executable,
+                entry,
+                [1, 1, 1],
+                &[],
+                &[],
+            )
+        };
+        let hold = api.hold();
+        let a1 = dispatch(&q0, Fence::new(), Fence::at(&s, 1), 0);
+        let p = dispatch(&q1, Fence::new(), Fence::at(&t, 1), 1);
+        let a2 = dispatch(&q2, Fence::at(&t, 1), Fence::at(&s, 2), 1);
+        let d = dispatch(&q1, Fence::at(&s, 2), Fence::at(&r, 1), 1);
+        assert_eq!(
+            stat(&device, keys::NATIVE_WAITS),
+            2,
+            "both waits are stream waits"
+        );
+        t.fail(Error::new(StatusCode::Aborted, "t cancelled by the host"));
+        drop(hold);
+        block_on(async {
+            let error = within("d", d).await?.expect_err("d fails");
+            assert!(error.message().contains("t cancelled"), "{error}");
+            assert!(r.query().is_err(), "r fails with d");
+            assert!(
+                matches!(s.query(), Ok(0)),
+                "s's failure still waits for a1's value"
+            );
+            let a2_error = within("a2", a2).await?.expect_err("a2 fails");
+            assert!(a2_error.message().contains("t cancelled"), "{a2_error}");
+            within("a1", a1).await??;
+            // `p` ran, but the semaphore it signals failed under it.
+            let _ = within("p", p).await?;
+            assert!(s.query().is_err(), "s fails once a1 reached 1");
+            Ok::<(), Error>(())
+        })?;
+    }
+    Ok(())
+}
+
 /// Sequential submissions reuse one event and one in-flight record: the pools create a handful
 /// and hand them out hundreds of times, and every event is back in the pool at the end.
 #[test]

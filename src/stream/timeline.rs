@@ -23,6 +23,15 @@
 //!   the pool once their other holders are done.
 //! * **Failure.** [`Timeline::fail`] drops every timepoint, refuses new ones and fails the
 //!   scheduled semaphore with the same error, so parked submissions are released and fail.
+//! * **Outcomes.** A device wait trusts the event, which completes whether or not the work
+//!   behind it succeeded on the host's terms (the work's own inputs may have failed while it ran,
+//!   or its status words may report a failure after it). So a timepoint may carry the *outcome*
+//!   of the submission that scheduled it ([`Timeline::schedule_by`]): a host semaphore that
+//!   reaches 1 once that submission settled successfully and fails with its error otherwise. A
+//!   submission that waited on the event takes the outcome too
+//!   ([`Timeline::wait_source_by`]) and settles only after it: successfully if it succeeded,
+//!   failed with its error if not. Outcomes only ever wait for submissions scheduled before, so
+//!   they never wait in a cycle.
 //!
 //! Lock order: the core semaphore's lock (held while [`NativeSemaphore::signal`] runs), then this
 //! timeline's, then the scheduled semaphore's; the timeline's lock is never held while the
@@ -52,8 +61,9 @@ pub enum WaitSource {
 struct State {
     /// The highest value reached by a host signal or a completed device signal.
     reached: u64,
-    /// Scheduled device signals above `reached`: value → event of the work that signals it.
-    timepoints: BTreeMap<u64, Event>,
+    /// Scheduled device signals above `reached`: value → event of the work that signals it,
+    /// and that work's outcome if it has one.
+    timepoints: BTreeMap<u64, (Event, Option<Semaphore>)>,
     failed: bool,
 }
 
@@ -93,6 +103,13 @@ impl Timeline {
     /// timepoint, then releases whoever waits for `value` to be scheduled. Ignored if `value` is
     /// already reached or the timeline failed.
     pub fn schedule(&self, value: u64, event: &Event) {
+        self.schedule_by(value, event, None);
+    }
+
+    /// [`Timeline::schedule`], with the `outcome` of the work that signals `value` (see the
+    /// [module docs](self)): a host semaphore that work sets to 1 once it settled successfully,
+    /// or fails with its error, in any case eventually.
+    pub fn schedule_by(&self, value: u64, event: &Event, outcome: Option<&Semaphore>) {
         {
             let mut state = lock(&self.state);
             if state.failed || value <= state.reached {
@@ -101,23 +118,29 @@ impl Timeline {
             state
                 .timepoints
                 .entry(value)
-                .or_insert_with(|| event.clone());
+                .or_insert_with(|| (event.clone(), outcome.cloned()));
         }
         self.scheduled.advance_to(value);
     }
 
     /// How a stream can wait for `value`: reached, an event, or not yet scheduled.
     pub fn wait_source(&self, value: u64) -> WaitSource {
+        self.wait_source_by(value).0
+    }
+
+    /// [`Timeline::wait_source`], with the outcome of the work behind the event, if it was
+    /// scheduled with one (see the [module docs](self)).
+    pub fn wait_source_by(&self, value: u64) -> (WaitSource, Option<Semaphore>) {
         let state = lock(&self.state);
         if state.failed {
-            return WaitSource::Unscheduled;
+            return (WaitSource::Unscheduled, None);
         }
         if state.reached >= value {
-            return WaitSource::Reached;
+            return (WaitSource::Reached, None);
         }
         match state.timepoints.range(value..).next() {
-            Some((_, event)) => WaitSource::Event(event.clone()),
-            None => WaitSource::Unscheduled,
+            Some((_, (event, outcome))) => (WaitSource::Event(event.clone()), outcome.clone()),
+            None => (WaitSource::Unscheduled, None),
         }
     }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::buffer::BufferMemory;
 use crate::device::Work;
-use crate::error::Error;
+use crate::error::{Error, StatusCode};
 use crate::fence::Fence;
 use crate::queue::ReadSink;
 use crate::semaphore::Semaphore;
@@ -35,6 +35,12 @@ pub(crate) struct Timepoint {
     pub(crate) signal: Fence,
     /// Semaphores its stream waited on through their events, with the values waited for.
     pub(crate) waited: Vec<(Semaphore, u64)>,
+    /// The outcomes of the submissions behind those events, where they have one (see
+    /// [`crate::stream::timeline`]): it settles only after them.
+    pub(crate) inputs: Vec<Semaphore>,
+    /// Its own outcome, if it scheduled device signals: 1 once it settled successfully, failed
+    /// with its error otherwise (and if it is cleared unsettled).
+    pub(crate) outcome: Option<Semaphore>,
     /// Buffer memory its commands address.
     pub(crate) memory: Vec<Arc<dyn BufferMemory>>,
     /// The work itself (commands, executables, captured bytes).
@@ -56,12 +62,68 @@ pub(crate) enum ReadInto {
     /// In the submission's pinned lease, at this address, this many bytes.
     Pinned(std::ptr::NonNull<u8>, usize),
     /// In host memory of its own (copied through the API's staging).
-    Staging(Box<[u8]>),
+    Staging(HostBytes),
 }
 
 // SAFETY: `Pinned` addresses bytes of the submission's pinned lease, which the same timepoint
 // owns and which any thread may read once the copy completed.
 unsafe impl Send for ReadInto {}
+
+/// Host memory a read's copies write: a heap allocation held by address only, so that the
+/// device and the API's host functions may write it while the timepoint holding it moves (a
+/// `Box` or `Vec` would assert unique access whenever it moved). Freed on drop.
+pub(crate) struct HostBytes {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: it owns its allocation; who may touch the bytes, and when, is the read's contract.
+unsafe impl Send for HostBytes {}
+
+impl HostBytes {
+    /// `len` zeroed bytes, or `None` if the host cannot allocate them. Zeroed by the allocator
+    /// (pages the OS hands out zeroed are not touched), as `vec![0; len]` is.
+    pub(crate) fn zeroed(len: usize) -> Option<HostBytes> {
+        if len == 0 {
+            return Some(HostBytes {
+                ptr: std::ptr::NonNull::dangling(),
+                len,
+            });
+        }
+        let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        Some(HostBytes { ptr, len })
+    }
+
+    /// Where the bytes start (valid for writes of `len` bytes while `self` lives).
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes, once nothing writes them any more.
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        let this = std::mem::ManuallyDrop::new(self);
+        if this.len == 0 {
+            return Vec::new();
+        }
+        // SAFETY: allocated by the global allocator with the layout of `len` bytes (align 1)
+        // in `zeroed`, all initialised (zeroed, then written), owned here and not freed
+        // (ManuallyDrop): handed to the vector once, with capacity `len`.
+        unsafe { Vec::from_raw_parts(this.ptr.as_ptr(), this.len, this.len) }
+    }
+}
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        if let Ok(layout) = std::alloc::Layout::array::<u8>(self.len) {
+            if self.len > 0 {
+                // SAFETY: allocated in `zeroed` with this layout, and freed once.
+                unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+            }
+        }
+    }
+}
 
 /// The status words of a submission's dispatches that take one: dispatch `i` of them (in
 /// command order) writes `u32` number `i` at the start of the submission's pinned lease, which
@@ -86,6 +148,15 @@ impl Timepoint {
         self.event = None;
         self.signal = Fence::new();
         self.waited.clear();
+        self.inputs.clear();
+        if let Some(outcome) = self.outcome.take() {
+            if matches!(outcome.query(), Ok(0)) {
+                outcome.fail(Error::new(
+                    StatusCode::Aborted,
+                    "a submission this work waited on was dropped before it settled",
+                ));
+            }
+        }
         self.memory.clear();
         self.work = None;
         self.read = None;
@@ -138,5 +209,30 @@ impl TimepointPool {
             self.created.load(StatOrdering::Relaxed),
             self.acquired.load(StatOrdering::Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_bytes_are_zeroed_written_through_their_address_and_handed_over() {
+        let bytes = HostBytes::zeroed(4096).unwrap();
+        // SAFETY: 4096 writable bytes, written by nothing else.
+        unsafe { bytes.as_mut_ptr().add(4095).write(7) };
+        let vec = bytes.into_vec();
+        assert_eq!(vec.len(), 4096);
+        assert!(vec[..4095].iter().all(|&b| b == 0));
+        assert_eq!(vec[4095], 7);
+        assert!(HostBytes::zeroed(0).unwrap().into_vec().is_empty());
+        drop(HostBytes::zeroed(100).unwrap());
+        drop(HostBytes::zeroed(0).unwrap());
+    }
+
+    #[test]
+    fn host_bytes_beyond_the_address_space_are_refused_not_aborted() {
+        assert!(HostBytes::zeroed(usize::MAX).is_none());
+        assert!(HostBytes::zeroed(isize::MAX as usize + 1).is_none());
     }
 }

@@ -18,7 +18,7 @@
 //! [`CaptureGate::sync`] (it would wait for itself): should it make such a call, the driver
 //! may invalidate the capture, and the stream layer then issues the list directly.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -47,8 +47,25 @@ static GATE: CaptureGate = CaptureGate {
 };
 
 thread_local! {
-    /// Captures the calling thread began and has not ended.
-    static OPEN_HERE: Cell<usize> = const { Cell::new(0) };
+    /// Captures the calling thread began and has not ended, per device.
+    static OPEN_HERE: RefCell<BTreeMap<CUdevice, usize>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Counts a capture on `device` begun (`+1`) or ended (`-1`) on the calling thread.
+fn open_here(device: CUdevice, change: isize) {
+    OPEN_HERE.with(|open| {
+        let mut open = open.borrow_mut();
+        let count = open.entry(device).or_default();
+        *count = count.saturating_add_signed(change);
+        if *count == 0 {
+            open.remove(&device);
+        }
+    });
+}
+
+/// Whether the calling thread has a capture open on `device`.
+fn open_here_on(device: CUdevice) -> bool {
+    OPEN_HERE.with(|open| open.borrow().contains_key(&device))
 }
 
 /// A context-synchronising call under way ([`CaptureGate::sync`]); ends when dropped.
@@ -115,7 +132,7 @@ impl CaptureGate {
                 d.captures += 1;
             },
         );
-        OPEN_HERE.with(|open| open.set(open.get() + 1));
+        open_here(device, 1);
     }
 
     /// A capture on `device` that [`CaptureGate::begin`] counted has ended (or failed to
@@ -123,7 +140,7 @@ impl CaptureGate {
     pub(crate) fn end(&self, device: CUdevice, here: bool) {
         self.update(device, |d| d.captures = d.captures.saturating_sub(1));
         if here {
-            OPEN_HERE.with(|open| open.set(open.get().saturating_sub(1)));
+            open_here(device, -1);
         }
     }
 
@@ -131,7 +148,7 @@ impl CaptureGate {
     /// capture of the device runs or waits (unless the calling thread has one open), and
     /// keeps new captures from beginning until the returned guard drops.
     pub(crate) fn sync(&self, device: CUdevice) -> SyncCall {
-        if OPEN_HERE.with(Cell::get) > 0 {
+        if open_here_on(device) {
             return SyncCall { device: None };
         }
         self.wait_then(

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::backend::BufferMemory;
+use crate::command_buffer::Command;
+use crate::device::Work;
+use crate::queue::ReadSink;
 use crate::reactor::ReactorHandle;
 use crate::semaphore::Semaphore;
 use crate::stream::api::{Capabilities, StreamApi, StreamHandle};
@@ -22,7 +26,7 @@ use crate::stream::device::reclaim::Reclaim;
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::{Event, EventPool};
 use crate::stream::timeline::{StreamSemaphore, Timeline};
-use crate::stream::timepoint::{Timepoint, TimepointPool};
+use crate::stream::timepoint::{ReadInto, Timepoint, TimepointPool};
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
@@ -42,6 +46,7 @@ pub(crate) struct Stats {
     pub(crate) probe_completions: AtomicU64,
     pub(crate) probe_failures: AtomicU64,
     pub(crate) probes: AtomicU64,
+    pub(crate) settles_deferred: AtomicU64,
     pub(crate) graph_captures: AtomicU64,
     pub(crate) graph_capture_failures: AtomicU64,
     pub(crate) graph_launches: AtomicU64,
@@ -100,6 +105,10 @@ pub(crate) struct Core<A: StreamApi> {
     /// Set by [`Core::drain`]: whether every stream synchronised cleanly when the device was
     /// dropped (then no orphaned pinned lease can still be in use).
     pub(crate) streams_finished: AtomicBool,
+    /// What submissions whose stream may still run their work held (see
+    /// [`Core::keep_for_stream`]): dropped with the device if every stream finished, else
+    /// leaked.
+    kept: Mutex<Vec<Kept>>,
     /// Frees of buffer memory and unloads of modules dropped while a submission is settled,
     /// for the reclaimer thread.
     pub(crate) reclaim: Arc<Reclaim>,
@@ -142,6 +151,7 @@ impl<A: StreamApi> Core<A> {
             timepoints: TimepointPool::default(),
             pinned: PinnedMemory::new(reclaim.clone()),
             streams_finished: AtomicBool::new(false),
+            kept: Mutex::default(),
             reclaim,
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count,
@@ -198,6 +208,25 @@ impl<A: StreamApi> Core<A> {
         lock(&self.in_flight).keys().copied().collect()
     }
 
+    /// Keeps what `timepoint` holds that its stream may still use (the host memory a read's
+    /// copies write, the work with its update bytes and executables, the buffer memory it
+    /// addresses) out of reach of the drops that settling it makes: its event reported an
+    /// error, or its completion could not be observed and its stream did not synchronise, so
+    /// the device may still be running it. Dropped with the device; if not every stream
+    /// synchronised cleanly then, the host bytes the API's copies read or write (a read's, an
+    /// update's) are leaked instead of freed under a stream that might still use them, a few
+    /// submissions' worth after a device fault. Device memory and modules are released as
+    /// usual: their frees and unloads wait for the device (or are stream-ordered), and they
+    /// hold the API, which must go for a faulted context to be released.
+    pub(crate) fn keep_for_stream(&self, timepoint: &mut Timepoint, work: Option<Work>) {
+        let kept = Kept {
+            read: timepoint.read.take(),
+            work: timepoint.work.take().or(work),
+            _memory: std::mem::take(&mut timepoint.memory),
+        };
+        lock(&self.kept).push(kept);
+    }
+
     /// How many submissions are in flight.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight_count.load(Ordering::Relaxed)
@@ -217,9 +246,36 @@ impl<A: StreamApi> Drop for Core<A> {
             }
         }
         // Every timepoint was settled, and every stream synchronised when the device was dropped
-        // (`drain`): the idle pinned buffers are unused, and the orphaned ones too if every
-        // synchronisation succeeded.
-        self.pinned
-            .free_all(&*self.api, self.streams_finished.load(Ordering::Relaxed));
+        // (`drain`): the idle pinned buffers are unused, and the orphaned ones too (and what
+        // was kept for the streams) if every synchronisation succeeded.
+        let finished = self.streams_finished.load(Ordering::Relaxed);
+        for kept in std::mem::take(&mut *lock(&self.kept)) {
+            if !finished {
+                kept.leak_host_bytes();
+            }
+        }
+        self.pinned.free_all(&*self.api, finished);
+    }
+}
+
+/// What a submission held that its stream may still use ([`Core::keep_for_stream`]).
+struct Kept {
+    read: Option<(ReadSink, ReadInto)>,
+    work: Option<Work>,
+    _memory: Vec<Arc<dyn BufferMemory>>,
+}
+
+impl Kept {
+    /// Leaks the host bytes a stream that did not finish may still read or write (a read's
+    /// destination, the update bytes of the work's commands); the rest drops.
+    fn leak_host_bytes(mut self) {
+        std::mem::forget(self.read.take());
+        if let Some(Work::Commands(commands)) = &self.work {
+            for command in commands.iter() {
+                if let Command::Update { data, .. } = command {
+                    std::mem::forget(data.clone());
+                }
+            }
+        }
     }
 }

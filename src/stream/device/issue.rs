@@ -45,8 +45,9 @@ use crate::device::Work;
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::reactor::Completion;
+use crate::semaphore::Semaphore;
 use crate::stream::api::{DevicePtr, KernelParams, LaunchConfig, StreamApi, StreamHandle};
-use crate::stream::device::core::{lock, Core, QueueStreams, Stats, Via};
+use crate::stream::device::core::{Core, QueueStreams, Stats, Via};
 use crate::stream::device::executable::StreamExecutable;
 use crate::stream::device::graphs::Plan;
 use crate::stream::device::memory::StreamMemory;
@@ -54,7 +55,7 @@ use crate::stream::device::pinned::{HostArea, PinnedMemory};
 use crate::stream::device::CompletionStrategy;
 use crate::stream::event_pool::Event;
 use crate::stream::timeline::WaitSource;
-use crate::stream::timepoint::{ReadInto, Timepoint};
+use crate::stream::timepoint::{HostBytes, ReadInto, Timepoint};
 
 /// Where a submission's status-word dispatches write: dispatch `next` of them gets word `next`
 /// of the array at `base`, which holds `count` words for it.
@@ -88,15 +89,19 @@ impl<A: StreamApi> Core<A> {
     ) -> Result<()> {
         let mut events = Vec::new();
         let mut waited = Vec::new();
+        let mut inputs = Vec::new();
         for (semaphore, value) in wait.iter() {
-            let source = self.own_timeline(semaphore).map(|t| t.wait_source(value));
+            let source = self
+                .own_timeline(semaphore)
+                .map(|t| t.wait_source_by(value));
             match source {
-                Some(WaitSource::Reached) => {}
-                Some(WaitSource::Event(event)) => {
+                Some((WaitSource::Reached, _)) => {}
+                Some((WaitSource::Event(event), outcome)) => {
                     events.push(event);
                     waited.push((semaphore.clone(), value));
+                    inputs.extend(outcome);
                 }
-                Some(WaitSource::Unscheduled) | None => match semaphore.query() {
+                Some((WaitSource::Unscheduled, _)) | None => match semaphore.query() {
                     Ok(current) if current >= value => {}
                     Ok(current) => {
                         return Err(Error::new(
@@ -114,7 +119,7 @@ impl<A: StreamApi> Core<A> {
             }
         }
         let queue = &self.queues[index];
-        let _in_order = lock(&queue.order.issue);
+        let _in_order = queue.order.lock_issue(&*self.api, queue.stream);
         for event in &events {
             self.api.stream_wait_event(queue.stream, event.handle())?;
         }
@@ -147,6 +152,7 @@ impl<A: StreamApi> Core<A> {
                     if let Some(host) = timepoint.host.take() {
                         host.orphan();
                     }
+                    self.keep_for_stream(&mut timepoint, Some(work));
                 }
                 self.timepoints.release(timepoint);
                 return Err(enqueued.err().unwrap_or(error));
@@ -156,9 +162,12 @@ impl<A: StreamApi> Core<A> {
             // A submission that failed to enqueue schedules nothing: work waiting on its
             // signals stays parked until the failure reaches them. Nor does one whose status
             // words are checked on completion: its dependents must not start before the check.
+            // Work that waits on the event settles after this submission (see
+            // crate::stream::timeline): its outcome goes with the timepoints.
             for (semaphore, value) in signal.iter() {
                 if let Some(timeline) = self.own_timeline(semaphore) {
-                    timeline.schedule(value, &event);
+                    let outcome = timepoint.outcome.get_or_insert_with(|| Semaphore::new(0));
+                    timeline.schedule_by(value, &event, Some(outcome));
                 }
             }
         }
@@ -166,6 +175,7 @@ impl<A: StreamApi> Core<A> {
         timepoint.event = Some(event.clone());
         timepoint.signal = signal.clone();
         timepoint.waited = waited;
+        timepoint.inputs = inputs;
         timepoint.work = Some(work);
         timepoint.error = enqueued.err();
         let id = self.register(timepoint);
@@ -220,11 +230,19 @@ impl<A: StreamApi> Core<A> {
                         })?;
                         ReadInto::Pinned(dst, len)
                     }
-                    None => ReadInto::Staging(vec![0u8; len].into_boxed_slice()),
+                    None => ReadInto::Staging(HostBytes::zeroed(len).ok_or_else(|| {
+                        Error::new(
+                            StatusCode::ResourceExhausted,
+                            format!(
+                                "{}: cannot allocate {len} bytes of host memory for a read",
+                                self.name
+                            ),
+                        )
+                    })?),
                 };
                 let dst = match &into {
                     ReadInto::Pinned(dst, _) => dst.as_ptr(),
-                    ReadInto::Staging(bytes) => bytes.as_ptr().cast_mut(),
+                    ReadInto::Staging(bytes) => bytes.as_mut_ptr(),
                 };
                 // SAFETY: `dst` addresses `len` bytes that the timepoint owns (its pinned lease,
                 // or a heap box that moving does not move) and nobody touches until the

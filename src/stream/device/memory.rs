@@ -21,7 +21,7 @@
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use crate::buffer::{BufferMemory, BufferParams, MemoryType};
 use crate::error::{Error, Result, StatusCode};
@@ -48,6 +48,45 @@ pub(crate) struct StreamOrder {
 }
 
 impl StreamOrder {
+    /// Takes the issue lock until the guard drops; then frees, in stream order, what was
+    /// deferred meanwhile (see [`StreamOrder::free_deferred_if_idle`]).
+    pub(crate) fn lock_issue<'a, A: StreamApi>(
+        &'a self,
+        api: &'a A,
+        stream: StreamHandle,
+    ) -> IssueGuard<'a, A> {
+        IssueGuard {
+            order: self,
+            api,
+            stream,
+            held: Some(self.issue.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Frees what was deferred, unless an issue holds the lock (it does when it releases it).
+    /// Called after every release of the lock and after every deferral: a free deferred while
+    /// some holder had the lock is then freed by that holder's call, or by the deferring
+    /// thread's if the holder released it before the free was deferred. Without this, a free
+    /// deferred too late for the holder's own drain would wait for the queue's next issue.
+    fn free_deferred_if_idle<A: StreamApi>(&self, api: &A, stream: StreamHandle) {
+        loop {
+            if self
+                .deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+            {
+                return;
+            }
+            let _in_order = match self.issue.try_lock() {
+                Ok(held) => held,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            self.free_deferred(api, stream);
+        }
+    }
+
     /// Frees, in stream order, what was deferred. Call with `issue` held (and no capture open).
     pub(crate) fn free_deferred<A: StreamApi>(&self, api: &A, stream: StreamHandle) {
         let deferred =
@@ -73,7 +112,7 @@ impl StreamOrder {
         events: &EventPool,
     ) -> Option<Event> {
         // The issue lock also keeps a graph capture from taking the frees or the event.
-        let _in_order = self.issue.lock().unwrap_or_else(|p| p.into_inner());
+        let _in_order = self.lock_issue(api, stream);
         self.free_deferred(api, stream);
         if !self.unfenced.swap(false, Ordering::SeqCst) {
             return None;
@@ -90,6 +129,22 @@ impl StreamOrder {
         for ptr in deferred {
             let _ = api.free(ptr);
         }
+    }
+}
+
+/// The issue lock of a queue ([`StreamOrder::lock_issue`]): released on drop, then the frees
+/// deferred meanwhile are made.
+pub(crate) struct IssueGuard<'a, A: StreamApi> {
+    order: &'a StreamOrder,
+    api: &'a A,
+    stream: StreamHandle,
+    held: Option<MutexGuard<'a, ()>>,
+}
+
+impl<A: StreamApi> Drop for IssueGuard<'_, A> {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        self.order.free_deferred_if_idle(self.api, self.stream);
     }
 }
 
@@ -161,7 +216,7 @@ impl<A: StreamApi> StreamMemory<A> {
     pub(crate) fn allocate_async(core: &Core<A>, queue: &QueueStreams, size: u64) -> Result<Self> {
         let (api, order) = (&core.api, &queue.order);
         let allocate = || {
-            let _in_order = order.issue.lock().unwrap_or_else(|p| p.into_inner());
+            let _in_order = order.lock_issue(&**api, queue.stream);
             order.free_deferred(&**api, queue.stream);
             api.allocate_async(size, queue.stream)
         };
@@ -254,6 +309,7 @@ impl<A: StreamApi> Drop for StreamMemory<A> {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push(self.ptr);
+                    order.free_deferred_if_idle(&*self.api, *stream);
                     return;
                 }
             }

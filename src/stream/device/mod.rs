@@ -372,6 +372,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::PROBE_COMPLETIONS => stat(&stats.probe_completions),
             keys::PROBE_FAILURES => stat(&stats.probe_failures),
             keys::PROBES => stat(&stats.probes),
+            keys::SETTLES_DEFERRED => stat(&stats.settles_deferred),
             keys::GRAPH_CAPTURES => stat(&stats.graph_captures),
             keys::GRAPH_CAPTURE_FAILURES => stat(&stats.graph_capture_failures),
             keys::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),

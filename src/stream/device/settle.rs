@@ -11,15 +11,20 @@
 //! cleared, dropping what the work held, its pinned lease goes back to the device's pool (or is
 //! orphaned if its stream may still use it), and the record is recycled.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::queue::{fail_in_order, failure_order};
-use crate::semaphore::Semaphore;
+use crate::reactor::ReactorHandle;
+use crate::semaphore::{Semaphore, Wait};
 use crate::stream::api::StreamApi;
 use crate::stream::device::core::{Core, Stats, Via};
 use crate::stream::device::reclaim::defer_frees;
+use crate::stream::timeline::StreamSemaphore;
 use crate::stream::timepoint::{ReadInto, StatusWords};
 
 impl<A: StreamApi> Core<A> {
@@ -68,6 +73,22 @@ impl<A: StreamApi> Core<A> {
                 result = Err(error);
             }
         }
+        // The work behind the events its stream waited on may have failed after the event
+        // completed (its own inputs, its status words): then this fails with it. One not
+        // settled yet is waited for below, before the signal fence is settled.
+        let mut unsettled = Vec::new();
+        if result.is_ok() {
+            for input in &timepoint.inputs {
+                match input.query() {
+                    Ok(0) if via != Via::Shutdown => unsettled.push(input.wait(1)),
+                    Ok(_) => {}
+                    Err(error) => {
+                        result = Err(error);
+                        break;
+                    }
+                }
+            }
+        }
         if result.is_ok() {
             let words = timepoint.host.as_ref().map(|h| h.start());
             result = self.check_status(&timepoint.status, words);
@@ -105,6 +126,9 @@ impl<A: StreamApi> Core<A> {
                 false => host.orphan(),
             }
         }
+        if !stream_done {
+            self.keep_for_stream(&mut timepoint, None);
+        }
         // What the work held goes before the fence is settled (frees of memory dropped with it
         // are made, or handed to the reclaimer, first), so an allocation made by a task that
         // awaited this submission finds the memory free, or pending (`Reclaim::flush`).
@@ -112,15 +136,38 @@ impl<A: StreamApi> Core<A> {
         // A failure waits for what the submission waited on its own signal semaphores (the
         // device ran it after those, but their completions may not have reached the host yet),
         // so it never overtakes the work before it on those timelines.
-        let order = match result {
-            Ok(()) => Fence::new(),
-            Err(_) => {
+        let order = match (&result, unsettled.is_empty()) {
+            (Ok(()), true) => Fence::new(),
+            _ => {
                 let waited: Fence = timepoint.waited.iter().map(|(s, v)| (s, *v)).collect();
                 failure_order(&waited, &signal)
             }
         };
+        let waited = std::mem::take(&mut timepoint.waited);
+        let outcome = timepoint.outcome.take();
         self.timepoints.release(timepoint);
-        self.settle(&signal, result, &order);
+        let settle = Settle {
+            owner: self.id,
+            reactor: self.reactor.get().cloned(),
+            signal,
+            order,
+            outcome,
+        };
+        if unsettled.is_empty() || result.is_err() {
+            return settle.run(result);
+        }
+        Stats::bump(&self.stats.settles_deferred, 1);
+        if let Some(reactor) = settle.reactor.clone() {
+            // After shutdown the task comes straight back and is dropped, failing the fence.
+            let _ = reactor.spawn(SettleAfter {
+                unsettled,
+                waited,
+                failed: None,
+                settle: Some(settle),
+            });
+        } else {
+            settle.run(Err(shut_down()));
+        }
     }
 
     /// After the submission's event completed successfully (so its kernels' writes to their
@@ -165,33 +212,6 @@ impl<A: StreamApi> Core<A> {
         ))
     }
 
-    /// Signals `signal` in fence order (or fails it, once `order` has settled).
-    fn settle(&self, signal: &Fence, result: Result<()>, order: &Fence) {
-        if let Err(error) = result {
-            return match self.reactor.get() {
-                Some(reactor) => fail_in_order(reactor, order, signal.clone(), error),
-                None => signal.fail(error),
-            };
-        }
-        let mut first_error = None;
-        for (semaphore, value) in signal.iter() {
-            match self.own_timeline(semaphore) {
-                Some(timeline) => {
-                    semaphore.advance_to(value);
-                    timeline.retire(value);
-                }
-                None => {
-                    if let Err(error) = semaphore.signal(value) {
-                        first_error.get_or_insert(error);
-                    }
-                }
-            }
-        }
-        if let Some(error) = first_error {
-            signal.fail(error);
-        }
-    }
-
     /// The fault probe: queries the event of every submission in flight and settles those whose
     /// event completed or failed. After a sticky device error host functions never run, so this
     /// is what turns the fault into errors on every affected fence. Runs on the reactor thread.
@@ -229,6 +249,116 @@ impl<A: StreamApi> Core<A> {
     pub(crate) fn settle_leftovers(&self) {
         for id in self.in_flight_ids() {
             self.complete(id, None, Via::Shutdown);
+        }
+    }
+}
+
+/// How a settled submission's signal fence is settled, and its outcome resolved.
+struct Settle {
+    /// The device whose timelines are advanced rather than signalled.
+    owner: u64,
+    reactor: Option<ReactorHandle>,
+    signal: Fence,
+    /// What a failure waits for (see [`fail_in_order`]).
+    order: Fence,
+    /// The submission's outcome, for the work that waited on its event.
+    outcome: Option<Semaphore>,
+}
+
+impl Settle {
+    /// Signals the fence in fence order, or fails it (once `order` has settled); then resolves
+    /// the outcome: 1 if every entry was signalled, else failed with the error.
+    fn run(self, result: Result<()>) {
+        let result = result.and_then(|()| {
+            let mut first_error = None;
+            for (semaphore, value) in self.signal.iter() {
+                match StreamSemaphore::timeline_of(semaphore).filter(|t| t.owner() == self.owner) {
+                    Some(timeline) => {
+                        semaphore.advance_to(value);
+                        timeline.retire(value);
+                    }
+                    None => {
+                        if let Err(error) = semaphore.signal(value) {
+                            first_error.get_or_insert(error);
+                        }
+                    }
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        });
+        match result {
+            Ok(()) => {
+                if let Some(outcome) = &self.outcome {
+                    let _ = outcome.signal(1);
+                }
+            }
+            Err(error) => {
+                // The outcome first: work that waited on this submission's event fails with it,
+                // in its own order, whatever holds this fence's failure back.
+                if let Some(outcome) = &self.outcome {
+                    outcome.fail(error.clone());
+                }
+                match &self.reactor {
+                    Some(reactor) => fail_in_order(reactor, &self.order, self.signal, error),
+                    None => self.signal.fail(error),
+                }
+            }
+        }
+    }
+}
+
+/// The error of a submission settled while its device shut down, before the work it waited on
+/// had settled.
+fn shut_down() -> Error {
+    Error::new(
+        StatusCode::Aborted,
+        "the device shut down before the work a submission waited on settled",
+    )
+}
+
+/// Settles a submission once the submissions whose events its stream waited on have settled:
+/// failed with the first of their errors (or of its waited semaphores' failures), else
+/// successfully. Dropped unfinished (the reactor shut down), it fails the fence.
+struct SettleAfter {
+    unsettled: Vec<Wait>,
+    waited: Vec<(Semaphore, u64)>,
+    failed: Option<Error>,
+    settle: Option<Settle>,
+}
+
+impl Future for SettleAfter {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let failed = &mut this.failed;
+        this.unsettled
+            .retain_mut(|wait| match Pin::new(wait).poll(cx) {
+                Poll::Pending => true,
+                Poll::Ready(Ok(())) => false,
+                Poll::Ready(Err(error)) => {
+                    failed.get_or_insert(error);
+                    false
+                }
+            });
+        if !this.unsettled.is_empty() {
+            return Poll::Pending;
+        }
+        let failure = this
+            .failed
+            .take()
+            .or_else(|| this.waited.iter().find_map(|(s, v)| s.failure_before(*v)));
+        if let Some(settle) = this.settle.take() {
+            settle.run(failure.map_or(Ok(()), Err));
+        }
+        Poll::Ready(())
+    }
+}
+
+impl Drop for SettleAfter {
+    fn drop(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            settle.run(Err(shut_down()));
         }
     }
 }
