@@ -205,10 +205,10 @@ impl PinnedAllocations {
         self.lock().insert(base, len);
     }
 
-    /// Forgets the allocation starting exactly at `base`: `true` if there was one (it is then
-    /// this caller's to free, exactly once).
-    pub(crate) fn remove(&self, base: u64) -> bool {
-        self.lock().remove(&base).is_some()
+    /// Forgets the allocation starting exactly at `base`: its length if there was one (it is
+    /// then this caller's to free, exactly once).
+    pub(crate) fn remove(&self, base: u64) -> Option<u64> {
+        self.lock().remove(&base)
     }
 
     /// Whether `len` bytes at address `ptr` lie entirely within one live allocation (an empty
@@ -1067,14 +1067,19 @@ impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         self.free_retired(); // this method may block
         let _no_captures = self.no_captures();
-        if self.mapped.remove(ptr.0) {
+        if let Some(len) = self.mapped.remove(ptr.0) {
             // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
             // forgotten, so freed exactly once; the stream layer frees only after the work
             // using it completed.
-            return check(
+            let freed = check(
                 unsafe { raw::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
                 || format!("cuMemFreeHost({ptr:?})"),
             );
+            if freed.is_err() {
+                // Still allocated: still known (copies skip staging for it, the drop frees it).
+                self.mapped.insert(ptr.0, len);
+            }
+            return freed;
         }
         // SAFETY: an allocation of this API; the stream layer frees only after the work using
         // it completed.
@@ -1333,6 +1338,9 @@ impl StreamApi for CudaApi {
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = CudaModule::from_spec(spec)?;
         let _bound = self.bind()?;
+        // Loading may synchronise the context (lazy loading waits for the device), which would
+        // invalidate a capture under way: the capture gate keeps the two apart.
+        let _no_captures = self.no_captures();
         let ptx;
         let image: *const c_void = match &module.image {
             CudaImage::Ptx(text) => {
@@ -1645,11 +1653,20 @@ impl StreamApi for CudaApi {
         // holds them back until it ends (see [`crate::capture`]).
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         CaptureGate::get().begin(self.device);
-        let previous = self
+        // An entry already there is the capture under way on the stream: it stays counted for
+        // the thread that began it.
+        let previous = match self
             .capturing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(s.0, std::thread::current().id());
+            .entry(s.0)
+        {
+            std::collections::hash_map::Entry::Occupied(_) => Some(()),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(std::thread::current().id());
+                None
+            }
+        };
         if previous.is_some() {
             // Already capturing: the driver refuses below, and the first capture stays counted.
             CaptureGate::get().end(self.device, true);
@@ -1807,10 +1824,10 @@ mod tests {
         let pinned = PinnedAllocations::default();
         pinned.insert(0x1000, 0x100);
         pinned.insert(0x3000, 0x100);
-        assert!(!pinned.remove(0x1080), "only the base frees");
+        assert_eq!(pinned.remove(0x1080), None, "only the base frees");
         assert!(pinned.covers(0x1080, 1));
-        assert!(pinned.remove(0x1000));
-        assert!(!pinned.remove(0x1000), "freed once");
+        assert_eq!(pinned.remove(0x1000), Some(0x100));
+        assert_eq!(pinned.remove(0x1000), None, "freed once");
         assert!(!pinned.covers(0x1080, 1));
         assert_eq!(pinned.drain(), [0x3000]);
         assert!(pinned.drain().is_empty());
