@@ -1067,19 +1067,18 @@ impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         self.free_retired(); // this method may block
         let _no_captures = self.no_captures();
-        if let Some(len) = self.mapped.remove(ptr.0) {
+        if self.mapped.remove(ptr.0).is_some() {
+            // Forgotten whether or not the free succeeds: after a sticky fault cuMemFreeHost
+            // reports the fault, and whether it freed the memory is not documented, so keeping
+            // the record (for the drop to free again) could free it twice; forgetting it can
+            // only leak it.
             // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
             // forgotten, so freed exactly once; the stream layer frees only after the work
             // using it completed.
-            let freed = check(
+            return check(
                 unsafe { raw::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
                 || format!("cuMemFreeHost({ptr:?})"),
             );
-            if freed.is_err() {
-                // Still allocated: still known (copies skip staging for it, the drop frees it).
-                self.mapped.insert(ptr.0, len);
-            }
-            return freed;
         }
         // SAFETY: an allocation of this API; the stream layer frees only after the work using
         // it completed.

@@ -10,6 +10,11 @@
 //! signalled from the host; or every entry is failed with the error. Last, the timepoint is
 //! cleared, dropping what the work held, its pinned lease goes back to the device's pool (or is
 //! orphaned if its stream may still use it), and the record is recycled.
+//!
+//! A submission whose stream waited on the event of one not yet settled (its event completed
+//! first, but its outcome may still be a failure: see [`crate::stream::timeline`]) is settled
+//! from a reactor task once that one is, failed with its error if it failed. Its own outcome
+//! is resolved when its fence is: reached, or failed with the error.
 
 use std::future::Future;
 use std::pin::Pin;
