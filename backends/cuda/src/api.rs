@@ -1337,9 +1337,6 @@ impl StreamApi for CudaApi {
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = CudaModule::from_spec(spec)?;
         let _bound = self.bind()?;
-        // Loading may synchronise the context (lazy loading waits for the device), which would
-        // invalidate a capture under way: the capture gate keeps the two apart.
-        let _no_captures = self.no_captures();
         let ptx;
         let image: *const c_void = match &module.image {
             CudaImage::Ptx(text) => {
