@@ -384,6 +384,9 @@ macro_rules! hip_api {
         impl HipApi {
             /// Resolves every symbol from `library`, opened as `soname`.
             ///
+            /// The library is never closed, not even when a required symbol is missing: the
+            /// library may still be a (too old) HIP runtime, whose teardown is not safe to run.
+            ///
             /// # Safety
             /// `library` must be a HIP runtime whose symbols of these names have the
             /// signatures of `hip_runtime_api.h` (HIP 5.2 or later).
@@ -392,6 +395,7 @@ macro_rules! hip_api {
                 soname: &str,
                 absent: &[&str],
             ) -> Result<Self, LoadError> {
+                let library = ManuallyDrop::new(library);
                 $(
                     // SAFETY: the caller guarantees the symbol has this C signature; the
                     // pointer is copied out and stays valid because the library is kept
@@ -424,7 +428,7 @@ macro_rules! hip_api {
                     $( $r, )*
                     $( $o, )*
                     soname: soname.to_string(),
-                    _library: ManuallyDrop::new(library),
+                    _library: library,
                 })
             }
 
@@ -661,22 +665,35 @@ impl HipApi {
     /// left unresolved (`None`), as on an older runtime that lacks them: for example
     /// `&["hipLaunchHostFunc"]` gives HIP 5.2's host functions (stream callbacks) on any
     /// runtime. Names that are not optional symbols are ignored.
+    ///
+    /// A library that opens but lacks a required symbol (an older or unrelated library under
+    /// one of the names, for example a stale development link ahead of a newer runtime's
+    /// versioned soname) does not end the search: the next name is tried. When none yields a
+    /// table, the error is the first [`LoadError::MissingSymbol`] if any library opened (it
+    /// says what to upgrade), else [`LoadError::NotFound`] naming every `dlopen` error.
     pub fn load_without(sonames: &[&str], absent: &[&str]) -> Result<&'static HipApi, LoadError> {
         let mut tried = Vec::new();
+        let mut incomplete = None;
         for &soname in sonames {
             // SAFETY: opening a library runs its initialisers; the HIP runtime's are sound to
             // run at any time (they register the runtime, they do not touch the GPU).
             match unsafe { Library::new(soname) } {
                 Ok(library) => {
-                    // SAFETY: a library named libamdhip64 is the HIP runtime, whose symbols
-                    // have the signatures declared above.
-                    let api = unsafe { HipApi::resolve(library, soname, absent) }?;
-                    return Ok(Box::leak(Box::new(api)));
+                    // SAFETY: a library under a HIP runtime's name is taken to be one, whose
+                    // symbols of the names declared above have those signatures; one lacking
+                    // any required name is rejected before a pointer is used (and kept
+                    // loaded: see below).
+                    match unsafe { HipApi::resolve(library, soname, absent) } {
+                        Ok(api) => return Ok(Box::leak(Box::new(api))),
+                        Err(e) => {
+                            incomplete.get_or_insert(e);
+                        }
+                    }
                 }
                 Err(e) => tried.push((soname.to_string(), e.to_string())),
             }
         }
-        Err(LoadError::NotFound(tried))
+        Err(incomplete.unwrap_or(LoadError::NotFound(tried)))
     }
 
     /// [`HipApi::load`] of [`DEFAULT_SONAMES`], once per process; later calls return the same

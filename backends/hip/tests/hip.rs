@@ -62,6 +62,28 @@ fn missing_library_is_unavailable_naming_each_soname() {
 }
 
 #[test]
+fn a_library_lacking_hip_symbols_is_skipped_for_the_next_soname() {
+    // libc opens on every Linux machine and has none of HIP's symbols: it stands for a stale
+    // or unrelated library under one of the names.
+    let err = Hip::load(&["libc.so.6", "libhalcyon-missing-hip.so.5"]).unwrap_err();
+    assert_eq!(err.code(), StatusCode::Unavailable, "{err}");
+    assert!(
+        err.message()
+            .starts_with("libc.so.6 lacks the required symbol hip"),
+        "the library that opened is the one to name: {err}"
+    );
+    assert!(err.message().contains("HIP 5.2 or later"), "{err}");
+
+    let Some(name) = hip_soname() else {
+        eprintln!("skipped the rest: no libamdhip64 on this machine");
+        return;
+    };
+    let hip = Hip::load(&["libc.so.6", name]).expect("the search goes on past libc");
+    assert_eq!(hip.api().soname(), name);
+    assert!(hip.runtime_version().unwrap() >= 50_000_000);
+}
+
+#[test]
 fn without_the_runtime_the_default_driver_names_the_sonames() {
     if let Some(name) = hip_soname() {
         eprintln!("skipped: {name} is installed (covered by the tests with the runtime)");
