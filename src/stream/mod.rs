@@ -41,6 +41,8 @@
 //! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
 //!   copies of arbitrary host memory never block the issuing thread; the backend allocates and
 //!   frees them (the stream device's pinned leases use the same pool type).
+//! * **[`registry`]**: live objects by handle, so that a backend refuses a stale or made-up
+//!   handle with an error instead of passing it to a driver that would dereference it.
 //! * **[`host::HostStreamApi`]**: a real implementation on host threads (a thread per stream),
 //!   with fault injection, so all of the above runs and is tested without a GPU; the timeline
 //!   and event-pool logic is also model-checked with loom (`loom_tests/tests/stream.rs`).
@@ -82,6 +84,7 @@ pub mod device;
 pub mod event_pool;
 pub mod handoff;
 pub mod host;
+pub mod registry;
 pub mod staging;
 pub mod timeline;
 mod timepoint;

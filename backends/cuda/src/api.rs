@@ -33,7 +33,7 @@
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`; the handle is registered with its kernel's checked signature, which a launch must match |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
-//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy`; while a stream of the device captures, `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` (which may synchronise the context and so invalidate the capture) wait on other threads, and a capture waits for those under way (`src/capture.rs`) |
+//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy`; while a stream of the device captures, `cuMemFree`, `cuMemFreeHost`, `cuModuleLoadDataEx` and `cuModuleUnload` (which may synchronise the context and so invalidate the capture) wait on other threads, and a capture waits for those under way (`src/capture.rs`) |
 //! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
 //!
 //! Every call above exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
@@ -1337,6 +1337,11 @@ impl StreamApi for CudaApi {
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = CudaModule::from_spec(spec)?;
         let _bound = self.bind()?;
+        // Loading may synchronise the context (a JIT compile, lazy loading waiting for the
+        // device), which would invalidate a capture under way: the capture gate keeps the two
+        // apart. A load that fails unloads what it loaded from inside this call, which the
+        // gate lets through (the thread is inside a call already).
+        let _no_captures = self.no_captures();
         let ptx;
         let image: *const c_void = match &module.image {
             CudaImage::Ptx(text) => {

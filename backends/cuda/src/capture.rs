@@ -2,9 +2,10 @@
 //!
 //! CUDA calls it invalid to synchronise a context while one of its streams captures a graph,
 //! and a capture that meets such a synchronisation is invalidated: its graph is lost, and the
-//! operations it took never run. `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` may
-//! synchronise the context, and halcyon makes them on threads other than the capturing one (the
-//! reclaimer, a thread dropping the last handle to a buffer). halcyon captures in relaxed mode,
+//! operations it took never run. `cuMemFree`, `cuMemFreeHost`, `cuModuleLoadDataEx` and
+//! `cuModuleUnload` may synchronise the context, and halcyon makes them on threads other than
+//! the capturing one (the reclaimer, a thread dropping the last handle to a buffer, a thread
+//! loading an executable). halcyon captures in relaxed mode,
 //! which lets those threads make the calls but promises nothing about the capture.
 //!
 //! So captures and those calls exclude each other on each device (all `CudaApi`s of one
@@ -16,7 +17,10 @@
 //! calls wait: captures are short (they enqueue a list's operations, which do not wait for the
 //! device), so those waits are too. A thread that itself has a capture open never waits in
 //! [`CaptureGate::sync`] (it would wait for itself): should it make such a call, the driver
-//! may invalidate the capture, and the stream layer then issues the list directly.
+//! may invalidate the capture, and the stream layer then issues the list directly. Nor does a
+//! thread already inside such a call on the device (a failing module load unloads what it
+//! loaded, say): the outer call already keeps captures out, and waiting behind a capture that
+//! waits for the outer call would never end.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -49,33 +53,57 @@ static GATE: CaptureGate = CaptureGate {
 thread_local! {
     /// Captures the calling thread began and has not ended, per device.
     static OPEN_HERE: RefCell<BTreeMap<CUdevice, usize>> = const { RefCell::new(BTreeMap::new()) };
+    /// Context-synchronising calls under way on the calling thread ([`SyncCall`]s alive), per
+    /// device.
+    static SYNCS_HERE: RefCell<BTreeMap<CUdevice, usize>> = const { RefCell::new(BTreeMap::new()) };
 }
 
-/// Counts a capture on `device` begun (`+1`) or ended (`-1`) on the calling thread.
-fn open_here(device: CUdevice, change: isize) {
-    OPEN_HERE.with(|open| {
-        let mut open = open.borrow_mut();
-        let count = open.entry(device).or_default();
+/// Adds `change` to the calling thread's count for `device` in `counts`.
+fn count_here(
+    counts: &'static std::thread::LocalKey<RefCell<BTreeMap<CUdevice, usize>>>,
+    device: CUdevice,
+    change: isize,
+) {
+    counts.with(|counts| {
+        let mut counts = counts.borrow_mut();
+        let count = counts.entry(device).or_default();
         *count = count.saturating_add_signed(change);
         if *count == 0 {
-            open.remove(&device);
+            counts.remove(&device);
         }
     });
 }
 
-/// Whether the calling thread has a capture open on `device`.
-fn open_here_on(device: CUdevice) -> bool {
-    OPEN_HERE.with(|open| open.borrow().contains_key(&device))
+/// Counts a capture on `device` begun (`+1`) or ended (`-1`) on the calling thread.
+fn open_here(device: CUdevice, change: isize) {
+    count_here(&OPEN_HERE, device, change);
 }
 
-/// A context-synchronising call under way ([`CaptureGate::sync`]); ends when dropped.
+/// Whether the calling thread's `counts` has `device`.
+fn here_on(
+    counts: &'static std::thread::LocalKey<RefCell<BTreeMap<CUdevice, usize>>>,
+    device: CUdevice,
+) -> bool {
+    counts.with(|counts| counts.borrow().contains_key(&device))
+}
+
+/// A context-synchronising call under way ([`CaptureGate::sync`]); ends when dropped, on the
+/// thread that made it (it is not `Send`).
 pub(crate) struct SyncCall {
-    device: Option<CUdevice>,
+    /// Counted in the gate (the thread's outermost call).
+    counted: Option<CUdevice>,
+    /// Counted in the thread's `SYNCS_HERE` (every call but those a capture of the thread let
+    /// through).
+    here: Option<CUdevice>,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for SyncCall {
     fn drop(&mut self) {
-        if let Some(device) = self.device {
+        if let Some(device) = self.here {
+            count_here(&SYNCS_HERE, device, -1);
+        }
+        if let Some(device) = self.counted {
             GATE.update(device, |d| d.syncs -= 1);
         }
     }
@@ -145,20 +173,29 @@ impl CaptureGate {
     }
 
     /// A call that may synchronise `device`'s context is about to be made: waits until no
-    /// capture of the device runs or waits (unless the calling thread has one open), and
-    /// keeps new captures from beginning until the returned guard drops.
+    /// capture of the device runs or waits (unless the calling thread has one open, or is
+    /// inside such a call on the device already), and keeps new captures from beginning until
+    /// the returned guard drops.
     pub(crate) fn sync(&self, device: CUdevice) -> SyncCall {
-        if open_here_on(device) {
-            return SyncCall { device: None };
+        let mut call = SyncCall {
+            counted: None,
+            here: None,
+            _not_send: std::marker::PhantomData,
+        };
+        if here_on(&OPEN_HERE, device) {
+            return call;
         }
-        self.wait_then(
-            device,
-            |d| d.captures > 0 || d.waiting > 0,
-            |d| d.syncs += 1,
-        );
-        SyncCall {
-            device: Some(device),
+        if !here_on(&SYNCS_HERE, device) {
+            self.wait_then(
+                device,
+                |d| d.captures > 0 || d.waiting > 0,
+                |d| d.syncs += 1,
+            );
+            call.counted = Some(device);
         }
+        count_here(&SYNCS_HERE, device, 1);
+        call.here = Some(device);
+        call
     }
 
     /// `device`'s state now: captures running, captures waiting, calls under way.
@@ -233,6 +270,61 @@ mod tests {
         drop(sync);
         capture.join().unwrap();
         late.join().unwrap();
+        assert_eq!(gate.state(device), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_call_inside_a_call_on_the_same_thread_does_not_wait_for_a_waiting_capture() {
+        use std::sync::mpsc::channel;
+        let gate = CaptureGate::get();
+        let device: CUdevice = 3000;
+        let (to_caller, from_test) = channel::<()>();
+        let (to_test, from_caller) = channel::<&str>();
+        let caller = std::thread::spawn(move || {
+            let outer = gate.sync(device);
+            to_test.send("outer").unwrap();
+            from_test.recv().unwrap(); // a capture waits for `outer` now
+                                       // Before, this waited for the capture, which waits for `outer`: a deadlock.
+            let inner = gate.sync(device);
+            to_test.send("inner").unwrap();
+            from_test.recv().unwrap();
+            drop(inner);
+            to_test.send("inner dropped").unwrap();
+            from_test.recv().unwrap();
+            drop(outer);
+            // The thread's count is back to zero: a new call counts again.
+            let again = gate.sync(device);
+            to_test.send("again").unwrap();
+            from_test.recv().unwrap();
+            drop(again);
+        });
+        let step = || from_caller.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(step(), "outer");
+        let capture = std::thread::spawn(move || {
+            gate.begin(device);
+            gate.end(device, true);
+        });
+        until(gate, device, (0, 1, 1));
+        to_caller.send(()).unwrap();
+        assert_eq!(step(), "inner", "the inner call went ahead");
+        assert_eq!(
+            gate.state(device),
+            (0, 1, 1),
+            "counted once, by the outer call"
+        );
+        to_caller.send(()).unwrap();
+        assert_eq!(step(), "inner dropped");
+        assert_eq!(
+            gate.state(device),
+            (0, 1, 1),
+            "the outer call still holds the capture"
+        );
+        to_caller.send(()).unwrap();
+        capture.join().unwrap();
+        assert_eq!(step(), "again");
+        assert_eq!(gate.state(device), (0, 0, 1));
+        to_caller.send(()).unwrap();
+        caller.join().unwrap();
         assert_eq!(gate.state(device), (0, 0, 0));
     }
 }

@@ -160,12 +160,13 @@
 //! address, and copies to and from it skip staging.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use halcyon::stream::registry::Registry;
 use halcyon::stream::staging::{
     capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
 };
@@ -247,58 +248,6 @@ fn invalid(message: String) -> Error {
         StatusCode::InvalidArgument,
         format!("HIP stream API: {message}"),
     )
-}
-
-/// Live objects of one kind by handle; each is destroyed when the registry and every call
-/// using it let go (its `Drop`).
-pub(crate) struct Registry<T> {
-    kind: &'static str,
-    live: Mutex<HashMap<u64, Arc<T>>>,
-}
-
-impl<T> Registry<T> {
-    pub(crate) fn new(kind: &'static str) -> Self {
-        Registry {
-            kind,
-            live: Mutex::default(),
-        }
-    }
-
-    pub(crate) fn insert(&self, handle: u64, object: T) -> Arc<T> {
-        let object = Arc::new(object);
-        lock(&self.live).insert(handle, object.clone());
-        object
-    }
-
-    fn missing(&self, handle: u64) -> Error {
-        invalid(format!("{handle:#x} is not a live HIP {}", self.kind))
-    }
-
-    pub(crate) fn get(&self, handle: u64) -> Result<Arc<T>> {
-        lock(&self.live)
-            .get(&handle)
-            .cloned()
-            .ok_or_else(|| self.missing(handle))
-    }
-
-    pub(crate) fn remove(&self, handle: u64) -> Result<Arc<T>> {
-        lock(&self.live)
-            .remove(&handle)
-            .ok_or_else(|| self.missing(handle))
-    }
-
-    pub(crate) fn retain(&self, keep: impl FnMut(&u64, &mut Arc<T>) -> bool) {
-        lock(&self.live).retain(keep);
-    }
-
-    pub(crate) fn drain(&self) -> Vec<Arc<T>> {
-        lock(&self.live).drain().map(|(_, v)| v).collect()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.live).len()
-    }
 }
 
 /// A `hipStream_t`, destroyed on drop.
@@ -887,10 +836,10 @@ impl HipStreamApi {
                     .map_or(1, |n| n.max(1) as u32),
             },
             host_visible,
-            streams: Registry::new("stream"),
-            events: Registry::new("event"),
-            modules: Registry::new("module"),
-            functions: Registry::new("function"),
+            streams: Registry::new("HIP", "stream"),
+            events: Registry::new("HIP", "event"),
+            modules: Registry::new("HIP", "module"),
+            functions: Registry::new("HIP", "function"),
             memory: Allocations::default(),
             staging: Arc::default(),
             max_grid,
@@ -1632,8 +1581,11 @@ impl StreamApi for HipStreamApi {
 
     fn unload_module(&self, module: ModuleHandle) -> Result<()> {
         let module = self.modules.remove(module.0)?;
-        self.functions
-            .retain(|_, f| !Arc::ptr_eq(&f.module, &module));
+        // Dropped outside the registry's lock, before the module (their `Drop`s call HIP).
+        drop(
+            self.functions
+                .retain(|_, f| !Arc::ptr_eq(&f.module, &module)),
+        );
         // hipModuleUnload runs when the last launch using one of its functions returned.
         Ok(())
     }
@@ -2168,22 +2120,6 @@ mod tests {
         );
         assert_eq!(pool.counts(), (2, 0, 1));
         assert_eq!(free_fake(&pool), 3);
-    }
-
-    #[test]
-    fn registries_refuse_dead_handles() {
-        let registry = Registry::new("event");
-        registry.insert(0x10, 1u8);
-        assert_eq!(*registry.get(0x10).unwrap(), 1);
-        let e = registry.get(0x20).err().unwrap();
-        assert_eq!(e.code(), StatusCode::InvalidArgument);
-        assert!(e.message().contains("0x20 is not a live HIP event"), "{e}");
-        let held = registry.get(0x10).unwrap();
-        registry.remove(0x10).unwrap();
-        assert!(registry.remove(0x10).is_err());
-        assert!(registry.get(0x10).is_err());
-        assert_eq!(*held, 1, "a holder keeps the object after removal");
-        assert_eq!(registry.len(), 0);
     }
 
     /// Counts drops, to see that a host function is released exactly once.
