@@ -42,7 +42,11 @@
 //! anyway, [`Code::MISSING_SYMBOL`] would skip the check, not panic).
 //!
 //! Handles are the CUDA pointers (`CUstream`, `CUevent`, `CUmodule`, `CUfunction`,
-//! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is.
+//! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is. Every handle a method is
+//! given is looked up among the objects this API made and has not destroyed
+//! ([`crate::objects`]) before it reaches the driver, which would dereference it unchecked: a
+//! destroyed, made-up or other API's handle is an `InvalidArgument` error, and an object
+//! destroyed on one thread while a call on another uses it is destroyed when that call returns.
 //!
 //! **Context binding.** Each `CudaApi` retains its device's primary context (shared with the
 //! CUDA runtime and every other user of the device in the process). Every method asks the
@@ -76,16 +80,17 @@
 //! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
     CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
 };
+use halcyon::stream::registry::Registry;
 use halcyon::stream::staging::{
     capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
 };
@@ -99,6 +104,7 @@ use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 use crate::capture::CaptureGate;
 use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, ptx_status_word, CudaImage, CudaModule, FORMAT_CUDA};
+use crate::objects::{destroy_last, Event, Function, Graph, KernelSignature, Module, Stream};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
 use crate::raw::{self, Code};
 use crate::{callback, DRIVER_ID};
@@ -169,14 +175,21 @@ pub struct CudaApi {
     captured: Mutex<Vec<Pinned>>,
     /// Streams created and not destroyed. A destroyed `CUstream` must never reach the driver;
     /// the stream layer may free stream-ordered memory after the stream is gone and relies on
-    /// an error then (it falls back to `free`).
-    streams: RwLock<HashSet<u64>>,
+    /// an error then (it falls back to `free`). Like the registries below, see
+    /// [`crate::objects`].
+    streams: Registry<Stream>,
+    /// Events created and not destroyed.
+    events: Registry<Event>,
+    /// Modules loaded and not unloaded, with their kernels' checked signatures.
+    modules: Registry<Module>,
+    /// The functions `get_function` handed out (of modules not unloaded): a launch must pass
+    /// exactly their kernel's signature.
+    functions: Registry<Function>,
+    /// Executable graphs instantiated and not destroyed.
+    graphs: Registry<Graph>,
     /// This API's own memory pool for stream-ordered allocation (where the device has memory
     /// pools): see [`CudaApi::set_pool_release_threshold`].
     pool: Option<MemPool>,
-    /// The checked signature of every entry point of the modules loaded and not unloaded: a
-    /// launch must pass exactly it (see `launch_kernel`).
-    signatures: Mutex<Signatures>,
     /// The [`MemoryPlacement::Pinned`] allocations made and not freed (`cuMemHostAlloc`):
     /// freed with `cuMemFreeHost`, host-addressable, and copied to and from without staging.
     /// Those still live are freed with the API.
@@ -231,26 +244,6 @@ fn covering(live: &BTreeMap<u64, u64>, ptr: u64, len: u64) -> Option<u64> {
     let offset = ptr - base; // base <= ptr
     let end = offset.checked_add(len.max(1))?;
     (end <= size).then_some(base)
-}
-
-/// The checked signatures of the loaded kernels, by module and name (what loading checked),
-/// and by every `CUfunction` that `get_function` handed out for them (what a launch names).
-/// CUDA does not promise that `cuModuleGetFunction` answers the same handle each time it is
-/// asked, so a handle is registered when it is handed out, not assumed from loading.
-#[derive(Default)]
-struct Signatures {
-    by_name: HashMap<(u64, String), KernelSignature>,
-    by_function: HashMap<u64, KernelSignature>,
-}
-
-/// What a launch of one kernel must pass: the checked signature of its entry point.
-#[derive(Clone, Copy, Debug)]
-struct KernelSignature {
-    /// The `CUmodule` it belongs to.
-    module: u64,
-    bindings: usize,
-    constants: usize,
-    status_word: bool,
 }
 
 /// A `CUmemoryPool` created by [`CudaApi::new`] and destroyed with the API.
@@ -339,9 +332,12 @@ impl CudaApi {
             max_shared_memory,
             staging: Arc::default(),
             captured: Mutex::default(),
-            streams: RwLock::default(),
+            streams: Registry::new("CUDA", "stream"),
+            events: Registry::new("CUDA", "event"),
+            modules: Registry::new("CUDA", "module"),
+            functions: Registry::new("CUDA", "function"),
+            graphs: Registry::new("CUDA", "graph"),
             pool: None,
-            signatures: Mutex::default(),
             mapped: PinnedAllocations::default(),
             host_funcs: AtomicU64::new(0),
             capturing: Mutex::default(),
@@ -438,8 +434,9 @@ impl CudaApi {
         }
     }
 
-    /// `cuModuleGetFunction`: the kernel called `name` in `module`.
-    fn function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+    /// `cuModuleGetFunction`: the kernel called `name` in `module` (loaded by this API and
+    /// held by the caller).
+    fn function(&self, module: CUmodule, name: &str) -> Result<CUfunction> {
         let c_name = CString::new(name).map_err(|_| {
             Error::new(
                 StatusCode::InvalidArgument,
@@ -449,39 +446,26 @@ impl CudaApi {
         let _bound = self.bind()?;
         let mut f: CUfunction = std::ptr::null_mut();
         // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
-        let r = unsafe {
-            raw::cuModuleGetFunction(&mut f, module.0 as usize as CUmodule, c_name.as_ptr())
-        };
+        let r = unsafe { raw::cuModuleGetFunction(&mut f, module, c_name.as_ptr()) };
         check(r, || {
             format!(
                 "cuModuleGetFunction({name:?}) (the module has no such kernel; declare it \
                  extern \"C\" so its name is not mangled)"
             )
         })?;
-        Ok(FunctionHandle(f as usize as u64))
+        Ok(f)
     }
 
-    fn signatures(&self) -> std::sync::MutexGuard<'_, Signatures> {
-        self.signatures.lock().unwrap_or_else(|p| p.into_inner())
+    /// Stream `s` of this API, held for the caller's driver calls; `InvalidArgument` if it is
+    /// not a live stream of this API (destroyed, made up, or another API's). The caller has
+    /// bound the context first, so that the stream is released while it is bound.
+    fn live_stream(&self, s: StreamHandle) -> Result<Arc<Stream>> {
+        self.streams.get(s.0)
     }
 
-    fn live_streams(&self) -> RwLockWriteGuard<'_, HashSet<u64>> {
-        self.streams.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `InvalidArgument` unless `s` is a stream of this API that was not destroyed (checked
-    /// where a stale handle can arrive: stream-ordered memory, which may outlive its stream).
-    /// The returned guard keeps the stream from being destroyed (see `destroy_stream`) until
-    /// the caller's driver call is made.
-    fn live(&self, s: StreamHandle) -> Result<RwLockReadGuard<'_, HashSet<u64>>> {
-        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-        if streams.contains(&s.0) {
-            return Ok(streams);
-        }
-        Err(Error::new(
-            StatusCode::InvalidArgument,
-            format!("{s:?} is not a live stream of {}", self.info.name),
-        ))
+    /// Event `e` of this API, held for the caller's driver calls (see [`Self::live_stream`]).
+    fn live_event(&self, e: EventHandle) -> Result<Arc<Event>> {
+        self.events.get(e.0)
     }
 
     /// Whether `s` is being captured into a graph.
@@ -860,7 +844,17 @@ impl Drop for CudaApi {
         for s in open {
             self.capture_ended(StreamHandle(s));
         }
+        // The objects nobody destroyed (functions first: they hold their modules). Destroyed
+        // with the context bound; if it cannot be bound, forgotten: the context's destruction
+        // takes them with it, and a driver call without it would be the driver's undefined
+        // behaviour.
+        let functions = self.functions.drain();
+        let modules = self.modules.drain();
+        let graphs = self.graphs.drain();
+        let events = self.events.drain();
+        let streams = self.streams.drain();
         if let Ok(_bound) = self.bind() {
+            drop((functions, modules, graphs, events, streams));
             self.free_pinned(self.staging.drain());
             let captured =
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
@@ -872,6 +866,8 @@ impl Drop for CudaApi {
                 // layer keeps it alive until the work using its memory completed.
                 let _ = unsafe { raw::cuMemFreeHost(base as usize as *mut c_void) };
             }
+        } else {
+            std::mem::forget((functions, modules, graphs, events, streams));
         }
         if let Some(pool) = self.pool.take() {
             // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
@@ -884,12 +880,9 @@ impl Drop for CudaApi {
     }
 }
 
+/// The `CUstream` behind `handle`: for a stream the caller holds ([`CudaApi::live_stream`]).
 fn stream(handle: StreamHandle) -> CUstream {
     handle.0 as usize as CUstream
-}
-
-fn event(handle: EventHandle) -> CUevent {
-    handle.0 as usize as CUevent
 }
 
 fn usize_len(len: u64, what: &str) -> Result<usize> {
@@ -917,31 +910,24 @@ impl StreamApi for CudaApi {
             "cuStreamCreate(CU_STREAM_NON_BLOCKING)".into()
         })?;
         let handle = StreamHandle(s as usize as u64);
-        self.live_streams().insert(handle.0);
+        self.streams.insert(handle.0, Stream::new(s));
         Ok(handle)
     }
 
     fn destroy_stream(&self, handle: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // Removed under the write lock: no `live` check passes for it any more, and none is
-        // still between its check and its driver call. Only one destroy finds it.
-        if !self.live_streams().remove(&handle.0) {
-            return Err(Error::new(
-                StatusCode::InvalidArgument,
-                format!("{handle:?} is not a live stream of {}", self.info.name),
-            ));
-        }
+        // Only one destroy finds it; no call looks it up any more.
+        let s = self.streams.remove(handle.0)?;
         self.capture_ended(handle);
-        // SAFETY: a stream this API created; enqueued work still completes (cuStreamDestroy
-        // releases the stream's resources once it is done).
-        check(unsafe { raw::cuStreamDestroy_v2(stream(handle)) }, || {
-            format!("cuStreamDestroy({handle:?})")
-        })
+        // cuStreamDestroy here, or when the last call using the stream returns; enqueued work
+        // still completes (the driver releases the stream's resources once it is done).
+        destroy_last(s)
     }
 
     fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: a live stream of this context.
+        let _live = self.live_stream(handle)?;
+        // SAFETY: a live stream of this context, held for the call.
         let synchronized = check(unsafe { raw::cuStreamSynchronize(stream(handle)) }, || {
             format!("cuStreamSynchronize({handle:?})")
         });
@@ -965,30 +951,32 @@ impl StreamApi for CudaApi {
         check(unsafe { raw::cuEventCreate(&mut e, cu_flags) }, || {
             format!("cuEventCreate({flags:?})")
         })?;
+        self.events.insert(e as usize as u64, Event::new(e));
         Ok(EventHandle(e as usize as u64))
     }
 
     fn destroy_event(&self, handle: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: an event this API created; a pending record completes harmlessly (CUDA
-        // defers the release until it has).
-        check(unsafe { raw::cuEventDestroy_v2(event(handle)) }, || {
-            format!("cuEventDestroy({handle:?})")
-        })
+        // cuEventDestroy here, or when the last call using the event returns; a pending
+        // record completes harmlessly (CUDA defers the release until it has).
+        destroy_last(self.events.remove(handle.0)?)
     }
 
     fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: a live event and stream of this context.
-        check(unsafe { raw::cuEventRecord(event(e), stream(s)) }, || {
-            format!("cuEventRecord({e:?}, {s:?})")
-        })
+        let (event, live) = (self.live_event(e)?, self.live_stream(s)?);
+        // SAFETY: a live event and stream of this context, held for the call.
+        check(
+            unsafe { raw::cuEventRecord(event.raw(), live.raw()) },
+            || format!("cuEventRecord({e:?}, {s:?})"),
+        )
     }
 
     fn query_event(&self, e: EventHandle) -> Result<bool> {
         let _bound = self.bind()?;
-        // SAFETY: a live event of this context.
-        match unsafe { raw::cuEventQuery(event(e)) } {
+        let event = self.live_event(e)?;
+        // SAFETY: a live event of this context, held for the call.
+        match unsafe { raw::cuEventQuery(event.raw()) } {
             Code::SUCCESS => Ok(true),
             Code::NOT_READY => Ok(false),
             code => Err(cuda_error(&format!("cuEventQuery({e:?})"), code)),
@@ -997,17 +985,21 @@ impl StreamApi for CudaApi {
 
     fn synchronize_event(&self, e: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: a live event of this context. With CU_EVENT_BLOCKING_SYNC the thread sleeps.
-        check(unsafe { raw::cuEventSynchronize(event(e)) }, || {
+        let event = self.live_event(e)?;
+        // SAFETY: a live event of this context, held for the call. With CU_EVENT_BLOCKING_SYNC
+        // the thread sleeps.
+        check(unsafe { raw::cuEventSynchronize(event.raw()) }, || {
             format!("cuEventSynchronize({e:?})")
         })
     }
 
     fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: a live stream and event of this context; flags 0 (CU_EVENT_WAIT_DEFAULT).
+        let (live, event) = (self.live_stream(s)?, self.live_event(e)?);
+        // SAFETY: a live stream and event of this context, held for the call; flags 0
+        // (CU_EVENT_WAIT_DEFAULT).
         check(
-            unsafe { raw::cuStreamWaitEvent(stream(s), event(e), 0) },
+            unsafe { raw::cuStreamWaitEvent(live.raw(), event.raw(), 0) },
             || format!("cuStreamWaitEvent({s:?}, {e:?})"),
         )
     }
@@ -1016,6 +1008,7 @@ impl StreamApi for CudaApi {
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
         let _bound = self.bind()?;
+        let _live = self.live_stream(s)?;
         self.refuse_capture(s, "a host function")?;
         self.enqueue_host_func(s, func)
     }
@@ -1136,7 +1129,7 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(size, "an allocation")?;
         let _bound = self.bind()?;
-        let _live = self.live(s)?;
+        let _live = self.live_stream(s)?;
         let mut ptr: CUdeviceptr = 0;
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
@@ -1159,7 +1152,7 @@ impl StreamApi for CudaApi {
 
     fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let _live = self.live(s)?;
+        let _live = self.live_stream(s)?;
         // SAFETY: an allocation of this API, freed once the stream reaches this point.
         check(unsafe { raw::cuMemFreeAsync(ptr.0, stream(s)) }, || {
             format!("cuMemFreeAsync({ptr:?}, {s:?})")
@@ -1178,6 +1171,7 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(len, "a copy")?;
         let _bound = self.bind()?;
+        let _live = self.live_stream(s)?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
         // function, which a capture would turn into a one-shot host node (see refuse_capture).
         if self.capturing(s)? {
@@ -1228,6 +1222,7 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(len, "a copy")?;
         let _bound = self.bind()?;
+        let _live = self.live_stream(s)?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, "a device-to-host copy")?;
         if self.mapped.covers(dst as usize as u64, len) {
@@ -1274,7 +1269,8 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(len, "a copy")?;
         let _bound = self.bind()?;
-        // SAFETY: device addresses only; invalid ones are reported by the driver, never touch
+        let _live = self.live_stream(s)?;
+        // SAFETY: a live stream, held for the call; device addresses only; invalid ones are reported by the driver, never touch
         // host memory.
         check(
             unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
@@ -1305,8 +1301,9 @@ impl StreamApi for CudaApi {
         }
         let count = usize_len(len / width, "a fill")?;
         let _bound = self.bind()?;
-        let (d, st) = (dst.0, stream(s));
-        // SAFETY: device addresses only, aligned for the element width (checked above).
+        let live = self.live_stream(s)?;
+        let (d, st) = (dst.0, live.raw());
+        // SAFETY: a live stream, held for the call; device addresses only, aligned for the element width (checked above).
         let (r, call) = unsafe {
             match pattern_len {
                 1 => (
@@ -1420,14 +1417,17 @@ impl StreamApi for CudaApi {
             }
             return Err(error);
         }
-        let loaded = ModuleHandle(handle as usize as u64);
+        // Owned from here: an error below drops it, which unloads it (from inside this call,
+        // which the capture gate lets through).
+        let mut loaded = Module::new(handle, self.device);
         let mut status_words = Vec::with_capacity(module.entry_points.len());
         for (index, entry) in module.entry_points.iter().enumerate() {
             // The driver's report where it has one (CUDA 12.4+); for PTX also its text, which
             // says whether the kernel takes a status word on any driver (validated above). For
             // a cubin kernel the driver cannot report on, see `cubin_status_word`.
             // Where both the driver and the PTX text answer, they must agree.
-            let checked = self.function(loaded, &entry.name).and_then(|f| {
+            let checked = self.function(loaded.raw(), &entry.name).and_then(|f| {
+                let f = FunctionHandle(f as usize as u64);
                 let params = kernel_params(self.probe, f);
                 let reported = match &params {
                     Some(params) if !params.is_empty() => Some(check_kernel_params(entry, params)?),
@@ -1458,27 +1458,21 @@ impl StreamApi for CudaApi {
                 self.set_shared_memory(f, entry, module.shared_memory(index))?;
                 Ok((f, status_word))
             });
-            match checked {
-                Ok((_, status_word)) => {
-                    status_words.push(status_word);
-                    self.signatures().by_name.insert(
-                        (loaded.0, entry.name.clone()),
-                        KernelSignature {
-                            module: loaded.0,
-                            bindings: entry.binding_count as usize,
-                            constants: entry.constant_count as usize,
-                            status_word,
-                        },
-                    );
-                }
-                Err(error) => {
-                    let _ = self.unload_module(loaded);
-                    return Err(error);
-                }
-            }
+            let (_, status_word) = checked?;
+            status_words.push(status_word);
+            loaded.signatures.insert(
+                entry.name.clone(),
+                KernelSignature {
+                    bindings: entry.binding_count as usize,
+                    constants: entry.constant_count as usize,
+                    status_word,
+                },
+            );
         }
+        let handle = ModuleHandle(loaded.raw() as usize as u64);
+        self.modules.insert(handle.0, loaded);
         Ok(LoadedModule {
-            module: loaded,
+            module: handle,
             entry_points: module.entry_points.clone(),
             status_words,
             shared_memory_bytes: (0..module.entry_points.len())
@@ -1488,33 +1482,37 @@ impl StreamApi for CudaApi {
     }
 
     fn unload_module(&self, module: ModuleHandle) -> Result<()> {
-        let mut signatures = self.signatures();
-        signatures.by_name.retain(|(m, _), _| *m != module.0);
-        signatures
-            .by_function
-            .retain(|_, signature| signature.module != module.0);
-        drop(signatures);
         let _bound = self.bind()?;
-        let _no_captures = self.no_captures();
-        // SAFETY: a module this API loaded; the stream layer unloads only after the work using
-        // it completed.
-        check(
-            unsafe { raw::cuModuleUnload(module.0 as usize as CUmodule) },
-            || format!("cuModuleUnload({module:?})"),
-        )
+        let module = self.modules.remove(module.0)?;
+        // Its functions go too (dropped here, before the module: they hold it).
+        drop(
+            self.functions
+                .retain(|_, f| !Arc::ptr_eq(&f.module, &module)),
+        );
+        // cuModuleUnload (behind the capture gate) here, or when the last launch of one of its
+        // kernels returns; the stream layer unloads only after the work using it completed.
+        destroy_last(module)
     }
 
     fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
-        let function = self.function(module, name)?;
-        let mut signatures = self.signatures();
-        if let Some(signature) = signatures
-            .by_name
-            .get(&(module.0, name.to_owned()))
-            .copied()
-        {
-            signatures.by_function.insert(function.0, signature);
-        }
-        Ok(function)
+        let _bound = self.bind()?;
+        let module = self.modules.get(module.0)?;
+        let Some(signature) = module.signatures.get(name).copied() else {
+            let mut names: Vec<&str> = module.signatures.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "the CUDA module has no entry point '{name}'; it declares: [{}]",
+                    names.join(", ")
+                ),
+            ));
+        };
+        let function = self.function(module.raw(), name)?;
+        let handle = FunctionHandle(function as usize as u64);
+        self.functions
+            .insert(handle.0, Function::new(function, signature, module));
+        Ok(handle)
     }
 
     fn launch_kernel(
@@ -1525,16 +1523,18 @@ impl StreamApi for CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         let status = params.status;
-        let found = self.signatures().by_function.get(&function.0).copied();
-        let signature = found.ok_or_else(|| {
+        let _bound = self.bind()?;
+        let f = self.functions.get(function.0).map_err(|_| {
             Error::new(
                 StatusCode::InvalidArgument,
                 format!(
-                    "{function:?} is not an entry point of a module this API loaded (or its \
-                     module was unloaded)"
+                    "{function:?} is not a live CUDA function: get_function did not hand it out, \
+                     or its module was unloaded"
                 ),
             )
         })?;
+        let live = self.live_stream(s)?;
+        let signature = f.signature;
         if (
             params.bindings.len(),
             params.constants.len(),
@@ -1566,7 +1566,6 @@ impl StreamApi for CudaApi {
                 ),
             ));
         }
-        let _bound = self.bind()?;
         // The driver copies the values during the call, so they only need to outlive it: the
         // pointers (bindings, then the status word) are kept in `pointers`, the constants are
         // used in place.
@@ -1605,7 +1604,8 @@ impl StreamApi for CudaApi {
             block,
             shared_memory_bytes,
         } = *config;
-        // SAFETY: a function of a loaded module and a live stream. The kernel's parameters were
+        // SAFETY: a function of a loaded module and a live stream, both held for the call
+        // (the function holds its module). The kernel's parameters were
         // checked against its entry point at load (from the PTX text, and with
         // check_kernel_params where the driver reports them), and the launch passes exactly
         // that signature (checked above), so it reads no more argument values, and no larger
@@ -1613,7 +1613,7 @@ impl StreamApi for CudaApi {
         // is null.
         let r = unsafe {
             raw::cuLaunchKernel(
-                function.0 as usize as CUfunction,
+                f.raw(),
                 grid[0],
                 grid[1],
                 grid[2],
@@ -1621,7 +1621,7 @@ impl StreamApi for CudaApi {
                 block[1],
                 block[2],
                 shared_memory_bytes,
-                stream(s),
+                live.raw(),
                 kernel_params,
                 std::ptr::null_mut(),
             )
@@ -1645,6 +1645,7 @@ impl StreamApi for CudaApi {
 
     fn begin_capture(&self, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
+        let _live = self.live_stream(s)?;
         // Relaxed mode: no thread is refused "potentially unsafe" calls while this stream
         // captures. Other threads (the reactor's probe, completion threads) keep querying and
         // synchronising events, and a captured host-to-device copy allocates pinned memory on
@@ -1672,7 +1673,7 @@ impl StreamApi for CudaApi {
             // Already capturing: the driver refuses below, and the first capture stays counted.
             CaptureGate::get().end(self.device, true);
         }
-        // SAFETY: a live stream of this context.
+        // SAFETY: a live stream of this context, held for the call.
         let began = check(
             unsafe { raw::cuStreamBeginCapture_v2(stream(s), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
@@ -1685,8 +1686,10 @@ impl StreamApi for CudaApi {
 
     fn end_capture(&self, s: StreamHandle) -> Result<GraphHandle> {
         let _bound = self.bind()?;
+        let _live = self.live_stream(s)?;
         let mut graph: CUgraph = std::ptr::null_mut();
-        // SAFETY: a stream in capture; valid out-pointer.
+        // SAFETY: a live stream, held for the call (a stream not capturing is the driver's
+        // error); valid out-pointer.
         let ended = unsafe { raw::cuStreamEndCapture(stream(s), &mut graph) };
         // The stream no longer captures, whatever the result.
         self.capture_ended(s);
@@ -1698,26 +1701,25 @@ impl StreamApi for CudaApi {
         // SAFETY: the executable graph does not depend on the graph it was instantiated from.
         let _ = unsafe { raw::cuGraphDestroy(graph) };
         check(r, || "cuGraphInstantiateWithFlags".into())?;
+        self.graphs.insert(exec as usize as u64, Graph::new(exec));
         Ok(GraphHandle(exec as usize as u64))
     }
 
     fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: an executable graph of this API and a live stream.
+        let (graph, live) = (self.graphs.get(graph.0)?, self.live_stream(s)?);
+        // SAFETY: an executable graph of this API and a live stream, both held for the call.
         check(
-            unsafe { raw::cuGraphLaunch(graph.0 as usize as CUgraphExec, stream(s)) },
-            || format!("cuGraphLaunch({graph:?}, {s:?})"),
+            unsafe { raw::cuGraphLaunch(graph.raw(), live.raw()) },
+            || format!("cuGraphLaunch({:p}, {s:?})", graph.raw()),
         )
     }
 
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
         let _bound = self.bind()?;
-        // SAFETY: an executable graph of this API; runs in flight finish first (CUDA frees it
-        // asynchronously on completion).
-        check(
-            unsafe { raw::cuGraphExecDestroy(graph.0 as usize as CUgraphExec) },
-            || format!("cuGraphExecDestroy({graph:?})"),
-        )
+        // cuGraphExecDestroy here, or when a launch under way returns; runs in flight finish
+        // first (CUDA frees it asynchronously on completion).
+        destroy_last(self.graphs.remove(graph.0)?)
     }
 }
 

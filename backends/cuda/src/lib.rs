@@ -113,6 +113,7 @@ mod capture;
 pub mod error;
 pub mod module;
 pub mod nvrtc;
+mod objects;
 pub mod probe;
 pub mod raw;
 

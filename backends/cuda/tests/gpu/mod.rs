@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use halcyon::stream::{
-    Capabilities, EventFlags, KernelParams, LaunchConfig, MemoryPlacement, StreamApi,
+    Capabilities, EventFlags, EventHandle, FunctionHandle, GraphHandle, KernelParams, LaunchConfig,
+    MemoryPlacement, ModuleHandle, StreamApi, StreamHandle,
 };
 use halcyon::{BufferParams, Fence, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
@@ -205,6 +206,136 @@ fn translation_table_round_trip() {
     api.free(other).unwrap();
     api.destroy_event(e).unwrap();
     api.destroy_stream(s).unwrap();
+}
+
+/// Every handle is checked before it reaches the driver, which would dereference it
+/// unchecked: a destroyed one, a made-up one, and another API's (two `CudaApi`s of one device
+/// share its context) are `InvalidArgument` errors naming it, and both APIs stay usable. (The
+/// fake driver aborts the process when a destroyed or unknown handle reaches it.)
+#[test]
+fn stale_made_up_and_foreign_handles_are_refused() {
+    let Some(api) = api_or_skip("stale_made_up_and_foreign_handles_are_refused") else {
+        return;
+    };
+    let other = CudaApi::new(probe::probe().unwrap(), 0).unwrap();
+    let s = api.create_stream().unwrap();
+    let e = api.create_event(EventFlags::DISABLE_TIMING).unwrap();
+    let buf = api.allocate(64, MemoryPlacement::Device).unwrap();
+    let loaded = api.load_module(&common::standard_module().spec()).unwrap();
+    let f = api.get_function(loaded.module, "add_one_u32").unwrap();
+    api.begin_capture(s).unwrap();
+    api.memset_async(buf, 0, 4, 64, s).unwrap();
+    let graph = api.end_capture(s).unwrap();
+    let (foreign_s, foreign_e) = (
+        other.create_stream().unwrap(),
+        other.create_event(EventFlags::DISABLE_TIMING).unwrap(),
+    );
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [16, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let params = KernelParams {
+        bindings: &[buf],
+        constants: &[16],
+        status: None,
+    };
+    let refused = |result: halcyon::Result<()>, what: &str| {
+        let err = result.expect_err(what);
+        assert_eq!(err.code(), StatusCode::InvalidArgument, "{what}: {err}");
+        assert!(
+            err.message().contains("is not a live CUDA"),
+            "{what}: {err}"
+        );
+    };
+
+    let (bogus_s, bogus_e) = (StreamHandle(0xdead_0000), EventHandle(0xdead_0040));
+    let mut host = [0u8; 64];
+    let checks: Vec<(&str, halcyon::Result<()>)> = vec![
+        ("a made-up stream", api.record_event(e, bogus_s)),
+        ("a made-up event", api.record_event(bogus_e, s)),
+        ("another API's stream", api.record_event(e, foreign_s)),
+        ("another API's event", api.stream_wait_event(s, foreign_e)),
+        ("query", api.query_event(bogus_e).map(drop)),
+        ("event sync", api.synchronize_event(foreign_e)),
+        ("stream sync", api.synchronize_stream(bogus_s)),
+        ("fill", api.memset_async(buf, 0, 4, 64, bogus_s)),
+        (
+            "copy",
+            api.copy_device_to_device_async(buf, buf, 0x20, bogus_s),
+        ),
+        // SAFETY: refused before anything is enqueued.
+        ("upload", unsafe {
+            api.copy_host_to_device_async(buf, host.as_ptr(), 64, bogus_s)
+        }),
+        // SAFETY: as above.
+        ("download", unsafe {
+            api.copy_device_to_host_async(host.as_mut_ptr(), buf, 64, foreign_s)
+        }),
+        (
+            "host function",
+            api.launch_host_func(bogus_s, Box::new(|| {})),
+        ),
+        ("launch", api.launch_kernel(f, &config, &params, bogus_s)),
+        (
+            "a made-up function",
+            api.launch_kernel(FunctionHandle(0xdead_0080), &config, &params, s),
+        ),
+        (
+            "a made-up module",
+            api.get_function(ModuleHandle(0xdead_00c0), "add_one_u32")
+                .map(drop),
+        ),
+        (
+            "a made-up graph",
+            api.launch_graph(GraphHandle(0xdead_0100), s),
+        ),
+        ("capture", api.begin_capture(foreign_s)),
+        ("end of a capture", api.end_capture(bogus_s).map(drop)),
+        ("destroy", api.destroy_stream(foreign_s)),
+    ];
+    for (what, result) in checks {
+        refused(result, what);
+    }
+    let err = api.get_function(loaded.module, "nope").unwrap_err();
+    assert_eq!(err.code(), StatusCode::NotFound, "{err}");
+    assert!(
+        err.message().contains("add_one_u32"),
+        "names the entry points: {err}"
+    );
+
+    // Destroyed handles, each after its destroy succeeded.
+    api.destroy_graph(graph).unwrap();
+    refused(api.launch_graph(graph, s), "a destroyed graph");
+    refused(api.destroy_graph(graph), "a graph destroyed twice");
+    api.unload_module(loaded.module).unwrap();
+    refused(
+        api.launch_kernel(f, &config, &params, s),
+        "a function of an unloaded module",
+    );
+    refused(
+        api.get_function(loaded.module, "add_one_u32").map(drop),
+        "an unloaded module",
+    );
+    refused(api.unload_module(loaded.module), "a module unloaded twice");
+    api.destroy_event(e).unwrap();
+    refused(api.record_event(e, s), "a destroyed event");
+    refused(api.destroy_event(e), "an event destroyed twice");
+    api.destroy_stream(s).unwrap();
+    refused(api.synchronize_stream(s), "a destroyed stream");
+    refused(api.free_async(buf, s), "a free on a destroyed stream");
+    refused(api.destroy_stream(s), "a stream destroyed twice");
+
+    // Nothing was lost: both APIs still work, the other one's objects untouched.
+    other.record_event(foreign_e, foreign_s).unwrap();
+    other.synchronize_event(foreign_e).unwrap();
+    other.destroy_event(foreign_e).unwrap();
+    other.destroy_stream(foreign_s).unwrap();
+    let s = api.create_stream().unwrap();
+    api.memset_async(buf, 0, 4, 64, s).unwrap();
+    api.synchronize_stream(s).unwrap();
+    api.destroy_stream(s).unwrap();
+    api.free(buf).unwrap();
 }
 
 /// Other CUDA code on the same thread (the CUDA runtime, cudarc's safe layer, a second

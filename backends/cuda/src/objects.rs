@@ -1,0 +1,205 @@
+//! The CUDA objects behind [`CudaApi`](crate::CudaApi)'s handles, each destroyed by its
+//! `Drop`.
+//!
+//! [`StreamApi`](halcyon::stream::StreamApi)'s methods are safe, and its handles are numbers:
+//! a caller can keep one after destroying what it named, make one up, or pass one of another
+//! device's API. The driver dereferences `CUstream`s, `CUevent`s, `CUfunction`s and
+//! `CUgraphExec`s unchecked, so `CudaApi` keeps the objects it made in
+//! [`Registry`](halcyon::stream::registry::Registry)s, one per kind, and refuses a handle that
+//! is not live there (`InvalidArgument`) before any driver call. A call holds the object for as
+//! long as it uses it; a destroy on another thread meanwhile only unregisters it, and the last
+//! holder destroys it ([`destroy_last`] makes the destroy's own call report the driver's error
+//! when it is that holder, which is the usual case).
+//!
+//! | object        | destroyed by                                                       |
+//! |---------------|--------------------------------------------------------------------|
+//! | [`Stream`]    | `cuStreamDestroy` (work enqueued still runs to completion)         |
+//! | [`Event`]     | `cuEventDestroy` (a pending record completes harmlessly)           |
+//! | [`Module`]    | `cuModuleUnload`, behind the capture gate ([`crate::capture`]); its functions hold it |
+//! | [`Function`]  | nothing of its own: it holds its module and the kernel's checked signature |
+//! | [`Graph`]     | `cuGraphExecDestroy` (launches in flight finish first)             |
+//!
+//! Every driver call here needs the API's context current on the calling thread: the objects
+//! are only dropped inside `CudaApi`'s methods after they bound it (each method binds before it
+//! takes an object from a registry, so the object is released first), and by its `Drop`, which
+//! binds too (or forgets them if it cannot: the context's destruction takes them with it).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdevice, CUevent, CUfunction, CUgraphExec, CUmodule, CUstream};
+use halcyon::Result;
+
+use crate::capture::CaptureGate;
+use crate::error::check;
+use crate::raw;
+
+/// An object the API destroys exactly once: by [`Destroy::destroy`] or, failing that, by its
+/// `Drop`.
+pub(crate) trait Destroy {
+    /// Destroys the CUDA object now and reports the driver's result; later calls (and the
+    /// `Drop`) do nothing. The caller has the API's context bound.
+    fn destroy(&mut self) -> Result<()>;
+}
+
+/// Destroys `object` now if `object` is its last holder and reports the driver's result;
+/// otherwise the holder that lets go last destroys it (its `Drop`) and this returns `Ok`.
+pub(crate) fn destroy_last<T: Destroy>(object: Arc<T>) -> Result<()> {
+    match Arc::try_unwrap(object) {
+        Ok(mut object) => object.destroy(),
+        Err(_) => Ok(()),
+    }
+}
+
+macro_rules! owned {
+    ($(#[$m:meta])* $name:ident($raw:ty), |$it:ident| $call:expr, $what:literal) => {
+        $(#[$m])*
+        pub(crate) struct $name {
+            raw: $raw,
+        }
+
+        impl $name {
+            pub(crate) fn new(raw: $raw) -> Self {
+                $name { raw }
+            }
+
+            /// The CUDA handle, valid while `self` lives.
+            pub(crate) fn raw(&self) -> $raw {
+                self.raw
+            }
+        }
+
+        impl Destroy for $name {
+            fn destroy(&mut self) -> Result<()> {
+                let $it = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+                if $it.is_null() {
+                    return Ok(());
+                }
+                // SAFETY: the object this API created, destroyed once (the handle is cleared
+                // first) by its last holder; the context is bound (see the module docs).
+                check(unsafe { $call }, || format!(concat!($what, "({:p})"), $it))
+            }
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                let _ = self.destroy();
+            }
+        }
+
+        // SAFETY: a CUDA handle, used from any thread that binds its context (the driver API
+        // is thread-safe).
+        unsafe impl Send for $name {}
+        // SAFETY: as above; shared use only passes the handle to the driver.
+        unsafe impl Sync for $name {}
+    };
+}
+
+owned!(
+    /// A `CUstream` made by `cuStreamCreate`.
+    Stream(CUstream),
+    |s| raw::cuStreamDestroy_v2(s),
+    "cuStreamDestroy"
+);
+
+owned!(
+    /// A `CUevent` made by `cuEventCreate`.
+    Event(CUevent),
+    |e| raw::cuEventDestroy_v2(e),
+    "cuEventDestroy"
+);
+
+owned!(
+    /// A `CUgraphExec` made by `cuGraphInstantiateWithFlags`.
+    Graph(CUgraphExec),
+    |g| raw::cuGraphExecDestroy(g),
+    "cuGraphExecDestroy"
+);
+
+/// What a launch of one kernel must pass: the checked signature of its entry point.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KernelSignature {
+    pub(crate) bindings: usize,
+    pub(crate) constants: usize,
+    pub(crate) status_word: bool,
+}
+
+/// A `CUmodule` loaded by `cuModuleLoadDataEx`, with the checked signature of each entry point
+/// (what a launch of its kernels must pass).
+pub(crate) struct Module {
+    raw: CUmodule,
+    /// The device whose capture gate its unload passes.
+    device: CUdevice,
+    /// By entry point name.
+    pub(crate) signatures: HashMap<String, KernelSignature>,
+}
+
+impl Module {
+    pub(crate) fn new(raw: CUmodule, device: CUdevice) -> Self {
+        Module {
+            raw,
+            device,
+            signatures: HashMap::new(),
+        }
+    }
+
+    /// The CUDA handle, valid while `self` lives.
+    pub(crate) fn raw(&self) -> CUmodule {
+        self.raw
+    }
+}
+
+impl Destroy for Module {
+    fn destroy(&mut self) -> Result<()> {
+        let module = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if module.is_null() {
+            return Ok(());
+        }
+        // Unloading may synchronise the context, which would invalidate a capture under way.
+        let _no_captures = CaptureGate::get().sync(self.device);
+        // SAFETY: a module this API loaded, unloaded once by its last holder (every function
+        // of it holds it); the stream layer unloads only after the work using it completed.
+        check(unsafe { raw::cuModuleUnload(module) }, || {
+            format!("cuModuleUnload({module:p})")
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let _ = self.destroy();
+    }
+}
+
+// SAFETY: as for the handles above.
+unsafe impl Send for Module {}
+// SAFETY: as above; the signatures are immutable once registered.
+unsafe impl Sync for Module {}
+
+/// A `CUfunction` handed out by `get_function`: its kernel's checked signature, and its module,
+/// which stays loaded while the function is held.
+pub(crate) struct Function {
+    raw: CUfunction,
+    pub(crate) signature: KernelSignature,
+    pub(crate) module: Arc<Module>,
+}
+
+impl Function {
+    pub(crate) fn new(raw: CUfunction, signature: KernelSignature, module: Arc<Module>) -> Self {
+        Function {
+            raw,
+            signature,
+            module,
+        }
+    }
+
+    /// The CUDA handle, valid while `self` lives.
+    pub(crate) fn raw(&self) -> CUfunction {
+        self.raw
+    }
+}
+
+// SAFETY: as for the handles above.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
