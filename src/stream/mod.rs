@@ -41,6 +41,8 @@
 //! * **[`staging`]**: a pool of pinned host buffers that backends copy through so that host↔device
 //!   copies of arbitrary host memory never block the issuing thread; the backend allocates and
 //!   frees them (the stream device's pinned leases use the same pool type).
+//! * **[`allocations`]**: live allocations by base address, so that a backend frees each once
+//!   and refuses a copy or fill outside them.
 //! * **[`registry`]**: live objects by handle, so that a backend refuses a stale or made-up
 //!   handle with an error instead of passing it to a driver that would dereference it.
 //! * **[`host::HostStreamApi`]**: a real implementation on host threads (a thread per stream),
@@ -79,6 +81,7 @@
 //! # }
 //! ```
 
+pub mod allocations;
 pub mod api;
 pub mod device;
 pub mod event_pool;

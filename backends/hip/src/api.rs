@@ -160,12 +160,12 @@
 //! address, and copies to and from it skip staging.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
+use halcyon::stream::allocations::Allocations;
 use halcyon::stream::registry::Registry;
 use halcyon::stream::staging::{
     capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
@@ -237,10 +237,6 @@ fn bind_device(hip: Hip, device: i32) -> Result<Bound> {
             Ok(Bound { restore: None })
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn invalid(message: String) -> Error {
@@ -467,73 +463,10 @@ impl AllocKind {
     }
 }
 
-/// The live allocations by base address, with their sizes and allocators.
-#[derive(Default)]
-pub(crate) struct Allocations {
-    live: Mutex<BTreeMap<u64, (u64, AllocKind)>>,
-}
-
-impl Allocations {
-    pub(crate) fn insert(&self, base: u64, len: u64, kind: AllocKind) {
-        lock(&self.live).insert(base, (len, kind));
-    }
-
-    /// Removes the allocation starting at `base` if `accept` accepts its kind: `(len, kind)`.
-    /// A caller whose free then fails inserts it again (the memory is still allocated).
-    pub(crate) fn remove(
-        &self,
-        base: u64,
-        accept: impl FnOnce(AllocKind) -> Result<()>,
-    ) -> Result<(u64, AllocKind)> {
-        let mut live = lock(&self.live);
-        let &(len, kind) = live.get(&base).ok_or_else(|| {
-            invalid(format!(
-                "{base:#x} is not the start of a live allocation of this API"
-            ))
-        })?;
-        accept(kind)?;
-        live.remove(&base);
-        Ok((len, kind))
-    }
-
-    /// The allocation containing `ptr`: `(base, len, kind)`.
-    pub(crate) fn find(&self, ptr: u64) -> Option<(u64, u64, AllocKind)> {
-        let live = lock(&self.live);
-        let (&base, &(len, kind)) = live.range(..=ptr).next_back()?;
-        (ptr - base < len).then_some((base, len, kind))
-    }
-
-    /// Checks that `len` bytes at `ptr` lie within one live allocation.
-    pub(crate) fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
-        match self.find(ptr.0) {
-            Some((base, size, _)) if (ptr.0 - base).checked_add(len).is_some_and(|e| e <= size) => {
-                Ok(())
-            }
-            _ => Err(invalid(format!(
-                "{what}: {len} bytes at {ptr:?} do not lie within one live allocation (an \
-                 illegal address)"
-            ))),
-        }
-    }
-
-    /// Whether `len` bytes of host memory at `ptr` lie within one live host-visible
-    /// allocation (managed or mapped pinned), which `hipMemcpyAsync` copies asynchronously.
-    pub(crate) fn host_resident(&self, ptr: *const u8, len: u64) -> bool {
-        let ptr = ptr as usize as u64;
-        matches!(
-            self.find(ptr),
-            Some((base, size, kind))
-                if kind.host_visible()
-                    && (ptr - base).checked_add(len).is_some_and(|end| end <= size)
-        )
-    }
-
-    pub(crate) fn drain(&self) -> Vec<(u64, AllocKind)> {
-        std::mem::take(&mut *lock(&self.live))
-            .into_iter()
-            .map(|(base, (_, kind))| (base, kind))
-            .collect()
-    }
+/// Whether `len` bytes of host memory at `ptr` lie within one live host-visible allocation
+/// (managed or mapped pinned), which `hipMemcpyAsync` copies asynchronously.
+pub(crate) fn host_resident(memory: &Allocations<AllocKind>, ptr: *const u8, len: u64) -> bool {
+    memory.within(ptr as usize as u64, len, AllocKind::host_visible)
 }
 
 /// `hipEventCreateWithFlags` flags for an event created with `flags`: those of the shared
@@ -718,7 +651,7 @@ pub struct HipStreamApi {
     events: Registry<RawEvent>,
     modules: Registry<RawModule>,
     functions: Registry<RawFunction>,
-    memory: Allocations,
+    memory: Allocations<AllocKind>,
     /// Pinned staging for host↔device copies (`halcyon::stream::staging`).
     staging: Arc<StagingPool>,
     /// The most blocks a launch may have in x, y and z (`hipDeviceAttributeMaxGridDim*`, else
@@ -840,7 +773,7 @@ impl HipStreamApi {
             events: Registry::new("HIP", "event"),
             modules: Registry::new("HIP", "module"),
             functions: Registry::new("HIP", "function"),
-            memory: Allocations::default(),
+            memory: Allocations::new("HIP"),
             staging: Arc::default(),
             max_grid,
             max_shared_memory,
@@ -1093,7 +1026,7 @@ impl Drop for HipStreamApi {
         self.functions.drain();
         self.modules.drain();
         self.events.drain();
-        for (base, kind) in self.memory.drain() {
+        for (base, _, kind) in self.memory.drain() {
             let _ = self.free_kind(base, kind);
         }
         // The streams are synchronised and destroyed: no copy uses staging any more (orphaned
@@ -1359,7 +1292,7 @@ impl StreamApi for HipStreamApi {
                 )
             }
         };
-        if self.memory.host_resident(src, len) {
+        if host_resident(&self.memory, src, len) {
             return copy(src); // already asynchronous: no staging
         }
         // Through pinned staging, chunk by chunk: from pageable memory hipMemcpyAsync would
@@ -1419,7 +1352,7 @@ impl StreamApi for HipStreamApi {
                 )
             }
         };
-        if self.memory.host_resident(dst, len) {
+        if host_resident(&self.memory, dst, len) {
             return copy(dst); // already asynchronous: no staging
         }
         // Into pinned staging, chunk by chunk: into pageable memory hipMemcpyAsync would wait
@@ -1691,6 +1624,7 @@ impl StreamApi for HipStreamApi {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
 
     use super::*;
 
@@ -1746,7 +1680,7 @@ mod tests {
         failing: &'a [u32],
     ) -> impl FnMut(u32) -> Result<()> + 'a {
         move |event| {
-            lock(log).push(event);
+            log.lock().unwrap().push(event);
             if failing.contains(&event) {
                 Err(Error::new(
                     StatusCode::Internal,
@@ -1764,7 +1698,7 @@ mod tests {
         assert_eq!(pair.all().collect::<Vec<_>>(), [1]);
         let log = Mutex::default();
         pair.record(recorder(&log, &[])).unwrap();
-        assert_eq!(*lock(&log), [1]);
+        assert_eq!(*log.lock().unwrap(), [1]);
         assert_eq!((pair.shared(), pair.to_synchronize()), (1, 1));
         let e = pair.record(recorder(&log, &[1])).unwrap_err();
         assert_eq!(e.message(), "record 1 fails");
@@ -1779,7 +1713,11 @@ mod tests {
         assert_eq!((pair.shared(), pair.to_synchronize()), (1, 2));
         let log = Mutex::default();
         pair.record(recorder(&log, &[])).unwrap();
-        assert_eq!(*lock(&log), [1, 2], "shared first, then private, each once");
+        assert_eq!(
+            *log.lock().unwrap(),
+            [1, 2],
+            "shared first, then private, each once"
+        );
         assert_eq!((pair.shared(), pair.to_synchronize()), (1, 2));
     }
 
@@ -1790,16 +1728,16 @@ mod tests {
         // The shared record fails: nothing changed, nothing else is recorded.
         let e = pair.record(recorder(&log, &[1])).unwrap_err();
         assert_eq!(e.message(), "record 1 fails");
-        assert_eq!(*lock(&log), [1]);
+        assert_eq!(*log.lock().unwrap(), [1]);
         assert_eq!(pair.to_synchronize(), 2);
         // Only the private record fails: the call fails, saying which, and synchronisations
         // wait on the shared event, which holds the newest record.
-        lock(&log).clear();
+        log.lock().unwrap().clear();
         let e = pair.record(recorder(&log, &[2])).unwrap_err();
         assert_eq!(e.code(), StatusCode::Internal);
         assert!(e.message().contains("private blocking-sync"), "{e}");
         assert!(e.message().ends_with("record 2 fails"), "{e}");
-        assert_eq!(*lock(&log), [1, 2]);
+        assert_eq!(*log.lock().unwrap(), [1, 2]);
         assert_eq!((pair.shared(), pair.to_synchronize()), (1, 1));
         // A failed shared record leaves it so.
         assert!(pair.record(recorder(&log, &[1])).is_err());
@@ -1907,36 +1845,8 @@ mod tests {
     }
 
     #[test]
-    fn allocations_resolve_ranges_and_remember_their_allocator() {
-        let memory = Allocations::default();
-        memory.insert(0x1000, 0x100, AllocKind::Device);
-        memory.insert(0x2000, 0x100, AllocKind::MappedHost);
-        memory.check(DevicePtr(0x1000), 0x100, "t").unwrap();
-        memory.check(DevicePtr(0x10f0), 0x10, "t").unwrap();
-        for (ptr, len) in [(0x10f0, 0x11), (0x1100, 1), (0xfff, 1), (0x1000, u64::MAX)] {
-            let e = memory.check(DevicePtr(ptr), len, "copy").unwrap_err();
-            assert!(e.message().contains("illegal address"), "{e}");
-        }
-        assert_eq!(
-            memory.find(0x2080),
-            Some((0x2000, 0x100, AllocKind::MappedHost))
-        );
-        assert_eq!(memory.find(0x2100), None);
-        // Freeing needs the base; a refused kind stays.
-        assert!(memory.remove(0x2080, |_| Ok(())).is_err());
-        let refuse = |_| Err(Error::new(StatusCode::InvalidArgument, "no"));
-        assert!(memory.remove(0x2000, refuse).is_err());
-        assert_eq!(
-            memory.remove(0x2000, |_| Ok(())).unwrap(),
-            (0x100, AllocKind::MappedHost)
-        );
-        assert!(memory.remove(0x2000, |_| Ok(())).is_err(), "freed once");
-        assert_eq!(memory.drain(), [(0x1000, AllocKind::Device)]);
-    }
-
-    #[test]
     fn only_copies_within_host_visible_allocations_skip_staging() {
-        let memory = Allocations::default();
+        let memory = Allocations::new("HIP");
         memory.insert(0x1000, 0x100, AllocKind::Device);
         // Mapped host memory: MemoryPlacement::Pinned, or HostVisibleMemory::MappedHost.
         memory.insert(0x2000, 0x100, AllocKind::MappedHost);
@@ -1945,29 +1855,32 @@ mod tests {
         memory.insert(0x2100, 0x100, AllocKind::MappedHost);
         memory.insert(0x5000, 0x100, AllocKind::StreamOrdered);
         let at = |a: usize| a as *const u8;
-        assert!(memory.host_resident(at(0x2000), 0x100));
+        assert!(host_resident(&memory, at(0x2000), 0x100));
         assert!(
-            memory.host_resident(at(0x2010), 0x20),
+            host_resident(&memory, at(0x2010), 0x20),
             "inside a mapped allocation"
         );
-        assert!(memory.host_resident(at(0x20ff), 1), "its last byte");
-        assert!(memory.host_resident(at(0x3080), 0x80));
-        assert!(!memory.host_resident(at(0x2080), 0x81), "runs past the end");
+        assert!(host_resident(&memory, at(0x20ff), 1), "its last byte");
+        assert!(host_resident(&memory, at(0x3080), 0x80));
         assert!(
-            !memory.host_resident(at(0x20f0), 0x20),
+            !host_resident(&memory, at(0x2080), 0x81),
+            "runs past the end"
+        );
+        assert!(
+            !host_resident(&memory, at(0x20f0), 0x20),
             "spans two allocations"
         );
-        assert!(!memory.host_resident(at(0x1000), 0x10), "device memory");
+        assert!(!host_resident(&memory, at(0x1000), 0x10), "device memory");
         assert!(
-            !memory.host_resident(at(0x5000), 0x10),
+            !host_resident(&memory, at(0x5000), 0x10),
             "stream-ordered memory"
         );
         assert!(
-            !memory.host_resident(at(0x4000), 1),
+            !host_resident(&memory, at(0x4000), 1),
             "not this API's memory"
         );
-        assert!(!memory.host_resident(at(0xfff), 2), "starts before one");
-        assert!(!memory.host_resident(at(0x2000), u64::MAX));
+        assert!(!host_resident(&memory, at(0xfff), 2), "starts before one");
+        assert!(!host_resident(&memory, at(0x2000), u64::MAX));
     }
 
     #[test]
