@@ -21,9 +21,9 @@
 //! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`); refused on a capturing stream (one-shot closures cannot be replayed) |
 //! | `allocate(Device)`                  | `cuMemAlloc`; out of memory: the API's pool trimmed (`cuMemPoolTrimTo(pool, 0)`) and tried once more, as for module loading and graph instantiation |
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
-//! | `allocate(Pinned)`                  | `cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP \| CU_MEMHOSTALLOC_PORTABLE)`, then `cuMemHostGetDevicePointer(flags 0)`, which must return the host address (else `cuMemFreeHost` and `Unimplemented`); recorded among the API's pinned allocations |
-//! | `free`                              | `cuMemFreeHost` for the base of a pinned allocation, else `cuMemFree` |
-//! | `host_pointer`                      | the address itself inside a pinned allocation; else `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)` (needs concurrent managed access) |
+//! | `allocate(Pinned)`                  | `cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP \| CU_MEMHOSTALLOC_PORTABLE)`, then `cuMemHostGetDevicePointer(flags 0)`, which must return the host address (else `cuMemFreeHost` and `Unimplemented`) |
+//! | `free`                              | the base of a live allocation only (each recorded with its allocator): `cuMemFreeHost` for a pinned one, else `cuMemFree` |
+//! | `host_pointer`                      | the address itself inside a pinned or managed allocation (no driver call) |
 //! | `allocate_async` / `free_async`     | `cuMemAllocFromPoolAsync` from the API's own pool (`cuMemPoolCreate`, release threshold [`CudaApi::set_pool_release_threshold`]) / `cuMemFreeAsync`; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` |
 //! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `cuMemcpyHtoDAsync` from the buffer after each, and a host function returning it (`halcyon::stream::staging`) |
 //! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: `cuMemcpyDtoHAsync` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`) |
@@ -47,6 +47,10 @@
 //! ([`crate::objects`]) before it reaches the driver, which would dereference it unchecked: a
 //! destroyed, made-up or other API's handle is an `InvalidArgument` error, and an object
 //! destroyed on one thread while a call on another uses it is destroyed when that call returns.
+//! Likewise every allocation is recorded with its allocator
+//! ([`halcyon::stream::allocations`]): a free must name the base of a live allocation, and a
+//! copy or fill must lie within one (`InvalidArgument` otherwise, before the driver is called).
+//! Kernel bindings are not checked: which bytes a kernel touches is the kernel's business.
 //!
 //! **Context binding.** Each `CudaApi` retains its device's primary context (shared with the
 //! CUDA runtime and every other user of the device in the process). Every method asks the
@@ -80,7 +84,7 @@
 //! `synchronize_stream`, `free` and when the API drops, calls that may block anyway.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +94,7 @@ use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
     CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
 };
+use halcyon::stream::allocations::Allocations;
 use halcyon::stream::registry::Registry;
 use halcyon::stream::staging::{
     capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned, StagingPool,
@@ -190,10 +195,10 @@ pub struct CudaApi {
     /// This API's own memory pool for stream-ordered allocation (where the device has memory
     /// pools): see [`CudaApi::set_pool_release_threshold`].
     pool: Option<MemPool>,
-    /// The [`MemoryPlacement::Pinned`] allocations made and not freed (`cuMemHostAlloc`):
-    /// freed with `cuMemFreeHost`, host-addressable, and copied to and from without staging.
-    /// Those still live are freed with the API.
-    mapped: PinnedAllocations,
+    /// The allocations made and not freed, with their allocators: a free must name the base of
+    /// one (freed once, by the matching call), and a copy or fill must lie within one. Those
+    /// still live are freed with the API.
+    memory: Allocations<AllocKind>,
     /// Host functions enqueued so far ([`CudaApi::host_funcs_enqueued`]).
     host_funcs: AtomicU64,
     /// The streams capturing a graph now, counted by the device's [`CaptureGate`], with the
@@ -201,49 +206,26 @@ pub struct CudaApi {
     capturing: Mutex<HashMap<u64, std::thread::ThreadId>>,
 }
 
-/// Live pinned, device-mapped host allocations (`cuMemHostAlloc`), by base address, with their
-/// lengths. Their device address is their host address, so one map answers for both.
-#[derive(Debug, Default)]
-pub(crate) struct PinnedAllocations {
-    live: Mutex<BTreeMap<u64, u64>>,
+/// Which allocator made an allocation, and so which call frees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocKind {
+    /// `cuMemAlloc`: freed by `cuMemFree`.
+    Device,
+    /// `cuMemAllocManaged`: host-addressable; freed by `cuMemFree`.
+    Managed,
+    /// `cuMemHostAlloc(DEVICEMAP | PORTABLE)`, with one address on both sides:
+    /// host-addressable, copied to and from without staging; freed by `cuMemFreeHost`.
+    Pinned,
+    /// `cuMemAllocFromPoolAsync`: freed in stream order by `cuMemFreeAsync` (or at once by
+    /// `cuMemFree`).
+    StreamOrdered,
 }
 
-impl PinnedAllocations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+impl AllocKind {
+    /// Whether the host may use the allocation's address itself.
+    fn host_addressable(self) -> bool {
+        matches!(self, AllocKind::Managed | AllocKind::Pinned)
     }
-
-    /// Records the allocation of `len` bytes at `base`.
-    pub(crate) fn insert(&self, base: u64, len: u64) {
-        self.lock().insert(base, len);
-    }
-
-    /// Forgets the allocation starting exactly at `base`: its length if there was one (it is
-    /// then this caller's to free, exactly once).
-    pub(crate) fn remove(&self, base: u64) -> Option<u64> {
-        self.lock().remove(&base)
-    }
-
-    /// Whether `len` bytes at address `ptr` lie entirely within one live allocation (an empty
-    /// range: whether `ptr` itself lies inside one).
-    pub(crate) fn covers(&self, ptr: u64, len: u64) -> bool {
-        covering(&self.lock(), ptr, len).is_some()
-    }
-
-    /// Every live allocation's base, forgetting them all (each is then the caller's to free).
-    pub(crate) fn drain(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.lock()).into_keys().collect()
-    }
-}
-
-/// The base of the allocation in `live` (base → length) within which the `len` bytes at `ptr`
-/// lie entirely, if any. An empty range at `ptr` counts as within an allocation that contains
-/// `ptr` (not one that ends there).
-fn covering(live: &BTreeMap<u64, u64>, ptr: u64, len: u64) -> Option<u64> {
-    let (&base, &size) = live.range(..=ptr).next_back()?;
-    let offset = ptr - base; // base <= ptr
-    let end = offset.checked_add(len.max(1))?;
-    (end <= size).then_some(base)
 }
 
 /// A `CUmemoryPool` created by [`CudaApi::new`] and destroyed with the API.
@@ -338,7 +320,7 @@ impl CudaApi {
             functions: Registry::new("CUDA", "function"),
             graphs: Registry::new("CUDA", "graph"),
             pool: None,
-            mapped: PinnedAllocations::default(),
+            memory: Allocations::new("CUDA"),
             host_funcs: AtomicU64::new(0),
             capturing: Mutex::default(),
         };
@@ -466,6 +448,13 @@ impl CudaApi {
     /// Event `e` of this API, held for the caller's driver calls (see [`Self::live_stream`]).
     fn live_event(&self, e: EventHandle) -> Result<Arc<Event>> {
         self.events.get(e.0)
+    }
+
+    /// Whether `len` bytes at `ptr` lie within one [`AllocKind::Pinned`] allocation (where a
+    /// copy from or into host memory needs no staging).
+    fn pinned_range(&self, ptr: u64, len: u64) -> bool {
+        self.memory
+            .within(ptr, len, |kind| kind == AllocKind::Pinned)
     }
 
     /// Whether `s` is being captured into a graph.
@@ -761,7 +750,7 @@ impl CudaApi {
         let r = unsafe { raw::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
         let base = host as usize as u64;
         if r.is_success() && device == base {
-            self.mapped.insert(base, bytes as u64);
+            self.memory.insert(base, bytes as u64, AllocKind::Pinned);
             return Ok(device);
         }
         // SAFETY: allocated just above by cuMemHostAlloc, freed once; nothing used it.
@@ -860,11 +849,11 @@ impl Drop for CudaApi {
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
             self.free_pinned(captured);
             let _no_captures = self.no_captures();
-            for base in self.mapped.drain() {
-                // SAFETY: a pinned allocation of this API (cuMemHostAlloc) nobody freed,
-                // forgotten by the drain, so freed once; the API is going away, and the stream
-                // layer keeps it alive until the work using its memory completed.
-                let _ = unsafe { raw::cuMemFreeHost(base as usize as *mut c_void) };
+            for (base, _, kind) in self.memory.drain() {
+                // SAFETY: an allocation of this API nobody freed, forgotten by the drain, so
+                // freed once, by the call matching its allocator; the API is going away, and
+                // the stream layer keeps it alive until the work using its memory completed.
+                let _ = unsafe { free_kind(base, kind) };
             }
         } else {
             std::mem::forget((functions, modules, graphs, events, streams));
@@ -877,6 +866,26 @@ impl Drop for CudaApi {
         // SAFETY: balances the retain in `new`. Other users of the primary context keep it
         // alive; the last release destroys it, with everything still allocated in it.
         let _ = unsafe { raw::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}
+
+/// Frees the allocation at `base`, made by `kind`'s allocator, on a thread where its context is
+/// bound and behind the capture gate.
+///
+/// # Safety
+/// `base` is the base of a live allocation of `kind` that nothing uses any more and that is
+/// freed only here.
+unsafe fn free_kind(base: u64, kind: AllocKind) -> Result<()> {
+    match kind {
+        // SAFETY: forwarded from the caller.
+        AllocKind::Pinned => check(
+            unsafe { raw::cuMemFreeHost(base as usize as *mut c_void) },
+            || format!("cuMemFreeHost({base:#x})"),
+        ),
+        // SAFETY: forwarded from the caller; cuMemFree also frees stream-ordered memory.
+        _ => check(unsafe { raw::cuMemFree_v2(base) }, || {
+            format!("cuMemFree({base:#x})")
+        }),
     }
 }
 
@@ -1030,6 +1039,7 @@ impl StreamApi for CudaApi {
                 // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
                 let r = self.trimming_on_oom(|| unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) });
                 check(r, || format!("cuMemAlloc({size} bytes)"))?;
+                self.memory.insert(ptr, size, AllocKind::Device);
             }
             MemoryPlacement::HostVisible => {
                 if !self.concurrent_managed {
@@ -1050,6 +1060,7 @@ impl StreamApi for CudaApi {
                     unsafe { raw::cuMemAllocManaged(&mut ptr, bytes, flags) },
                     || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
                 )?;
+                self.memory.insert(ptr, size, AllocKind::Managed);
             }
             MemoryPlacement::Pinned => ptr = self.allocate_pinned(bytes)?,
         }
@@ -1058,56 +1069,27 @@ impl StreamApi for CudaApi {
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         let _bound = self.bind()?;
+        // Forgotten whether or not the free succeeds: after a sticky fault cuMemFree and
+        // cuMemFreeHost report the fault, and whether they freed the memory is not documented,
+        // so keeping the record (for the drop to free again) could free it twice; forgetting it
+        // can only leak it.
+        let (_, kind) = self.memory.remove(ptr.0, |_| Ok(()))?;
         self.free_retired(); // this method may block
         let _no_captures = self.no_captures();
-        if self.mapped.remove(ptr.0).is_some() {
-            // Forgotten whether or not the free succeeds: after a sticky fault cuMemFreeHost
-            // reports the fault, and whether it freed the memory is not documented, so keeping
-            // the record (for the drop to free again) could free it twice; forgetting it can
-            // only leak it.
-            // SAFETY: the base of a pinned allocation of this API (cuMemHostAlloc), just
-            // forgotten, so freed exactly once; the stream layer frees only after the work
-            // using it completed.
-            return check(
-                unsafe { raw::cuMemFreeHost(ptr.0 as usize as *mut c_void) },
-                || format!("cuMemFreeHost({ptr:?})"),
-            );
-        }
-        // SAFETY: an allocation of this API; the stream layer frees only after the work using
-        // it completed.
-        check(unsafe { raw::cuMemFree_v2(ptr.0) }, || {
-            format!("cuMemFree({ptr:?})")
-        })
+        // SAFETY: the base of a live allocation of this API, just forgotten, so freed exactly
+        // once, by the call matching its allocator; the stream layer frees only after the work
+        // using it completed.
+        unsafe { free_kind(ptr.0, kind) }
     }
 
     fn host_pointer(&self, ptr: DevicePtr) -> Option<NonNull<u8>> {
         // Pinned, device-mapped host memory has one address on both sides (checked when it
-        // was allocated), and the host may touch it while kernels run.
-        if self.mapped.covers(ptr.0, 0) {
-            return NonNull::new(ptr.0 as usize as *mut u8);
-        }
-        if !self.concurrent_managed {
-            return None;
-        }
-        let Ok(_bound) = self.bind() else {
-            return None;
-        };
-        // Zeroed and wider than the attribute (an unsigned int / bool), so either width reads
-        // as non-zero exactly when it is true.
-        let mut managed: u64 = 0;
-        // SAFETY: the out-pointer is valid for 8 bytes, more than the attribute's size.
-        let r = unsafe {
-            raw::cuPointerGetAttribute(
-                (&mut managed as *mut u64).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                ptr.0,
-            )
-        };
-        if !r.is_success() || managed == 0 {
-            return None;
-        }
-        // Managed memory has one address, valid on the host and the device (unified addressing).
-        NonNull::new(ptr.0 as usize as *mut u8)
+        // was allocated), and so has managed memory (unified addressing), which is only
+        // allocated where the host may touch it while kernels run.
+        self.memory
+            .within(ptr.0, 0, AllocKind::host_addressable)
+            .then(|| NonNull::new(ptr.0 as usize as *mut u8))
+            .flatten()
     }
 
     fn allocate_async(&self, size: u64, s: StreamHandle) -> Result<DevicePtr> {
@@ -1147,16 +1129,33 @@ impl StreamApi for CudaApi {
             };
             format!("{call}({size} bytes, {s:?})")
         })?;
+        self.memory.insert(ptr, size, AllocKind::StreamOrdered);
         Ok(DevicePtr(ptr))
     }
 
     fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
-        // SAFETY: an allocation of this API, freed once the stream reaches this point.
-        check(unsafe { raw::cuMemFreeAsync(ptr.0, stream(s)) }, || {
+        let live = self.live_stream(s)?;
+        let (len, kind) = self.memory.remove(ptr.0, |kind| match kind {
+            AllocKind::StreamOrdered => Ok(()),
+            other => Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "{ptr:?} was not allocated in stream order ({other:?} memory): free it with \
+                     free()"
+                ),
+            )),
+        })?;
+        // SAFETY: a stream-ordered allocation of this API, just forgotten (freed once), on a
+        // live stream held for the call; freed once the stream reaches this point.
+        let freed = check(unsafe { raw::cuMemFreeAsync(ptr.0, live.raw()) }, || {
             format!("cuMemFreeAsync({ptr:?}, {s:?})")
-        })
+        });
+        if freed.is_err() {
+            // Not enqueued: kept, so that the caller's fallback (`free`) frees it.
+            self.memory.insert(ptr.0, len, kind);
+        }
+        freed
     }
 
     unsafe fn copy_host_to_device_async(
@@ -1170,6 +1169,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
+        self.memory.check(dst, len, "copy to the device")?;
         let _bound = self.bind()?;
         let _live = self.live_stream(s)?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
@@ -1178,7 +1178,7 @@ impl StreamApi for CudaApi {
             // SAFETY: forwarded from the caller.
             return unsafe { self.copy_captured_host_to_device(dst, src, bytes, s) };
         }
-        if self.mapped.covers(src as usize as u64, len) {
+        if self.pinned_range(src as usize as u64, len) {
             // From this API's pinned memory the copy is asynchronous as it is: no staging.
             // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
             // keeps valid and unmodified until the copy completed on `s`.
@@ -1221,11 +1221,12 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
+        self.memory.check(src, len, "copy from the device")?;
         let _bound = self.bind()?;
         let _live = self.live_stream(s)?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, "a device-to-host copy")?;
-        if self.mapped.covers(dst as usize as u64, len) {
+        if self.pinned_range(dst as usize as u64, len) {
             // Into this API's pinned memory the copy is asynchronous as it is: no staging.
             // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
             // keeps valid and untouched by anything else until the copy completed on `s`.
@@ -1268,9 +1269,11 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
+        self.memory.check(dst, len, "device copy destination")?;
+        self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
         let _live = self.live_stream(s)?;
-        // SAFETY: a live stream, held for the call; device addresses only; invalid ones are reported by the driver, never touch
+        // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
         // host memory.
         check(
             unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
@@ -1300,6 +1303,7 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let count = usize_len(len / width, "a fill")?;
+        self.memory.check(dst, len, "fill")?;
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         let (d, st) = (dst.0, live.raw());
@@ -1796,54 +1800,5 @@ mod tests {
         assert!(cubin_status_word(None, true, &entry(1, 0)));
         assert!(cubin_status_word(None, true, &entry(0, 2)));
         assert!(cubin_status_word(None, false, &entry(0, 0)));
-    }
-
-    #[test]
-    fn pinned_ranges_must_lie_within_one_allocation() {
-        let pinned = PinnedAllocations::default();
-        pinned.insert(0x1000, 0x100);
-        // Adjacent to the first, but another allocation.
-        pinned.insert(0x1100, 0x100);
-        pinned.insert(0x4000, 0x10);
-        assert!(pinned.covers(0x1000, 0x100), "the whole allocation");
-        assert!(pinned.covers(0x1010, 0x20), "inside it");
-        assert!(pinned.covers(0x10ff, 1), "its last byte");
-        assert!(pinned.covers(0x1180, 0x80));
-        assert!(!pinned.covers(0x1080, 0x81), "runs past its end");
-        assert!(!pinned.covers(0x10f0, 0x20), "spans two allocations");
-        assert!(!pinned.covers(0xfff, 2), "starts before it");
-        assert!(!pinned.covers(0x2000, 1), "not pinned memory");
-        assert!(!pinned.covers(0x4000, u64::MAX), "overflows");
-        assert!(!pinned.covers(u64::MAX, u64::MAX));
-        // An empty range: whether the address lies inside (host_pointer's question).
-        assert!(pinned.covers(0x1000, 0));
-        assert!(pinned.covers(0x400f, 0));
-        assert!(!pinned.covers(0x4010, 0), "one past the end");
-        assert!(!pinned.covers(0, 0));
-    }
-
-    #[test]
-    fn pinned_allocations_are_forgotten_once_by_base() {
-        let pinned = PinnedAllocations::default();
-        pinned.insert(0x1000, 0x100);
-        pinned.insert(0x3000, 0x100);
-        assert_eq!(pinned.remove(0x1080), None, "only the base frees");
-        assert!(pinned.covers(0x1080, 1));
-        assert_eq!(pinned.remove(0x1000), Some(0x100));
-        assert_eq!(pinned.remove(0x1000), None, "freed once");
-        assert!(!pinned.covers(0x1080, 1));
-        assert_eq!(pinned.drain(), [0x3000]);
-        assert!(pinned.drain().is_empty());
-        assert!(!pinned.covers(0x3000, 1));
-    }
-
-    #[test]
-    fn covering_names_the_allocation() {
-        let live = BTreeMap::from([(0x1000, 0x100), (0x2000, 0x40)]);
-        assert_eq!(covering(&live, 0x1000, 0x100), Some(0x1000));
-        assert_eq!(covering(&live, 0x2020, 0x20), Some(0x2000));
-        assert_eq!(covering(&live, 0x2020, 0x21), None);
-        assert_eq!(covering(&live, 0x1800, 1), None);
-        assert_eq!(covering(&BTreeMap::new(), 0x1000, 1), None);
     }
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use halcyon::stream::{
-    Capabilities, EventFlags, EventHandle, FunctionHandle, GraphHandle, KernelParams, LaunchConfig,
-    MemoryPlacement, ModuleHandle, StreamApi, StreamHandle,
+    Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle, KernelParams,
+    LaunchConfig, MemoryPlacement, ModuleHandle, StreamApi, StreamHandle,
 };
 use halcyon::{BufferParams, Fence, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
@@ -336,6 +336,115 @@ fn stale_made_up_and_foreign_handles_are_refused() {
     api.synchronize_stream(s).unwrap();
     api.destroy_stream(s).unwrap();
     api.free(buf).unwrap();
+}
+
+/// Every address is checked against the API's live allocations before the driver sees it: a
+/// free must name the base of one (and frees it once, with the call of its allocator), and a
+/// copy or fill must lie within one. A range running past its allocation would otherwise write
+/// whatever lies next to it (for pinned memory, the process's own), and a freed address may
+/// belong to a newer allocation.
+#[test]
+fn frees_and_ranges_are_checked_against_live_allocations() {
+    let Some(api) = api_or_skip("frees_and_ranges_are_checked_against_live_allocations") else {
+        return;
+    };
+    let s = api.create_stream().unwrap();
+    let buf = api.allocate(256, MemoryPlacement::Device).unwrap();
+    let other = api.allocate(256, MemoryPlacement::Device).unwrap();
+    let mut host = [0u8; 512];
+    let refused = |result: halcyon::Result<()>, what: &str, says: &str| {
+        let err = result.expect_err(what);
+        assert_eq!(err.code(), StatusCode::InvalidArgument, "{what}: {err}");
+        assert!(err.message().contains(says), "{what}: {err}");
+    };
+    let outside = "do not lie within one live allocation";
+    refused(
+        api.memset_async(buf.offset(128), 0, 4, 256, s),
+        "a fill past the end",
+        outside,
+    );
+    refused(
+        api.copy_device_to_device_async(other, buf.offset(8), 256, s),
+        "a copy from past the end",
+        outside,
+    );
+    refused(
+        api.copy_device_to_device_async(DevicePtr(0x1000), buf, 16, s),
+        "a copy to an address nobody allocated",
+        outside,
+    );
+    refused(
+        // SAFETY: refused before anything is enqueued.
+        unsafe { api.copy_host_to_device_async(buf.offset(1), host.as_ptr(), 256, s) },
+        "an upload past the end",
+        outside,
+    );
+    refused(
+        // SAFETY: as above.
+        unsafe { api.copy_device_to_host_async(host.as_mut_ptr(), buf, 512, s) },
+        "a download past the end",
+        outside,
+    );
+    refused(
+        api.free(buf.offset(16)),
+        "a free inside an allocation",
+        "is not the start",
+    );
+    refused(
+        api.free_async(buf, s),
+        "a stream-ordered free of device memory",
+        "free it with free()",
+    );
+    assert_eq!(api.host_pointer(buf), None, "device memory");
+
+    // Within bounds everything works, up to the last byte.
+    api.memset_async(buf, 0x0101_0101, 4, 256, s).unwrap();
+    api.copy_device_to_device_async(other.offset(255), buf.offset(255), 1, s)
+        .unwrap();
+    // SAFETY: `host` outlives the copy (the stream is synchronised below).
+    unsafe { api.copy_device_to_host_async(host.as_mut_ptr(), other.offset(255), 1, s) }.unwrap();
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(host[0], 1);
+
+    api.free(buf).unwrap();
+    refused(api.free(buf), "a second free", "is not the start");
+    refused(
+        api.memset_async(buf, 0, 4, 4, s),
+        "a fill of freed memory",
+        outside,
+    );
+
+    if let Ok(pinned) = api.allocate(64, MemoryPlacement::Pinned) {
+        assert_eq!(
+            api.host_pointer(pinned.offset(8))
+                .map(|p| p.as_ptr() as u64),
+            Some(pinned.0 + 8)
+        );
+        api.free(pinned).unwrap();
+        assert_eq!(api.host_pointer(pinned), None, "freed");
+    }
+    if api
+        .info()
+        .capabilities
+        .contains(Capabilities::STREAM_ORDERED_ALLOC)
+    {
+        let p = api.allocate_async(128, s).unwrap();
+        api.memset_async(p, 0, 4, 128, s).unwrap();
+        api.free_async(p, s).unwrap();
+        refused(
+            api.free_async(p, s),
+            "a second stream-ordered free",
+            "is not the start",
+        );
+        refused(
+            api.free(p),
+            "a free after a stream-ordered one",
+            "is not the start",
+        );
+        api.synchronize_stream(s).unwrap();
+    }
+    api.free(other).unwrap();
+    api.destroy_stream(s).unwrap();
 }
 
 /// Other CUDA code on the same thread (the CUDA runtime, cudarc's safe layer, a second
