@@ -321,6 +321,15 @@ fn work_after_a_failed_submission_fails_though_its_event_completed() -> Result<(
             // `p` ran, but the semaphore it signals failed under it.
             let _ = within("p", p).await?;
             assert!(s.query().is_err(), "s fails once a1 reached 1");
+            // Both failures are counted, also when `d` settles late, on the reactor (`p`
+            // itself succeeded).
+            assert_eq!(stat(&device, keys::COMPLETED), 4);
+            assert_eq!(
+                stat(&device, keys::FAILED),
+                2,
+                "{strategy:?}: {} settles deferred",
+                stat(&device, keys::SETTLES_DEFERRED)
+            );
             Ok::<(), Error>(())
         })?;
     }

@@ -123,7 +123,7 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) strategy: CompletionStrategy,
     pub(crate) park: Arc<ParkSignal>,
     pub(crate) probe_interval: Duration,
-    pub(crate) stats: Stats,
+    pub(crate) stats: Arc<Stats>,
 }
 
 impl<A: StreamApi> Core<A> {
@@ -161,7 +161,7 @@ impl<A: StreamApi> Core<A> {
             strategy,
             park: Arc::new(ParkSignal::default()),
             probe_interval,
-            stats: Stats::default(),
+            stats: Arc::default(),
         }
     }
 

@@ -28,7 +28,7 @@ pub const PROBE_FAILURES: &str = "stream.probe_failures";
 pub const PROBES: &str = "stream.probes";
 /// Submissions whose event completed before a submission whose event their stream waited on
 /// had settled, so they settled after it (see `halcyon::stream::timeline`). Those that fail
-/// that way are not counted in [`FAILED`].
+/// that way are counted in [`FAILED`] when they do.
 pub const SETTLES_DEFERRED: &str = "stream.settles_deferred";
 /// Submissions in flight now.
 pub const IN_FLIGHT: &str = "stream.in_flight";

@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::error::{Error, Result, StatusCode};
@@ -122,7 +123,6 @@ impl<A: StreamApi> Core<A> {
             Stats::bump(counter, 1);
         }
         Stats::bump(&self.stats.completed, 1);
-        Stats::bump(&self.stats.failed, u64::from(result.is_err()));
         // The pinned lease goes back before the fence is settled, so work that awaited this
         // submission finds it idle.
         if let Some(host) = timepoint.host.take() {
@@ -157,6 +157,7 @@ impl<A: StreamApi> Core<A> {
             signal,
             order,
             outcome,
+            stats: self.stats.clone(),
         };
         if unsettled.is_empty() || result.is_err() {
             return settle.run(result);
@@ -268,6 +269,10 @@ struct Settle {
     order: Fence,
     /// The submission's outcome, for the work that waited on its event.
     outcome: Option<Semaphore>,
+    /// Where the failure is counted ([`keys::FAILED`](crate::stream::keys::FAILED)): here,
+    /// for every settle (those deferred to the reactor too), whatever failed (the work, its
+    /// inputs, or the signals themselves).
+    stats: Arc<Stats>,
 }
 
 impl Settle {
@@ -291,6 +296,7 @@ impl Settle {
             }
             first_error.map_or(Ok(()), Err)
         });
+        Stats::bump(&self.stats.failed, u64::from(result.is_err()));
         match result {
             Ok(()) => {
                 if let Some(outcome) = &self.outcome {
