@@ -62,10 +62,12 @@
 //! still gets it set again). What the call found current decides what it leaves behind:
 //!
 //! * nothing (a thread no CUDA code used yet, halcyon's own threads), this context, or one a
-//!   dropped `CudaApi` left (its release may have destroyed it): this context stays current,
-//!   so the next call on the thread costs one `cuCtxGetCurrent`;
+//!   dropped `CudaApi` left that nobody retains any more (destroyed; asked with
+//!   `cuDevicePrimaryCtxGetState`): this context stays current, so the next call on the
+//!   thread costs one `cuCtxGetCurrent`;
 //! * any other context (the CUDA runtime's after `cudaSetDevice`, a context a library pushed,
-//!   another device's `CudaApi`): the call makes it current again before it returns
+//!   another device's `CudaApi`, one a dropped `CudaApi` left while someone still retains
+//!   it): the call makes it current again before it returns
 //!   (`cuCtxSetCurrent` replaces the top of the thread's context stack, so a pushed context
 //!   comes back where it was), at the cost of two more `cuCtxSetCurrent`s. So halcyon-cuda
 //!   never changes the device that other CUDA code on a shared thread (a tokio worker issuing
@@ -120,8 +122,24 @@ static NEXT_API: AtomicU64 = AtomicU64::new(1);
 struct Left {
     id: u64,
     context: CUcontext,
+    /// The device whose primary context `context` is.
+    device: CUdevice,
     /// Dead once that `CudaApi` dropped: its release may have destroyed the context.
     alive: Weak<()>,
+}
+
+/// Whether a context a dropped `CudaApi` left current on this thread is gone: its device's
+/// primary context is no longer retained by anyone (another `CudaApi`, the CUDA runtime, the
+/// application), so making it current again would hand the driver a destroyed context. While
+/// anyone still retains it the context lives, and other code on the thread may be using it:
+/// it is given back like any other. A state the driver cannot tell counts as gone.
+fn left_context_is_gone(device: CUdevice) -> bool {
+    let mut flags: std::ffi::c_uint = 0;
+    let mut active: std::ffi::c_int = 0;
+    // SAFETY: valid out-pointers; `device` is a device handle the driver gave a `CudaApi`
+    // (devices are never destroyed).
+    let code = unsafe { raw::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) };
+    !code.is_success() || active == 0
 }
 
 thread_local! {
@@ -545,9 +563,9 @@ impl CudaApi {
             b.borrow()
                 .as_ref()
                 .filter(|l| l.context == current)
-                .map(|l| (l.id == self.id, l.alive.strong_count() == 0))
+                .map(|l| (l.id == self.id, l.alive.strong_count() == 0, l.device))
         });
-        if left.is_some_and(|(this, _)| this) {
+        if left.is_some_and(|(this, _, _)| this) {
             return Ok(Bound { restore: None });
         }
         // SAFETY: the context is retained for as long as `self` lives.
@@ -557,15 +575,22 @@ impl CudaApi {
                 self.ordinal
             )
         })?;
-        // A context a dropped `CudaApi` left behind may be destroyed, and nobody else made it
-        // current: it is not given back.
-        let stale = left.is_some_and(|(_, dropped)| dropped);
+        // A context a dropped `CudaApi` left behind is not given back once nobody retains it
+        // (destroyed); while someone does, it is given back like any other context, since the
+        // application may be using it on this thread.
+        let stale =
+            left.is_some_and(|(_, dropped, device)| dropped && left_context_is_gone(device));
+        if !stale && left.is_some_and(|(_, dropped, _)| dropped) {
+            // Someone else's context from now on: later calls give it back without asking.
+            BOUND.with(|b| *b.borrow_mut() = None);
+        }
         if current.is_null() || current == self.context || stale {
             // Nobody else's context to give back: this one stays current for the next call.
             BOUND.with(|b| {
                 *b.borrow_mut() = Some(Left {
                     id: self.id,
                     context: self.context,
+                    device: self.device,
                     alive: Arc::downgrade(&self.alive),
                 })
             });

@@ -282,6 +282,8 @@ driver_calls! {
     fn cuDevicePrimaryCtxRetain(context: *mut CUcontext, device: CUdevice);
     /// `cuDevicePrimaryCtxRelease` (`_v2`).
     fn cuDevicePrimaryCtxRelease_v2(device: CUdevice);
+    /// `cuDevicePrimaryCtxGetState`.
+    fn cuDevicePrimaryCtxGetState(device: CUdevice, flags: *mut c_uint, active: *mut c_int);
     /// `cuCtxSetCurrent`.
     fn cuCtxSetCurrent(context: CUcontext);
     /// `cuCtxGetCurrent`.

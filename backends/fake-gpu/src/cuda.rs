@@ -314,7 +314,31 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     })
 }
 
-/// `cuCtxSetCurrent`: a device's primary context (while retained) or null.
+/// `cuDevicePrimaryCtxGetState`: whether the device's primary context is alive (retained by
+/// someone); its flags are always 0.
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
+    call("cuDevicePrimaryCtxGetState", Needs::Init, || {
+        let dev = device(dev)?;
+        let retained = driver().retains[dev as usize] > 0;
+        // SAFETY: CUDA's contract: `flags` and `active` are valid for one value each.
+        unsafe { put(flags, 0 as c_uint) }?;
+        // SAFETY: as above.
+        unsafe { put(active, c_int::from(retained)) }
+    })
+}
+
+/// `cuCtxSetCurrent`: a device's primary context or null. As in CUDA, a primary context whose
+/// last reference was released stays on the thread stacks it was current on (its release
+/// resets it and pops nothing), so making it current again (code giving back the context it
+/// found current) is allowed; any call that needs it then is a violation (`Needs::Context`).
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -322,11 +346,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 pub unsafe extern "C" fn cuCtxSetCurrent(context: *mut c_void) -> CUresult {
     call("cuCtxSetCurrent", Needs::Init, || {
         let context = context as usize;
-        let retained =
-            context_device(context).is_some_and(|dev| driver().retains[dev as usize] > 0);
-        if context != 0 && !retained {
+        if context != 0 && context_device(context).is_none() {
             violation(format!(
-                "cuCtxSetCurrent({context:#x}): not a retained context of this driver"
+                "cuCtxSetCurrent({context:#x}): not a context of this driver"
             ));
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }

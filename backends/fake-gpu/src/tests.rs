@@ -972,3 +972,38 @@ fn hip_devices_keep_their_own_streams_events_and_memory() {
         }
     }
 }
+
+/// A released primary context stays current where it was (CUDA pops it from no stack), and
+/// making it current again is allowed, as code giving back the context it found does; a call
+/// that needs it then is the violation, and a handle that was never a context is one at once.
+#[test]
+fn a_released_context_can_be_made_current_but_not_used() {
+    let mut session = Session::new();
+    assert!(session.release().is_empty());
+    let context = crate::driver::primary_context(0) as *mut c_void;
+    // SAFETY: a primary context of this driver, released: the case under test.
+    assert_eq!(unsafe { cuCtxSetCurrent(context) }, CUresult::CUDA_SUCCESS);
+    assert!(session.new_violations().is_empty());
+    let mut s = null_mut();
+    // SAFETY: a valid out-pointer; the current context is released (the case under test).
+    let created = unsafe { cuStreamCreate(&mut s, 1) };
+    assert_eq!(created, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    let found = session.new_violations();
+    assert!(
+        found.len() == 1 && found[0].contains("without a usable current context"),
+        "{found:?}"
+    );
+    // SAFETY: not a context: the case under test (the fake refuses it before using it).
+    let refused = unsafe { cuCtxSetCurrent(0xdead_0000usize as *mut c_void) };
+    assert_eq!(refused, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    let found = session.new_violations();
+    assert!(
+        found.len() == 2 && found[1].contains("not a context of this driver"),
+        "{found:?}"
+    );
+    // SAFETY: nothing current, as the next test expects to find it.
+    assert_eq!(
+        unsafe { cuCtxSetCurrent(null_mut()) },
+        CUresult::CUDA_SUCCESS
+    );
+}

@@ -550,6 +550,52 @@ fn calls_give_another_current_context_back() {
     .unwrap();
 }
 
+/// A context a dropped `CudaApi` left current on a thread is still given back by another
+/// device's calls while someone else retains it (here the first API, standing for the CUDA
+/// runtime or the application sharing the device's primary context): code on the thread may
+/// go on using it without making it current again. Needs a second device; skipped with one.
+#[test]
+fn a_context_a_dropped_api_left_is_given_back_while_someone_retains_it() {
+    const TEST: &str = "a_context_a_dropped_api_left_is_given_back_while_someone_retains_it";
+    let Some(api) = api_or_skip(TEST) else {
+        return;
+    };
+    let other = match probe::probe().and_then(|probe| CudaApi::new(probe, 1)) {
+        Ok(other) => other,
+        Err(e) => {
+            eprintln!("skipped {TEST}: no second device: {e}");
+            return;
+        }
+    };
+    std::thread::spawn(move || {
+        // A second API on device 0 (`api`'s), used and dropped on this thread: its context
+        // stays current, and `api` still retains it.
+        let second = CudaApi::new(api.probe(), 0).unwrap();
+        assert_eq!(second.context(), api.context(), "one primary context");
+        let s = second.create_stream().unwrap();
+        second.destroy_stream(s).unwrap();
+        assert_eq!(current_context(), api.context());
+        drop(second);
+        assert_eq!(current_context(), api.context(), "dropping binds nothing");
+        for round in 0..2 {
+            let t = other.create_stream().unwrap();
+            assert_eq!(
+                current_context(),
+                api.context(),
+                "round {round}: the other device's call gave the retained context back"
+            );
+            other.destroy_stream(t).unwrap();
+            assert_eq!(current_context(), api.context(), "round {round}");
+        }
+        // The first device's own API finds its context current and keeps it.
+        let s = api.create_stream().unwrap();
+        api.destroy_stream(s).unwrap();
+        assert_eq!(current_context(), api.context());
+    })
+    .join()
+    .unwrap();
+}
+
 /// Pinned memory: one address for host and device, read and written by kernels over the
 /// bus, and copied to and from device memory as a plain DMA (no staging, no host function):
 /// pinned → device → pinned → device, then read back through ordinary (staged) memory.
