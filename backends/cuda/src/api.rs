@@ -880,13 +880,16 @@ impl Drop for CudaApi {
                 // the stream layer keeps it alive until the work using its memory completed.
                 let _ = unsafe { free_kind(base, kind) };
             }
+            if let Some(pool) = self.pool.take() {
+                // SAFETY: the pool is not used again, and this device's context is current (a
+                // call after `_bound` would run under whatever context it gives back).
+                // Allocations still outstanding (or frees not yet completed) keep it alive in
+                // the driver until they are gone.
+                let _ = unsafe { raw::cuMemPoolDestroy(pool.0) };
+            }
         } else {
+            // Without the context no driver call is made: the pool goes with the process.
             std::mem::forget((functions, modules, graphs, events, streams));
-        }
-        if let Some(pool) = self.pool.take() {
-            // SAFETY: the pool is not used again. Allocations still outstanding (or frees not
-            // yet completed) keep it alive in the driver until they are gone.
-            let _ = unsafe { raw::cuMemPoolDestroy(pool.0) };
         }
         // SAFETY: balances the retain in `new`. Other users of the primary context keep it
         // alive; the last release destroys it, with everything still allocated in it.
