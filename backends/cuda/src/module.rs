@@ -69,7 +69,11 @@
 //! a 64-bit little-endian ELF (cubin) or a fatbin whose headers lie within the bytes given.
 //! `cuModuleLoadData` takes no length: the driver reads as far as the image's own headers say,
 //! so a truncated binary image would make it read past the buffer. These checks keep the
-//! declared extents inside it.
+//! declared extents inside it, and, in a cubin, what ELF's structure points at: section names
+//! within the section-name table, links to sections that exist, symbol names within their
+//! string table and symbols in sections that exist, relocations naming symbols that exist.
+//! The contents of NVIDIA's own sections (`.nv.info` records) and a fatbin's inner entries
+//! are the driver's to check.
 //!
 //! **NVRTC.** [`CudaModule::compile`] compiles CUDA C to PTX at run time (see [`crate::nvrtc`]);
 //! without libnvrtc it is `Unavailable`.
@@ -628,6 +632,181 @@ fn validate_binary(bytes: &[u8]) -> Result<()> {
             return Err(beyond(&format!("segment {i}"), end));
         }
     }
+    if shnum == 0 && shoff != 0 {
+        return Err(corrupt(
+            "it uses ELF extended section numbering (e_shnum 0), which no cubin needs",
+        ));
+    }
+    let sections: Vec<Section> = (0..shnum)
+        .map(|i| Section::read(bytes, (shoff + i * shentsize) as usize))
+        .collect();
+    validate_sections(bytes, &sections, le(bytes, 0x3e, 2))
+}
+
+/// An ELF section header's fields the CUDA loader follows.
+struct Section {
+    name: u64,
+    kind: u64,
+    offset: u64,
+    size: u64,
+    link: u64,
+    info: u64,
+    entsize: u64,
+}
+
+const SHT_SYMTAB: u64 = 2;
+const SHT_STRTAB: u64 = 3;
+const SHT_RELA: u64 = 4;
+const SHT_NOBITS: u64 = 8;
+const SHT_REL: u64 = 9;
+const SHT_DYNSYM: u64 = 11;
+/// Section indices from here up are reserved (absolute, common, extended): not sections.
+const SHN_LORESERVE: u64 = 0xff00;
+/// Bytes of an `Elf64_Sym`.
+const SYM_BYTES: u64 = 24;
+
+impl Section {
+    /// The header at `at`, which the caller checked lies within `bytes`.
+    fn read(bytes: &[u8], at: usize) -> Section {
+        Section {
+            name: le(bytes, at, 4),
+            kind: le(bytes, at + 4, 4),
+            offset: le(bytes, at + 0x18, 8),
+            size: le(bytes, at + 0x20, 8),
+            link: le(bytes, at + 0x28, 4),
+            info: le(bytes, at + 0x2c, 4),
+            entsize: le(bytes, at + 0x38, 8),
+        }
+    }
+
+    /// This section's bytes (its extent was checked against the image).
+    fn data<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
+        if self.kind == SHT_NOBITS {
+            return &[];
+        }
+        &bytes[self.offset as usize..(self.offset + self.size) as usize]
+    }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> Error {
+    invalid(format!(
+        "cubin image is corrupt: {what} (cuModuleLoadData would follow it outside the image)"
+    ))
+}
+
+/// Whether a NUL-terminated string starts at `at` within the string table `table`.
+fn has_string(table: &[u8], at: u64) -> bool {
+    table
+        .get(at as usize..)
+        .is_some_and(|rest| rest.contains(&0))
+}
+
+/// Checks what ELF's own structure points at inside the sections (whose extents
+/// `validate_binary` checked): section names within the section-name table, links between
+/// sections, symbol names and sections, and relocations' symbols. NVIDIA's own sections
+/// (`.nv.info`, its attribute records) are the driver's to read.
+fn validate_sections(bytes: &[u8], sections: &[Section], names: u64) -> Result<()> {
+    let count = sections.len() as u64;
+    if count == 0 {
+        return Ok(());
+    }
+    let section = |index: u64, what: &dyn Fn() -> String| {
+        sections.get(index as usize).ok_or_else(|| {
+            corrupt(format_args!(
+                "{} is section {index}, but the image has {count} sections",
+                what()
+            ))
+        })
+    };
+    let names = if names == 0 {
+        None // SHN_UNDEF: sections have no names
+    } else {
+        Some(section(names, &|| "the section-name table".into())?)
+    };
+    if let Some(table) = names.filter(|t| t.kind != SHT_STRTAB) {
+        return Err(corrupt(format_args!(
+            "the section-name table is not a string table (type {})",
+            table.kind
+        )));
+    }
+    for (i, s) in sections.iter().enumerate() {
+        if let Some(table) = names {
+            if !has_string(table.data(bytes), s.name) {
+                return Err(corrupt(format_args!(
+                    "section {i}'s name lies at byte {} of a {}-byte name table, or is not \
+                     NUL-terminated there",
+                    s.name, table.size
+                )));
+            }
+        }
+        let linked = section(s.link, &|| format!("section {i}'s link"))?;
+        match s.kind {
+            SHT_SYMTAB | SHT_DYNSYM => {
+                if s.entsize != SYM_BYTES || s.size % SYM_BYTES != 0 {
+                    return Err(corrupt(format_args!(
+                        "symbol table {i} has {}-byte entries over {} bytes, not 24-byte ones",
+                        s.entsize, s.size
+                    )));
+                }
+                if linked.kind != SHT_STRTAB {
+                    return Err(corrupt(format_args!(
+                        "symbol table {i} names section {} for its strings, which is not a \
+                         string table",
+                        s.link
+                    )));
+                }
+                let strings = linked.data(bytes);
+                for (n, symbol) in s.data(bytes).chunks_exact(SYM_BYTES as usize).enumerate() {
+                    let name = le(symbol, 0, 4);
+                    let home = le(symbol, 6, 2);
+                    if !has_string(strings, name) {
+                        return Err(corrupt(format_args!(
+                            "symbol {n} of table {i} has its name at byte {name} of a {}-byte \
+                             string table, or it is not NUL-terminated there",
+                            strings.len()
+                        )));
+                    }
+                    if home >= count && home < SHN_LORESERVE {
+                        return Err(corrupt(format_args!(
+                            "symbol {n} of table {i} lies in section {home}, but the image has \
+                             {count} sections"
+                        )));
+                    }
+                }
+            }
+            SHT_REL | SHT_RELA => {
+                let width = if s.kind == SHT_RELA { 24 } else { 16 };
+                if s.entsize != width || s.size % width != 0 {
+                    return Err(corrupt(format_args!(
+                        "relocation table {i} has {}-byte entries over {} bytes, not {width}-byte \
+                         ones",
+                        s.entsize, s.size
+                    )));
+                }
+                section(s.info, &|| {
+                    format!("the section relocation table {i} applies to")
+                })?;
+                if linked.kind != SHT_SYMTAB && linked.kind != SHT_DYNSYM {
+                    return Err(corrupt(format_args!(
+                        "relocation table {i} names section {} for its symbols, which is not a \
+                         symbol table",
+                        s.link
+                    )));
+                }
+                let symbols = linked.size / SYM_BYTES;
+                for (n, entry) in s.data(bytes).chunks_exact(width as usize).enumerate() {
+                    let symbol = le(entry, 8, 8) >> 32;
+                    if symbol >= symbols {
+                        return Err(corrupt(format_args!(
+                            "relocation {n} of table {i} names symbol {symbol}, but its symbol \
+                             table holds {symbols}"
+                        )));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 
@@ -893,6 +1072,94 @@ mod tests {
         assert!(e.message().contains("looks like PTX"), "{e}");
         let e = validate_binary(&[1, 2, 3]).unwrap_err();
         assert!(e.message().contains("starts with [01 02 03]"), "{e}");
+    }
+
+    /// ptxas 12.8's cubin of tests/kernels/standard.ptx for sm_90: a real image, to corrupt.
+    const CUBIN: &[u8] = include_bytes!("../tests/kernels/standard.sm_90.cubin");
+
+    /// The byte offset of section `index`'s header in `image`, and the index of the first
+    /// section of ELF type `kind`.
+    fn header(image: &[u8], index: u64) -> usize {
+        (le(image, 0x28, 8) + index * le(image, 0x3a, 2)) as usize
+    }
+
+    fn first_of(image: &[u8], kind: u64) -> u64 {
+        (0..le(image, 0x3c, 2))
+            .find(|&i| le(image, header(image, i) + 4, 4) == kind)
+            .unwrap()
+    }
+
+    /// `image` with `value` written over `width` bytes at `at`.
+    fn patched(at: usize, width: usize, value: u64) -> Vec<u8> {
+        let mut image = CUBIN.to_vec();
+        image[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        image
+    }
+
+    #[test]
+    fn a_real_cubin_passes_and_its_inner_references_are_checked() {
+        validate_binary(CUBIN).unwrap();
+        CudaModule::cubin(CUBIN, vec![entry("add_one_u32", 1, 1)])
+            .validate()
+            .unwrap();
+        let symtab = first_of(CUBIN, SHT_SYMTAB);
+        let rela = first_of(CUBIN, SHT_RELA);
+        let sym_at = |n: u64| le(CUBIN, header(CUBIN, symtab) + 0x18, 8) as usize + 24 * n as usize;
+        let rela_at = le(CUBIN, header(CUBIN, rela) + 0x18, 8) as usize;
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (
+                patched(0x3e, 2, 99),
+                "the section-name table is section 99".into(),
+            ),
+            (
+                patched(0x3e, 2, symtab),
+                "not a string table (type 2)".into(),
+            ),
+            (
+                patched(header(CUBIN, 2), 4, 1 << 20),
+                "section 2's name lies at byte 1048576".into(),
+            ),
+            (
+                patched(header(CUBIN, 4) + 0x28, 4, 300),
+                "section 4's link is section 300".into(),
+            ),
+            (
+                patched(header(CUBIN, symtab) + 0x38, 8, 16),
+                format!("symbol table {symtab} has 16-byte entries"),
+            ),
+            (
+                patched(sym_at(1), 4, 1 << 20),
+                format!("symbol 1 of table {symtab} has its name at byte 1048576"),
+            ),
+            (
+                patched(sym_at(1) + 6, 2, 500),
+                format!("symbol 1 of table {symtab} lies in section 500"),
+            ),
+            (
+                patched(rela_at + 12, 4, 1000),
+                format!("relocation 0 of table {rela} names symbol 1000"),
+            ),
+            (
+                patched(header(CUBIN, rela) + 0x28, 4, 0),
+                format!("relocation table {rela} names section 0 for its symbols"),
+            ),
+            (
+                patched(header(CUBIN, rela) + 0x2c, 4, 77),
+                format!("the section relocation table {rela} applies to is section 77"),
+            ),
+            (patched(0x3c, 2, 0), "extended section numbering".into()),
+        ];
+        for (image, expected) in cases {
+            let e = validate_binary(&image).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(e.message().contains("cubin image is corrupt"), "{e}");
+            assert!(
+                e.message().contains(&expected),
+                "expected {expected:?}: {e}"
+            );
+        }
+        // A symbol in a reserved section (absolute, common) is not a section reference.
+        validate_binary(&patched(sym_at(1) + 6, 2, 0xfff1)).unwrap();
     }
 
     #[test]

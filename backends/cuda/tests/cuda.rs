@@ -213,7 +213,8 @@ fn checked_in_ptx_loads_on_every_supported_driver() {
 
 /// Assembles the checked-in PTX with ptxas where ptxas is found (`$PTXAS`, or on `PATH`):
 /// standard.ptx for sm_52, sm_70, sm_75 and sm_90, shared.ptx for its sm_75 and sm_90. ptxas
-/// rejects any instruction newer than the declared PTX ISA. Prints why and passes without one.
+/// rejects any instruction newer than the declared PTX ISA, and each cubin it makes must pass
+/// `CudaModule::validate`. Prints why and passes without ptxas.
 /// An architecture this ptxas no longer targets (CUDA 13 dropped sm_52 and sm_70) is skipped,
 /// but each file must assemble for at least one.
 #[test]
@@ -258,6 +259,20 @@ fn checked_in_ptx_assembles_with_ptxas() {
                 out.status.success(),
                 "ptxas -arch={arch} {name}.ptx failed: {stderr}"
             );
+            // The cubin ptxas made passes halcyon's image checks (ELF extents and references).
+            let cubin = std::fs::read(dir.join(format!("{name}.{arch}.cubin"))).unwrap();
+            let entries = ptx_entries(text)
+                .into_iter()
+                .map(|name| halcyon::EntryPoint {
+                    name,
+                    workgroup_size: [64, 1, 1],
+                    binding_count: 0,
+                    constant_count: 0,
+                })
+                .collect();
+            if let Err(e) = CudaModule::cubin(cubin, entries).validate() {
+                panic!("ptxas's {name}.{arch}.cubin fails validation: {e}");
+            }
             assembled += 1;
         }
         assert!(
