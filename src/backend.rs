@@ -11,8 +11,12 @@
 //!   device SPI, re-exported here so a backend finds everything it implements in one place.
 //! * The completion reactor ([`crate::reactor`]) and the pending-action executor
 //!   ([`crate::queue::ActionQueue`]) are public modules of their own.
+//! * [`elf`]: checks of a binary kernel image's inner ELF references, before a vendor loader
+//!   that takes no length follows them.
 
 use std::any::Any;
+
+pub mod elf;
 
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};

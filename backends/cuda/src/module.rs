@@ -632,182 +632,11 @@ fn validate_binary(bytes: &[u8]) -> Result<()> {
             return Err(beyond(&format!("segment {i}"), end));
         }
     }
-    if shnum == 0 && shoff != 0 {
-        return Err(corrupt(
-            "it uses ELF extended section numbering (e_shnum 0), which no cubin needs",
-        ));
-    }
-    let sections: Vec<Section> = (0..shnum)
-        .map(|i| Section::read(bytes, (shoff + i * shentsize) as usize))
-        .collect();
-    validate_sections(bytes, &sections, le(bytes, 0x3e, 2))
-}
-
-/// An ELF section header's fields the CUDA loader follows.
-struct Section {
-    name: u64,
-    kind: u64,
-    offset: u64,
-    size: u64,
-    link: u64,
-    info: u64,
-    entsize: u64,
-}
-
-const SHT_SYMTAB: u64 = 2;
-const SHT_STRTAB: u64 = 3;
-const SHT_RELA: u64 = 4;
-const SHT_NOBITS: u64 = 8;
-const SHT_REL: u64 = 9;
-const SHT_DYNSYM: u64 = 11;
-/// Section indices from here up are reserved (absolute, common, extended): not sections.
-const SHN_LORESERVE: u64 = 0xff00;
-/// Bytes of an `Elf64_Sym`.
-const SYM_BYTES: u64 = 24;
-
-impl Section {
-    /// The header at `at`, which the caller checked lies within `bytes`.
-    fn read(bytes: &[u8], at: usize) -> Section {
-        Section {
-            name: le(bytes, at, 4),
-            kind: le(bytes, at + 4, 4),
-            offset: le(bytes, at + 0x18, 8),
-            size: le(bytes, at + 0x20, 8),
-            link: le(bytes, at + 0x28, 4),
-            info: le(bytes, at + 0x2c, 4),
-            entsize: le(bytes, at + 0x38, 8),
-        }
-    }
-
-    /// This section's bytes (its extent was checked against the image).
-    fn data<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
-        if self.kind == SHT_NOBITS {
-            return &[];
-        }
-        &bytes[self.offset as usize..(self.offset + self.size) as usize]
-    }
-}
-
-fn corrupt(what: impl std::fmt::Display) -> Error {
-    invalid(format!(
-        "cubin image is corrupt: {what} (cuModuleLoadData would follow it outside the image)"
-    ))
-}
-
-/// Whether a NUL-terminated string starts at `at` within the string table `table`.
-fn has_string(table: &[u8], at: u64) -> bool {
-    table
-        .get(at as usize..)
-        .is_some_and(|rest| rest.contains(&0))
-}
-
-/// Checks what ELF's own structure points at inside the sections (whose extents
-/// `validate_binary` checked): section names within the section-name table, links between
-/// sections, symbol names and sections, and relocations' symbols. NVIDIA's own sections
-/// (`.nv.info`, its attribute records) are the driver's to read.
-fn validate_sections(bytes: &[u8], sections: &[Section], names: u64) -> Result<()> {
-    let count = sections.len() as u64;
-    if count == 0 {
-        return Ok(());
-    }
-    let section = |index: u64, what: &dyn Fn() -> String| {
-        sections.get(index as usize).ok_or_else(|| {
-            corrupt(format_args!(
-                "{} is section {index}, but the image has {count} sections",
-                what()
-            ))
-        })
-    };
-    let names = if names == 0 {
-        None // SHN_UNDEF: sections have no names
-    } else {
-        Some(section(names, &|| "the section-name table".into())?)
-    };
-    if let Some(table) = names.filter(|t| t.kind != SHT_STRTAB) {
-        return Err(corrupt(format_args!(
-            "the section-name table is not a string table (type {})",
-            table.kind
-        )));
-    }
-    for (i, s) in sections.iter().enumerate() {
-        if let Some(table) = names {
-            if !has_string(table.data(bytes), s.name) {
-                return Err(corrupt(format_args!(
-                    "section {i}'s name lies at byte {} of a {}-byte name table, or is not \
-                     NUL-terminated there",
-                    s.name, table.size
-                )));
-            }
-        }
-        let linked = section(s.link, &|| format!("section {i}'s link"))?;
-        match s.kind {
-            SHT_SYMTAB | SHT_DYNSYM => {
-                if s.entsize != SYM_BYTES || s.size % SYM_BYTES != 0 {
-                    return Err(corrupt(format_args!(
-                        "symbol table {i} has {}-byte entries over {} bytes, not 24-byte ones",
-                        s.entsize, s.size
-                    )));
-                }
-                if linked.kind != SHT_STRTAB {
-                    return Err(corrupt(format_args!(
-                        "symbol table {i} names section {} for its strings, which is not a \
-                         string table",
-                        s.link
-                    )));
-                }
-                let strings = linked.data(bytes);
-                for (n, symbol) in s.data(bytes).chunks_exact(SYM_BYTES as usize).enumerate() {
-                    let name = le(symbol, 0, 4);
-                    let home = le(symbol, 6, 2);
-                    if !has_string(strings, name) {
-                        return Err(corrupt(format_args!(
-                            "symbol {n} of table {i} has its name at byte {name} of a {}-byte \
-                             string table, or it is not NUL-terminated there",
-                            strings.len()
-                        )));
-                    }
-                    if home >= count && home < SHN_LORESERVE {
-                        return Err(corrupt(format_args!(
-                            "symbol {n} of table {i} lies in section {home}, but the image has \
-                             {count} sections"
-                        )));
-                    }
-                }
-            }
-            SHT_REL | SHT_RELA => {
-                let width = if s.kind == SHT_RELA { 24 } else { 16 };
-                if s.entsize != width || s.size % width != 0 {
-                    return Err(corrupt(format_args!(
-                        "relocation table {i} has {}-byte entries over {} bytes, not {width}-byte \
-                         ones",
-                        s.entsize, s.size
-                    )));
-                }
-                section(s.info, &|| {
-                    format!("the section relocation table {i} applies to")
-                })?;
-                if linked.kind != SHT_SYMTAB && linked.kind != SHT_DYNSYM {
-                    return Err(corrupt(format_args!(
-                        "relocation table {i} names section {} for its symbols, which is not a \
-                         symbol table",
-                        s.link
-                    )));
-                }
-                let symbols = linked.size / SYM_BYTES;
-                for (n, entry) in s.data(bytes).chunks_exact(width as usize).enumerate() {
-                    let symbol = le(entry, 8, 8) >> 32;
-                    if symbol >= symbols {
-                        return Err(corrupt(format_args!(
-                            "relocation {n} of table {i} names symbol {symbol}, but its symbol \
-                             table holds {symbols}"
-                        )));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    halcyon::backend::elf::check_references(bytes).map_err(|what| {
+        invalid(format!(
+            "cubin image is corrupt: {what} (cuModuleLoadData would follow it outside the image)"
+        ))
+    })
 }
 
 /// Checks a kernel's real parameters — `(offset, size)` per parameter as `cuFuncGetParamInfo`
@@ -1073,6 +902,10 @@ mod tests {
         let e = validate_binary(&[1, 2, 3]).unwrap_err();
         assert!(e.message().contains("starts with [01 02 03]"), "{e}");
     }
+
+    /// ELF section types the corruptions look for.
+    const SHT_SYMTAB: u64 = 2;
+    const SHT_RELA: u64 = 4;
 
     /// ptxas 12.8's cubin of tests/kernels/standard.ptx for sm_90: a real image, to corrupt.
     const CUBIN: &[u8] = include_bytes!("../tests/kernels/standard.sm_90.cubin");

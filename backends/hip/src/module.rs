@@ -25,7 +25,8 @@
 //!   object v3 or later;
 //! * that every section and segment the headers describe lies inside the bytes (HIP reads the
 //!   image through these headers and has no length argument: this is what makes handing it the
-//!   bytes sound);
+//!   bytes sound), and what ELF's structure points at inside them: section names, links,
+//!   symbols and relocations ([`halcyon::backend::elf`]);
 //! * the kernel metadata (the `NT_AMDGPU_METADATA` MessagePack note), against each declared
 //!   entry point: the kernel exists, its explicit arguments are exactly `binding_count`
 //!   8-byte global pointers then `constant_count` 4-byte values, optionally followed by one
@@ -604,6 +605,12 @@ impl<'a> Elf<'a> {
                 sections.push((kind, offset, size));
             }
         }
+        halcyon::backend::elf::check_references(bytes).map_err(|what| {
+            invalid(format!(
+                "corrupt code object: {what} (hipModuleLoadData would follow it outside the \
+                 image)"
+            ))
+        })?;
         Ok(Elf {
             bytes,
             abi_version: bytes[8],
@@ -1159,11 +1166,56 @@ mod tests {
         code[shoff + 64 + 32..shoff + 64 + 40].copy_from_slice(&u64::MAX.to_le_bytes());
         let e = module(&code, standard()).validate().unwrap_err();
         assert!(e.message().contains("section 1"), "{e}");
-        // Without notes there is no metadata.
+        // Without sections (and so notes) there is no metadata.
         let mut code = GFX900.to_vec();
+        code[40..48].copy_from_slice(&0u64.to_le_bytes());
         code[60..62].copy_from_slice(&0u16.to_le_bytes());
         let e = module(&code, standard()).validate().unwrap_err();
         assert!(e.message().contains("NT_AMDGPU_METADATA"), "{e}");
+        // A section count of 0 with a section table is ELF's extended numbering: refused.
+        let mut code = GFX900.to_vec();
+        code[60..62].copy_from_slice(&0u16.to_le_bytes());
+        let e = module(&code, standard()).validate().unwrap_err();
+        assert!(e.message().contains("extended section numbering"), "{e}");
+    }
+
+    /// What ELF's structure points at inside the code object is checked before HIP follows it
+    /// (`halcyon::backend::elf`): here a symbol name, a link and the section-name table.
+    #[test]
+    fn inner_references_must_stay_inside_the_code_object() {
+        let header = |i: usize| u64_at(GFX900, 40) as usize + 64 * i;
+        let dynsym = (0..usize::from(u16_at(GFX900, 60)))
+            .find(|&i| u32_at(GFX900, header(i) + 4) == 11)
+            .unwrap();
+        let symbol = u64_at(GFX900, header(dynsym) + 24) as usize + 24;
+        let patch = |at: usize, value: &[u8]| {
+            let mut code = GFX900.to_vec();
+            code[at..at + value.len()].copy_from_slice(value);
+            code
+        };
+        let cases = [
+            (
+                patch(symbol, &u32::MAX.to_le_bytes()),
+                format!("symbol 1 of table {dynsym} has its name at byte 4294967295"),
+            ),
+            (
+                patch(header(dynsym) + 40, &99u32.to_le_bytes()),
+                format!("section {dynsym}'s link is section 99"),
+            ),
+            (
+                patch(62, &500u16.to_le_bytes()),
+                "the section-name table is section 500".to_string(),
+            ),
+        ];
+        for (code, expected) in cases {
+            let e = module(&code, standard()).validate().unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(e.message().starts_with("corrupt code object: "), "{e}");
+            assert!(
+                e.message().contains(&expected),
+                "expected {expected:?}: {e}"
+            );
+        }
     }
 
     #[test]
