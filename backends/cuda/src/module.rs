@@ -910,12 +910,12 @@ mod tests {
     /// ptxas 12.8's cubin of tests/kernels/standard.ptx for sm_90: a real image, to corrupt.
     const CUBIN: &[u8] = include_bytes!("../tests/kernels/standard.sm_90.cubin");
 
-    /// The byte offset of section `index`'s header in `image`, and the index of the first
-    /// section of ELF type `kind`.
+    /// The byte offset of section `index`'s header in `image`.
     fn header(image: &[u8], index: u64) -> usize {
         (le(image, 0x28, 8) + index * le(image, 0x3a, 2)) as usize
     }
 
+    /// The index of the first section of ELF type `kind` in `image`.
     fn first_of(image: &[u8], kind: u64) -> u64 {
         (0..le(image, 0x3c, 2))
             .find(|&i| le(image, header(image, i) + 4, 4) == kind)
