@@ -476,11 +476,11 @@ impl CudaApi {
     }
 
     /// Whether `s` is being captured into a graph.
-    fn capturing(&self, s: StreamHandle) -> Result<bool> {
+    fn capturing(&self, s: StreamHandle, live: &Stream) -> Result<bool> {
         // Read as a plain integer: an out-of-range value must not become an enum.
         let mut status: u32 = 0;
         // SAFETY: a live stream; the out-pointer is valid for the 4-byte enum.
-        let r = unsafe { raw::cuStreamIsCapturing(stream(s), (&mut status as *mut u32).cast()) };
+        let r = unsafe { raw::cuStreamIsCapturing(live.raw(), (&mut status as *mut u32).cast()) };
         check(r, || format!("cuStreamIsCapturing({s:?})"))?;
         Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
     }
@@ -490,8 +490,8 @@ impl CudaApi {
     /// would run its closure on the first launch only; a captured device-to-host read would
     /// also hand its pinned staging back to the pool after the first launch while every later
     /// launch still copies into it (corrupting whatever read reuses it). Refuse both instead.
-    fn refuse_capture(&self, s: StreamHandle, what: &str) -> Result<()> {
-        if !self.capturing(s)? {
+    fn refuse_capture(&self, s: StreamHandle, live: &Stream, what: &str) -> Result<()> {
+        if !self.capturing(s, live)? {
             return Ok(());
         }
         Err(Error::new(
@@ -506,11 +506,11 @@ impl CudaApi {
 
     /// `cuLaunchHostFunc` of `func` through the registry; the caller has bound the context and
     /// checked that `s` is not capturing.
-    fn enqueue_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
+    fn enqueue_host_func(&self, s: StreamHandle, live: &Stream, func: HostFunc) -> Result<()> {
         let user_data = callback::register(self.id, func);
         // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
         // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
-        let r = unsafe { raw::cuLaunchHostFunc(stream(s), Some(callback::trampoline), user_data) };
+        let r = unsafe { raw::cuLaunchHostFunc(live.raw(), Some(callback::trampoline), user_data) };
         if !r.is_success() {
             // Not enqueued: CUDA will never call it.
             callback::cancel(user_data);
@@ -813,6 +813,7 @@ impl CudaApi {
         src: *const u8,
         bytes: usize,
         s: StreamHandle,
+        live: &Stream,
     ) -> Result<()> {
         let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
         let mut ptr: *mut c_void = std::ptr::null_mut();
@@ -837,7 +838,7 @@ impl CudaApi {
         // SAFETY: a pinned copy kept until the API is dropped, which outlives the graph's use
         // of it (graphs are this API's).
         check(
-            unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, stream(s)) },
+            unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, live.raw()) },
             || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
         )
     }
@@ -917,11 +918,6 @@ unsafe fn free_kind(base: u64, kind: AllocKind) -> Result<()> {
     }
 }
 
-/// The `CUstream` behind `handle`: for a stream the caller holds ([`CudaApi::live_stream`]).
-fn stream(handle: StreamHandle) -> CUstream {
-    handle.0 as usize as CUstream
-}
-
 fn usize_len(len: u64, what: &str) -> Result<usize> {
     usize::try_from(len).map_err(|_| {
         Error::new(
@@ -963,9 +959,9 @@ impl StreamApi for CudaApi {
 
     fn synchronize_stream(&self, handle: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let _live = self.live_stream(handle)?;
+        let live = self.live_stream(handle)?;
         // SAFETY: a live stream of this context, held for the call.
-        let synchronized = check(unsafe { raw::cuStreamSynchronize(stream(handle)) }, || {
+        let synchronized = check(unsafe { raw::cuStreamSynchronize(live.raw()) }, || {
             format!("cuStreamSynchronize({handle:?})")
         });
         self.free_retired(); // this method may block
@@ -1045,9 +1041,9 @@ impl StreamApi for CudaApi {
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
-        self.refuse_capture(s, "a host function")?;
-        self.enqueue_host_func(s, func)
+        let live = self.live_stream(s)?;
+        self.refuse_capture(s, &live, "a host function")?;
+        self.enqueue_host_func(s, &live, func)
     }
 
     // ---------------------------------------------------------------- memory
@@ -1139,15 +1135,15 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(size, "an allocation")?;
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         let mut ptr: CUdeviceptr = 0;
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
             Some(pool) => unsafe {
-                raw::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, stream(s))
+                raw::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, live.raw())
             },
             // SAFETY: valid out-pointer; a live stream of this context.
-            None => unsafe { raw::cuMemAllocAsync(&mut ptr, bytes, stream(s)) },
+            None => unsafe { raw::cuMemAllocAsync(&mut ptr, bytes, live.raw()) },
         };
         check(r, || {
             let call = if self.pool.is_some() {
@@ -1199,19 +1195,19 @@ impl StreamApi for CudaApi {
         let bytes = usize_len(len, "a copy")?;
         self.memory.check(dst, len, "copy to the device")?;
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
         // function, which a capture would turn into a one-shot host node (see refuse_capture).
-        if self.capturing(s)? {
+        if self.capturing(s, &live)? {
             // SAFETY: forwarded from the caller.
-            return unsafe { self.copy_captured_host_to_device(dst, src, bytes, s) };
+            return unsafe { self.copy_captured_host_to_device(dst, src, bytes, s, &live) };
         }
         if self.pinned_range(src as usize as u64, len) {
             // From this API's pinned memory the copy is asynchronous as it is: no staging.
             // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
             // keeps valid and unmodified until the copy completed on `s`.
             return check(
-                unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, stream(s)) },
+                unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, live.raw()) },
                 || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes from pinned memory, {s:?})"),
             );
         }
@@ -1225,7 +1221,7 @@ impl StreamApi for CudaApi {
             let to = DevicePtr(dst.0 + offset as u64);
             // SAFETY: `staging` holds `n` bytes of pinned memory that stage_to_device keeps
             // for this copy until the stream passed it.
-            let r = unsafe { raw::cuMemcpyHtoDAsync_v2(to.0, staging.cast(), n, stream(s)) };
+            let r = unsafe { raw::cuMemcpyHtoDAsync_v2(to.0, staging.cast(), n, live.raw()) };
             check(r, || format!("cuMemcpyHtoDAsync({to:?}, {n} bytes, {s:?})"))
         };
         // SAFETY: the caller keeps `src..src+len` readable and unmodified until the copy
@@ -1233,8 +1229,10 @@ impl StreamApi for CudaApi {
         // staging is not the caller's memory. A buffer a failure orphans, or whose host
         // function a sticky fault drops, is never reused; the API frees it when dropped.
         unsafe {
-            stage_to_device(lease, src, bytes, copy, |f| self.enqueue_host_func(s, f))
-                .map_err(|e| e.context("cannot stage a copy to the device"))
+            stage_to_device(lease, src, bytes, copy, |f| {
+                self.enqueue_host_func(s, &live, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy to the device"))
         }
     }
 
@@ -1251,15 +1249,15 @@ impl StreamApi for CudaApi {
         let bytes = usize_len(len, "a copy")?;
         self.memory.check(src, len, "copy from the device")?;
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
-        self.refuse_capture(s, "a device-to-host copy")?;
+        self.refuse_capture(s, &live, "a device-to-host copy")?;
         if self.pinned_range(dst as usize as u64, len) {
             // Into this API's pinned memory the copy is asynchronous as it is: no staging.
             // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
             // keeps valid and untouched by anything else until the copy completed on `s`.
             return check(
-                unsafe { raw::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, stream(s)) },
+                unsafe { raw::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, live.raw()) },
                 || format!("cuMemcpyDtoHAsync({src:?}, {len} bytes into pinned memory, {s:?})"),
             );
         }
@@ -1271,7 +1269,7 @@ impl StreamApi for CudaApi {
             let from = DevicePtr(src.0 + offset as u64);
             // SAFETY: `staging` holds `n` bytes of pinned memory that stage_from_device keeps
             // for this copy until its host function copied them out.
-            let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), from.0, n, stream(s)) };
+            let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), from.0, n, live.raw()) };
             check(r, || {
                 format!("cuMemcpyDtoHAsync({from:?}, {n} bytes, {s:?})")
             })
@@ -1281,8 +1279,10 @@ impl StreamApi for CudaApi {
         // them); pinned staging and the caller's memory are disjoint. A buffer a failure
         // orphans, or whose host function a sticky fault drops, is never reused.
         unsafe {
-            stage_from_device(lease, dst, bytes, copy, |f| self.enqueue_host_func(s, f))
-                .map_err(|e| e.context("cannot stage a copy from the device"))
+            stage_from_device(lease, dst, bytes, copy, |f| {
+                self.enqueue_host_func(s, &live, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy from the device"))
         }
     }
 
@@ -1300,11 +1300,11 @@ impl StreamApi for CudaApi {
         self.memory.check(dst, len, "device copy destination")?;
         self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
         // host memory.
         check(
-            unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, stream(s)) },
+            unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, live.raw()) },
             || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
         )
     }
@@ -1677,7 +1677,7 @@ impl StreamApi for CudaApi {
 
     fn begin_capture(&self, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         // Relaxed mode: no thread is refused "potentially unsafe" calls while this stream
         // captures. Other threads (the reactor's probe, completion threads) keep querying and
         // synchronising events, and a captured host-to-device copy allocates pinned memory on
@@ -1707,7 +1707,7 @@ impl StreamApi for CudaApi {
         }
         // SAFETY: a live stream of this context, held for the call.
         let began = check(
-            unsafe { raw::cuStreamBeginCapture_v2(stream(s), mode) },
+            unsafe { raw::cuStreamBeginCapture_v2(live.raw(), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
         );
         if began.is_err() && previous.is_none() {
@@ -1718,11 +1718,11 @@ impl StreamApi for CudaApi {
 
     fn end_capture(&self, s: StreamHandle) -> Result<GraphHandle> {
         let _bound = self.bind()?;
-        let _live = self.live_stream(s)?;
+        let live = self.live_stream(s)?;
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: a live stream, held for the call (a stream not capturing is the driver's
         // error); valid out-pointer.
-        let ended = unsafe { raw::cuStreamEndCapture(stream(s), &mut graph) };
+        let ended = unsafe { raw::cuStreamEndCapture(live.raw(), &mut graph) };
         // The stream no longer captures, whatever the result.
         self.capture_ended(s);
         check(ended, || format!("cuStreamEndCapture({s:?})"))?;
