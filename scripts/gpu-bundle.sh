@@ -86,7 +86,17 @@ if ! ldconfig -p 2>/dev/null | grep 'libnvrtc\.so' >/dev/null; then
         fi
     done
 fi
+# ptxas and fatbinary (checked_in_ptx_assembles_with_ptxas): the toolkit's, where there is one.
+if ! command -v ptxas >/dev/null 2>&1; then
+    for dir in /usr/local/cuda/bin /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/bin; do
+        if [ -x "$dir/ptxas" ]; then
+            export PATH="$dir:$PATH"
+            break
+        fi
+    done
+fi
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$out/summary"
+echo "ptxas: $(command -v ptxas || echo none); fatbinary: $(command -v fatbinary || echo none)" >>"$out/summary"
 cd "$here"
 while read -r kind name; do
     case "$kind" in

@@ -72,8 +72,10 @@
 //! declared extents inside it, and, in a cubin, what ELF's structure points at: section names
 //! within the section-name table, links to sections that exist, symbol names within their
 //! string table and symbols in sections that exist, relocations naming symbols that exist.
-//! The contents of NVIDIA's own sections (`.nv.info` records) and a fatbin's inner entries
-//! are the driver's to check.
+//! A fatbin's entries must lie within its declared size, an uncompressed cubin entry passes
+//! the cubin checks and an uncompressed PTX entry holds its terminating NUL. The contents of
+//! NVIDIA's own sections (`.nv.info` records) and compressed entries are the driver's to
+//! check.
 //!
 //! **NVRTC.** [`CudaModule::compile`] compiles CUDA C to PTX at run time (see [`crate::nvrtc`]);
 //! without libnvrtc it is `Unavailable`.
@@ -567,6 +569,110 @@ fn le(bytes: &[u8], at: usize, width: usize) -> u64 {
 }
 
 fn validate_binary(bytes: &[u8]) -> Result<()> {
+    if is_fatbin(bytes) {
+        return validate_fatbin(bytes);
+    }
+    validate_cubin(bytes)
+}
+
+/// A fatbin entry's kind: PTX text.
+const FATBIN_PTX: u64 = 1;
+/// A fatbin entry's kind: a cubin.
+const FATBIN_CUBIN: u64 = 2;
+/// An entry's flags that mark its payload compressed (LZ4 in older toolkits, zstd since).
+const FATBIN_COMPRESSED: u64 = 0x2000 | 0x8000;
+
+/// Checks a fatbin: its header, then entry by entry that each entry's header and payload lie
+/// within the fatbin's declared size, which lies within the bytes; an uncompressed cubin
+/// entry passes the same checks as a cubin loaded alone ([`validate_cubin`]), and an
+/// uncompressed PTX entry holds its terminating NUL (the driver reads PTX as a C string).
+/// Compressed payloads are only bounds-checked: the driver decompresses them into buffers of
+/// the sizes they declare.
+///
+/// Layout, little-endian: a 16-byte header `{ u32 magic, u16 version, u16 header_size,
+/// u64 entries_size }`, then entries, each a header `{ u16 kind, u16 version, u32
+/// header_size, u64 payload_size, .., u32 arch at 28, u64 flags at 40, u64
+/// uncompressed_size at 56 }` followed by its payload.
+fn validate_fatbin(bytes: &[u8]) -> Result<()> {
+    let len = bytes.len() as u64;
+    let beyond = |what: &str, end: u64| {
+        invalid(format!(
+            "fatbin image is {len} bytes but its {what} at byte {end}: the image is truncated \
+             or corrupt (cuModuleLoadData would read past it)"
+        ))
+    };
+    if len < 16 {
+        return Err(beyond("header ends", 16));
+    }
+    let header = le(bytes, 6, 2);
+    if header < 16 {
+        return Err(invalid(format!(
+            "fatbin header declares itself {header} bytes long, less than its own 16: the \
+             image is corrupt"
+        )));
+    }
+    let end = header.saturating_add(le(bytes, 8, 8));
+    if end > len {
+        return Err(beyond("entries end", end));
+    }
+    let (mut at, mut index) = (header, 0);
+    while at < end {
+        let corrupt = |what: String| {
+            invalid(format!(
+                "fatbin entry {index} (at byte {at}) {what}: the image is truncated or corrupt \
+                 (cuModuleLoadData would read past it)"
+            ))
+        };
+        if end - at < 16 {
+            return Err(corrupt(format!(
+                "has {} bytes left for its 16-byte header before the entries end at byte {end}",
+                end - at
+            )));
+        }
+        let i = at as usize;
+        let (kind, entry_header) = (le(bytes, i, 2), le(bytes, i + 4, 4));
+        if entry_header < 16 {
+            return Err(corrupt(format!(
+                "declares a {entry_header}-byte header, less than the 16 bytes that hold its \
+                 kind and sizes"
+            )));
+        }
+        let start = at.saturating_add(entry_header);
+        let payload_end = start.saturating_add(le(bytes, i + 8, 8));
+        if payload_end > end {
+            return Err(corrupt(format!(
+                "extends to byte {payload_end}, past the entries' end at byte {end}"
+            )));
+        }
+        let field = |offset: u64, width: usize| {
+            (entry_header >= offset + width as u64).then(|| le(bytes, i + offset as usize, width))
+        };
+        let compressed = field(40, 8).is_some_and(|flags| flags & FATBIN_COMPRESSED != 0)
+            || field(56, 8).is_some_and(|uncompressed| uncompressed != 0);
+        let payload = &bytes[start as usize..payload_end as usize];
+        if !compressed && kind == FATBIN_CUBIN && payload.starts_with(ELF_MAGIC) {
+            let arch = field(28, 4).map_or_else(String::new, |sm| format!(" for sm_{sm}"));
+            validate_cubin(payload).map_err(|e| {
+                e.context(format!(
+                    "fatbin entry {index} (a cubin{arch}, bytes {start}..{payload_end})"
+                ))
+            })?;
+        }
+        if !compressed && kind == FATBIN_PTX && !payload.contains(&0) {
+            return Err(corrupt(format!(
+                "holds {} bytes of PTX without the terminating NUL the driver reads up to",
+                payload.len()
+            )));
+        }
+        at = payload_end;
+        index += 1;
+    }
+    Ok(())
+}
+
+/// Checks a cubin: a 64-bit little-endian ELF whose headers, sections and segments lie within
+/// the bytes, and whose inner references hold ([`halcyon::backend::elf::check_references`]).
+fn validate_cubin(bytes: &[u8]) -> Result<()> {
     let len = bytes.len() as u64;
     let beyond = |what: &str, end: u64| {
         invalid(format!(
@@ -574,17 +680,6 @@ fn validate_binary(bytes: &[u8]) -> Result<()> {
              truncated or corrupt (cuModuleLoadData would read past it)"
         ))
     };
-    if is_fatbin(bytes) {
-        // struct { u32 magic; u16 version; u16 header_size; u64 fat_size; }
-        if bytes.len() < 16 {
-            return Err(beyond("fatbin header", 16));
-        }
-        let end = le(bytes, 6, 2).saturating_add(le(bytes, 8, 8));
-        if end > len {
-            return Err(beyond("fatbin", end));
-        }
-        return Ok(());
-    }
     if !bytes.starts_with(ELF_MAGIC) {
         let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
         let hint = if looks_like_ptx(bytes) {
@@ -886,16 +981,15 @@ mod tests {
             .message()
             .contains("64-bit"));
 
+        // A fatbin header with no entries passes (the driver then finds no image for the
+        // device); one declaring more than the bytes hold does not.
         let mut fatbin = vec![0u8; 64];
         fatbin[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
         fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
-        fatbin[8..16].copy_from_slice(&48u64.to_le_bytes());
         validate_binary(&fatbin).unwrap();
         fatbin[8..16].copy_from_slice(&49u64.to_le_bytes());
-        assert!(validate_binary(&fatbin)
-            .unwrap_err()
-            .message()
-            .contains("fatbin"));
+        let e = validate_binary(&fatbin).unwrap_err();
+        assert!(e.message().contains("its entries end at byte 65"), "{e}");
 
         let e = validate_binary(PTX.as_bytes()).unwrap_err();
         assert!(e.message().contains("looks like PTX"), "{e}");
@@ -993,6 +1087,122 @@ mod tests {
         }
         // A symbol in a reserved section (absolute, common) is not a section reference.
         validate_binary(&patched(sym_at(1) + 6, 2, 0xfff1)).unwrap();
+    }
+
+    /// fatbinary 13.0's fatbin of [`CUBIN`] (sm_90) and tests/kernels/standard.ptx
+    /// (compute_52), uncompressed: `fatbinary --64 --compress=false
+    /// --image3=kind=elf,sm=90,file=standard.sm_90.cubin
+    /// --image3=kind=ptx,sm=52,file=standard.ptx --create=standard.fatbin`.
+    const FATBIN: &[u8] = include_bytes!("../tests/kernels/standard.fatbin");
+    /// The same with `--compress-all` (zstd): entries flagged compressed.
+    const COMPRESSED_FATBIN: &[u8] = include_bytes!("../tests/kernels/standard.compressed.fatbin");
+
+    /// The byte offsets of `fatbin`'s entries.
+    fn fatbin_entries(fatbin: &[u8]) -> Vec<usize> {
+        let end = (le(fatbin, 6, 2) + le(fatbin, 8, 8)) as usize;
+        let mut at = le(fatbin, 6, 2) as usize;
+        let mut entries = Vec::new();
+        while at < end {
+            entries.push(at);
+            at += (le(fatbin, at + 4, 4) + le(fatbin, at + 8, 8)) as usize;
+        }
+        entries
+    }
+
+    fn patched_fatbin(at: usize, width: usize, value: u64) -> Vec<u8> {
+        let mut image = FATBIN.to_vec();
+        image[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        image
+    }
+
+    #[test]
+    fn a_real_fatbin_passes_and_its_entries_are_checked() {
+        for fatbin in [FATBIN, COMPRESSED_FATBIN] {
+            validate_binary(fatbin).unwrap();
+            CudaModule::cubin(fatbin, vec![entry("add_one_u32", 1, 1)])
+                .validate()
+                .unwrap();
+        }
+        let entries = fatbin_entries(FATBIN);
+        let (cubin, ptx) = (entries[0], entries[1]);
+        assert_eq!((le(FATBIN, cubin, 2), le(FATBIN, ptx, 2)), (2, 1));
+        // The cubin entry's payload is the cubin.
+        let cubin_at = cubin + le(FATBIN, cubin + 4, 4) as usize;
+        assert_eq!(&FATBIN[cubin_at..cubin_at + CUBIN.len()], CUBIN);
+        let ptx_end = ptx + (le(FATBIN, ptx + 4, 4) + le(FATBIN, ptx + 8, 8)) as usize;
+        assert_eq!(ptx_end, FATBIN.len());
+        let trailing_nuls = FATBIN.iter().rposition(|&b| b != 0).unwrap() + 1;
+
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (
+                FATBIN[..FATBIN.len() - 8].to_vec(),
+                format!("its entries end at byte {}", FATBIN.len()),
+            ),
+            (
+                patched_fatbin(6, 2, 8),
+                "declares itself 8 bytes long".into(),
+            ),
+            (
+                patched_fatbin(ptx + 8, 8, 1 << 20),
+                format!(
+                    "fatbin entry 1 (at byte {ptx}) extends to byte {}, past the entries' end",
+                    ptx + le(FATBIN, ptx + 4, 4) as usize + (1 << 20)
+                ),
+            ),
+            (
+                patched_fatbin(cubin + 4, 4, 8),
+                format!("fatbin entry 0 (at byte {cubin}) declares a 8-byte header"),
+            ),
+            (
+                // The entries' size cut to end inside the second entry's header.
+                patched_fatbin(8, 8, (ptx + 8 - 16) as u64),
+                format!("fatbin entry 1 (at byte {ptx}) has 8 bytes left for its 16-byte header"),
+            ),
+            (
+                // The inner cubin's section-name table index (e_shstrndx) made out of range.
+                patched_fatbin(cubin_at + 0x3e, 2, 99),
+                format!(
+                    "fatbin entry 0 (a cubin for sm_90, bytes {cubin_at}..{ptx}): cubin image is \
+                     corrupt: the section-name table is section 99"
+                ),
+            ),
+            (
+                // The inner cubin's section header table moved past its payload.
+                patched_fatbin(cubin_at + 0x28, 8, CUBIN.len() as u64),
+                "fatbin entry 0 (a cubin for sm_90".into(),
+            ),
+            (
+                // The PTX's terminating NUL (and padding) overwritten.
+                {
+                    let mut image = FATBIN.to_vec();
+                    image[trailing_nuls..].fill(b'\n');
+                    image
+                },
+                format!(
+                    "fatbin entry 1 (at byte {ptx}) holds {} bytes of PTX without the \
+                     terminating NUL",
+                    le(FATBIN, ptx + 8, 8)
+                ),
+            ),
+        ];
+        for (image, expected) in cases {
+            let e = validate_binary(&image).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(
+                e.message().contains(&expected),
+                "expected {expected:?}: {e}"
+            );
+        }
+        // Compressed payloads are bounds-checked only: zstd bytes are not an ELF file.
+        let entries = fatbin_entries(COMPRESSED_FATBIN);
+        assert_eq!(
+            le(COMPRESSED_FATBIN, entries[0] + 40, 8) & FATBIN_COMPRESSED,
+            0x8000
+        );
+        let mut truncated = COMPRESSED_FATBIN.to_vec();
+        truncated[entries[1] + 8..entries[1] + 16].copy_from_slice(&(1u64 << 16).to_le_bytes());
+        let e = validate_binary(&truncated).unwrap_err();
+        assert!(e.message().contains("fatbin entry 1"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 
 mod common;
 
-use halcyon::{Driver, DriverRegistry, StatusCode};
+use halcyon::{Driver, DriverRegistry, Fence, StatusCode, Timepoints};
+use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 use halcyon_cuda::module::ptx_entries;
 use halcyon_cuda::{nvrtc, probe, CudaDriver, CudaModule};
 
@@ -209,12 +210,21 @@ fn checked_in_ptx_loads_on_every_supported_driver() {
     // PTX ISA 8.0 is CUDA 12.0's.
     assert_eq!(probe::version_string(probe::MIN_DRIVER_VERSION), "12.0");
     assert_eq!(common::STANDARD_PTX_ISA, "8.0");
+    // fatbinary takes the first ".version" in the text for the directive, comments included.
+    for ptx in [common::STANDARD_PTX, common::SHARED_PTX] {
+        let first = ptx.find(".version").unwrap();
+        assert!(
+            ptx[first..].starts_with(".version 8.0\n") && ptx[..first].ends_with('\n'),
+            "a comment spells .version before the directive: fatbinary cannot bundle this PTX"
+        );
+    }
 }
 
 /// Assembles the checked-in PTX with ptxas where ptxas is found (`$PTXAS`, or on `PATH`):
 /// standard.ptx for sm_52, sm_70, sm_75 and sm_90, shared.ptx for its sm_75 and sm_90. ptxas
 /// rejects any instruction newer than the declared PTX ISA, and each cubin it makes must pass
-/// `CudaModule::validate`. Prints why and passes without ptxas.
+/// `CudaModule::validate`, as must the fatbins fatbinary makes of them
+/// ([`bundle_with_fatbinary`]). Prints why and passes without ptxas.
 /// An architecture this ptxas no longer targets (CUDA 13 dropped sm_52 and sm_70) is skipped,
 /// but each file must assemble for at least one.
 #[test]
@@ -233,7 +243,7 @@ fn checked_in_ptx_assembles_with_ptxas() {
     'files: for (name, text, archs) in files {
         let input = dir.join(format!("{name}.ptx"));
         std::fs::write(&input, text).unwrap();
-        let mut assembled = 0;
+        let mut assembled = Vec::new();
         let mut ran = false;
         for arch in archs {
             let out = std::process::Command::new(&ptxas)
@@ -273,14 +283,127 @@ fn checked_in_ptx_assembles_with_ptxas() {
             if let Err(e) = CudaModule::cubin(cubin, entries).validate() {
                 panic!("ptxas's {name}.{arch}.cubin fails validation: {e}");
             }
-            assembled += 1;
+            assembled.push(*arch);
         }
         assert!(
-            !ran || assembled > 0,
+            !ran || !assembled.is_empty(),
             "ptxas targets none of {name}.ptx's architectures"
         );
+        if !assembled.is_empty() {
+            bundle_with_fatbinary(&dir, name, text, &assembled);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Binary images run on the GPU: the checked-in fatbins (an sm_90 cubin and compute_52 PTX,
+/// uncompressed and zstd-compressed; a device that is not sm_90 JITs the PTX) and, on an
+/// sm_9x device, the cubin alone, each dispatching `add_one_u32`. (The fake driver loads PTX
+/// only.)
+#[test]
+fn binary_images_load_and_run() {
+    let Some(device) = common::device_or_skip("binary_images_load_and_run") else {
+        return;
+    };
+    let name = device.info().name.clone();
+    let mut images = vec![
+        ("standard.fatbin", FATBIN.to_vec()),
+        ("standard.compressed.fatbin", COMPRESSED_FATBIN.to_vec()),
+    ];
+    if name.contains("(sm_9") {
+        images.push(("standard.sm_90.cubin", CUBIN.to_vec()));
+    }
+    let queue = device.queue(0).unwrap();
+    for (file, image) in images {
+        let module = CudaModule::cubin(image, vec![halcyon_conformance::kernels::add_one_u32()]);
+        let executable = device
+            .load_executable(&module.spec())
+            .unwrap_or_else(|e| panic!("{file} on {name}: {e}"));
+        let data: Vec<u32> = (0..1000).collect();
+        let out = block_on(async {
+            let buffer = upload_u32(&queue, &data).await?;
+            queue
+                .dispatch(
+                    Timepoints::default(),
+                    &executable,
+                    0,
+                    [16, 1, 1],
+                    &[1000],
+                    &[buffer.whole()],
+                )
+                .await?;
+            download_u32(&queue, Fence::new(), &buffer.whole()).await
+        })
+        .unwrap_or_else(|e| panic!("add_one_u32 from {file} on {name}: {e}"));
+        assert_eq!(
+            out,
+            data.iter().map(|v| v + 1).collect::<Vec<_>>(),
+            "{file}"
+        );
+        println!("{file}: add_one_u32 ran on {name}");
+    }
+}
+
+const CUBIN: &[u8] = include_bytes!("kernels/standard.sm_90.cubin");
+const FATBIN: &[u8] = include_bytes!("kernels/standard.fatbin");
+const COMPRESSED_FATBIN: &[u8] = include_bytes!("kernels/standard.compressed.fatbin");
+
+/// Bundles `name`'s cubins for `archs` (in `dir`, from ptxas) and its PTX into fatbins with
+/// fatbinary where it is found (`$FATBINARY`, or on `PATH`), uncompressed and compressed, and
+/// checks that each passes `CudaModule::validate` (which walks a fatbin's entries and checks
+/// an uncompressed cubin entry as a cubin). Prints why and returns without fatbinary.
+fn bundle_with_fatbinary(dir: &std::path::Path, name: &str, text: &str, archs: &[&str]) {
+    let fatbinary = std::env::var("FATBINARY").unwrap_or_else(|_| "fatbinary".into());
+    let target = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(".target sm_"))
+        .unwrap();
+    for compress in ["--compress=false", "--compress-all"] {
+        let out = dir.join(format!("{name}{compress}.fatbin"));
+        let mut command = std::process::Command::new(&fatbinary);
+        command
+            .arg("--64")
+            .arg(compress)
+            .arg(format!("--create={}", out.display()));
+        for arch in archs {
+            let cubin = dir.join(format!("{name}.{arch}.cubin"));
+            let sm = arch.trim_start_matches("sm_");
+            command.arg(format!(
+                "--image3=kind=elf,sm={sm},file={}",
+                cubin.display()
+            ));
+        }
+        let ptx = dir.join(format!("{name}.ptx"));
+        command.arg(format!(
+            "--image3=kind=ptx,sm={target},file={}",
+            ptx.display()
+        ));
+        let result = match command.output() {
+            Ok(result) => result,
+            Err(e) => {
+                eprintln!("skipped fatbins: cannot run {fatbinary}: {e}");
+                return;
+            }
+        };
+        assert!(
+            result.status.success(),
+            "fatbinary {compress} for {name} failed: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let entries = ptx_entries(text)
+            .into_iter()
+            .map(|name| halcyon::EntryPoint {
+                name,
+                workgroup_size: [64, 1, 1],
+                binding_count: 0,
+                constant_count: 0,
+            })
+            .collect();
+        let fatbin = std::fs::read(&out).unwrap();
+        if let Err(e) = CudaModule::cubin(fatbin, entries).validate() {
+            panic!("fatbinary {compress}'s fatbin of {name} {archs:?} fails validation: {e}");
+        }
+    }
 }
 
 /// Regenerates tests/kernels/standard.ptx: NVRTC 12.8's PTX for standard.cu with

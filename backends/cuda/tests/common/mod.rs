@@ -20,15 +20,16 @@ pub const STANDARD_NVRTC_OPTIONS: &[&str] = &["--gpu-architecture=compute_52"];
 pub const STANDARD_PTX_ISA: &str = "8.0";
 
 /// [`STANDARD_PTX`] from NVRTC's PTX for [`STANDARD_CU`]: the `.version` directive lowered to
-/// [`STANDARD_PTX_ISA`], with a comment saying so. Sound because the kernels use nothing newer
+/// [`STANDARD_PTX_ISA`], with a comment saying so (one that does not spell the directive:
+/// `fatbinary` takes the first `.version` in the text for it). Sound because the kernels use nothing newer
 /// (ptxas checks each instruction against the declared ISA: see standard.cu).
 pub fn standard_ptx_from_nvrtc(ptx: &str) -> String {
     ptx.split_inclusive('\n')
         .map(|line| match line.trim_end().strip_prefix(".version ") {
             Some(from) => format!(
-                "// halcyon: .version lowered from {from} to {STANDARD_PTX_ISA} (CUDA 12.0's PTX ISA) so \
-                 every driver halcyon-cuda accepts\n// can JIT it; checked with ptxas -arch=sm_52, \
-                 sm_70 and sm_90. See standard.cu.\n.version {STANDARD_PTX_ISA}\n"
+                "// halcyon: PTX ISA lowered from {from} to {STANDARD_PTX_ISA} (CUDA 12.0's) so every driver \
+                 halcyon-cuda accepts\n// can JIT it; checked with ptxas -arch=sm_52, sm_70 and \
+                 sm_90. See standard.cu.\n.version {STANDARD_PTX_ISA}\n"
             ),
             None => line.to_string(),
         })
