@@ -36,6 +36,11 @@
 //! * `replay_100`: a reusable command buffer of 100 empty dispatches (launched as a graph from
 //!   its second submission on) against the host API's 100 launches and its graph of them.
 //!
+//! * `registry_get`: the lookup every CUDA and HIP call makes per handle
+//!   (`halcyon::stream::registry::Registry::get`: read lock, hash, `Arc` clone), among 64 live
+//!   handles spaced like driver addresses, against the same table with the standard library's
+//!   SipHash (`std_siphash`), the hasher the registry used before `HandleHasher`.
+//!
 //! The number of cross-thread wakes on the critical path dominates every figure here.
 
 use std::time::{Duration, Instant};
@@ -355,5 +360,41 @@ fn replay(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, round_trip, paired, replay);
+fn registry_get(c: &mut Criterion) {
+    use std::collections::HashMap;
+    use std::hint::black_box;
+    use std::sync::{Arc, RwLock};
+    const LIVE: u64 = 64;
+    let handle = |i: u64| 0x7f3a_1000_0000 + (i % LIVE) * 0x200;
+    let registry = halcyon::stream::registry::Registry::new("CUDA", "event");
+    let siphash: RwLock<HashMap<u64, Arc<u64>>> = RwLock::default();
+    for i in 0..LIVE {
+        registry.insert(handle(i), i);
+        siphash
+            .write()
+            .expect("lock")
+            .insert(handle(i), Arc::new(i));
+    }
+    let mut group = c.benchmark_group("registry_get");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    let mut i = 0u64;
+    group.bench_function("handle_hasher", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(registry.get(black_box(handle(i))).expect("live"))
+        })
+    });
+    group.bench_function("std_siphash", |b| {
+        b.iter(|| {
+            i += 1;
+            let live = siphash.read().expect("lock");
+            black_box(live.get(&black_box(handle(i))).expect("live").clone())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, round_trip, paired, replay, registry_get);
 criterion_main!(benches);

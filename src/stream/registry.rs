@@ -13,7 +13,9 @@
 //! that finds itself the last holder can make the vendor call itself and report its error.
 //!
 //! Lookups take a read lock and clone an `Arc`; inserting and removing take the write lock
-//! briefly. No vendor call is ever made under the lock.
+//! briefly. No vendor call is ever made under the lock. Handles are hashed with one multiply
+//! ([`HandleHasher`]) rather than the standard library's SipHash: every driver call looks
+//! handles up, and they are addresses chosen by the driver, not keys an attacker picks.
 //!
 //! ```
 //! use halcyon::stream::registry::Registry;
@@ -31,15 +33,44 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::{Error, Result, StatusCode};
+
+/// Hashes a handle (a `u64`) with one 64×64→128-bit multiply whose halves are folded
+/// together, so both the low bits the table indexes by and the high bits it tags with depend
+/// on every bit of the handle (driver handles are aligned addresses: their low bits are zero).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, handle: u64) {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let product = u128::from(self.0 ^ handle) * u128::from(K);
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Table<T> = HashMap<u64, Arc<T>, BuildHasherDefault<HandleHasher>>;
 
 /// Live objects of one kind by handle (see the [module docs](self)).
 pub struct Registry<T> {
     api: &'static str,
     kind: &'static str,
-    live: RwLock<HashMap<u64, Arc<T>>>,
+    live: RwLock<Table<T>>,
 }
 
 impl<T> Registry<T> {
@@ -53,11 +84,11 @@ impl<T> Registry<T> {
         }
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<u64, Arc<T>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Table<T>> {
         self.live.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<u64, Arc<T>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Table<T>> {
         self.live.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -160,6 +191,23 @@ mod tests {
         assert_eq!(Arc::strong_count(&removed), 3);
         drop((held, during_a_call));
         assert!(Arc::try_unwrap(removed).is_ok(), "the last holder");
+    }
+
+    #[test]
+    fn aligned_handles_spread_over_low_and_high_bits() {
+        use std::collections::HashSet;
+        use std::hash::BuildHasher;
+        let hashes: Vec<u64> = (1..=4096u64)
+            .map(|i| BuildHasherDefault::<HandleHasher>::default().hash_one(i << 12))
+            .collect();
+        // Page-aligned handles (low 12 bits zero) still differ in the bits a table indexes by
+        // (the low 10 here) and tags with (the top 7).
+        let low: HashSet<u64> = hashes.iter().map(|h| h & 0x3ff).collect();
+        let top: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(low.len() > 950, "{} distinct low values", low.len());
+        assert_eq!(top.len(), 128);
+        let unique: HashSet<&u64> = hashes.iter().collect();
+        assert_eq!(unique.len(), hashes.len());
     }
 
     #[test]

@@ -6,6 +6,13 @@
 //! `tests/kernels/standard.ptx` (one block of one thread, no parameters), so every figure is
 //! launch and completion overhead.
 //!
+//! `cuda_calls/paired` (printed first): what `CudaApi` adds to a driver call (binding the
+//! context, registry lookups of its handles, the allocation-table range check), as
+//! `record_event` + `query_event` and `memset_async` against the same raw calls, interleaved
+//! (see `calls`). With `HALCYON_CUDA_BENCH_FAKE=1` the benchmark loads the fake driver
+//! (`backends/fake-gpu`) first and prints only this, which then measures halcyon's side
+//! against the fake's calls on a machine without a GPU.
+//!
 //! Group `cuda_round_trip` (one empty kernel, submitted and awaited):
 //!
 //! * `raw/launch_stream_sync`: `cuLaunchKernel` + `cuStreamSynchronize` (the driver's default
@@ -65,7 +72,7 @@ use futures::executor::block_on;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
 use halcyon_cuda::raw::{self, Code};
-use halcyon_cuda::{create_device_with, probe, CudaDeviceOptions, CudaModule};
+use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions, CudaModule};
 
 const STANDARD_PTX: &str = include_str!("../tests/kernels/standard.ptx");
 const REPLAYED: usize = 100;
@@ -581,7 +588,127 @@ fn replay(c: &mut Criterion, raw: &Raw) {
     group.finish();
 }
 
+/// The cost `CudaApi` adds to a driver call (binding its context, looking its handles up in
+/// the registries, checking a range against the allocation table), call against call:
+/// `cuEventRecord` + `cuEventQuery` against `record_event` + `query_event`, and
+/// `cuMemsetD8Async` of 256 bytes against `memset_async`, in batches of 100 interleaved over
+/// 2000 rounds, with `cuCtxGetCurrent` (what binding an already-current context costs); prints
+/// the median per call and the differences.
+fn calls(raw: &Raw, probe: &'static probe::Probe) {
+    use halcyon::stream::{EventFlags, MemoryPlacement, StreamApi};
+    const ROUNDS: usize = 2000;
+    const BATCH: u32 = 100;
+    let api = CudaApi::new(probe, 0).expect("CudaApi");
+    let stream = api.create_stream().expect("create_stream");
+    let event = api
+        .create_event(EventFlags::BLOCKING_SYNC | EventFlags::DISABLE_TIMING)
+        .expect("create_event");
+    let memory = api
+        .allocate(256, MemoryPlacement::Device)
+        .expect("allocate");
+    let mut raw_memory: sys::CUdeviceptr = 0;
+    // SAFETY: a valid out-pointer; Raw::new made the context current.
+    ok(
+        unsafe { raw::cuMemAlloc_v2(&mut raw_memory, 256) },
+        "cuMemAlloc",
+    );
+    let batches: [(&str, &dyn Fn()); 5] = [
+        ("raw cuEventRecord + cuEventQuery", &|| {
+            for _ in 0..BATCH {
+                // SAFETY: a live event and stream of the current context.
+                unsafe {
+                    ok(raw::cuEventRecord(raw.event, raw.stream), "cuEventRecord");
+                    let r = raw::cuEventQuery(raw.event);
+                    assert!(
+                        r.is_success() || r == Code::NOT_READY,
+                        "cuEventQuery: {r:?}"
+                    );
+                }
+            }
+        }),
+        ("CudaApi record_event + query_event", &|| {
+            for _ in 0..BATCH {
+                api.record_event(event, stream).expect("record_event");
+                api.query_event(event).expect("query_event");
+            }
+        }),
+        ("raw cuMemsetD8Async (256 B)", &|| {
+            for _ in 0..BATCH {
+                // SAFETY: 256 bytes of live device memory and a live stream.
+                let r = unsafe { raw::cuMemsetD8Async(raw_memory, 0, 256, raw.stream) };
+                ok(r, "cuMemsetD8Async");
+            }
+        }),
+        ("CudaApi memset_async (256 B)", &|| {
+            for _ in 0..BATCH {
+                api.memset_async(memory, 0, 1, 256, stream)
+                    .expect("memset_async");
+            }
+        }),
+        // What binding the context costs every CudaApi call when it is already current.
+        ("raw cuCtxGetCurrent", &|| {
+            for _ in 0..BATCH {
+                let mut current: CUcontext = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer.
+                ok(
+                    unsafe { raw::cuCtxGetCurrent(&mut current) },
+                    "cuCtxGetCurrent",
+                );
+            }
+        }),
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); batches.len()];
+    for round in 0..ROUNDS + 200 {
+        for ((_, batch), samples) in batches.iter().zip(&mut samples) {
+            let start = Instant::now();
+            batch();
+            let elapsed = start.elapsed();
+            // Outside the timing: the stream drains before the next batch.
+            raw.stream_sync();
+            api.synchronize_stream(stream).expect("synchronize_stream");
+            if round >= 200 {
+                samples.push(elapsed);
+            }
+        }
+    }
+    let medians: Vec<f64> = samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort();
+            s[s.len() / 2].as_secs_f64() * 1e9 / f64::from(BATCH)
+        })
+        .collect();
+    println!("cuda_calls/paired ({ROUNDS} interleaved rounds of {BATCH} calls), medians per call:");
+    for ((name, _), median) in batches.iter().zip(&medians) {
+        println!("  {name:<36} {median:>8.0} ns");
+    }
+    for (what, raw_ns, api_ns) in [
+        ("event record + query", medians[0], medians[1]),
+        ("memset", medians[2], medians[3]),
+    ] {
+        println!(
+            "  CudaApi adds {:.0} ns per {what} ({:.2}x raw)",
+            api_ns - raw_ns,
+            api_ns / raw_ns
+        );
+    }
+    api.free(memory).expect("free");
+    api.destroy_event(event).expect("destroy_event");
+    api.destroy_stream(stream).expect("destroy_stream");
+    // SAFETY: allocated above; the stream that used it was synchronised.
+    ok(unsafe { raw::cuMemFree_v2(raw_memory) }, "cuMemFree");
+}
+
 fn main() {
+    // HALCYON_CUDA_BENCH_FAKE=1: on the fake driver (backends/fake-gpu), where only the call
+    // overhead means anything (its "device" is host threads): `cuda_calls` alone.
+    let fake = std::env::var_os("HALCYON_CUDA_BENCH_FAKE").is_some();
+    if fake {
+        if let Err(e) = halcyon_fake_gpu::client::Fake::load() {
+            println!("skipping the CUDA benchmarks: cannot load the fake driver: {e}");
+            return;
+        }
+    }
     let probe = match probe::probe() {
         Ok(probe) => probe,
         Err(e) => {
@@ -595,6 +722,10 @@ fn main() {
         return;
     }
     let raw = Raw::new();
+    calls(&raw, probe);
+    if fake {
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     round_trip(&mut criterion, &raw);
     paired(&raw);
