@@ -1016,9 +1016,14 @@ mod tests {
             .unwrap()
     }
 
-    /// `image` with `value` written over `width` bytes at `at`.
+    /// [`CUBIN`] with `value` written over `width` bytes at `at`.
     fn patched(at: usize, width: usize, value: u64) -> Vec<u8> {
-        let mut image = CUBIN.to_vec();
+        patched_image(CUBIN, at, width, value)
+    }
+
+    /// `image` with `value` written over `width` bytes at `at`.
+    fn patched_image(image: &[u8], at: usize, width: usize, value: u64) -> Vec<u8> {
+        let mut image = image.to_vec();
         image[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
         image
     }
@@ -1109,10 +1114,9 @@ mod tests {
         entries
     }
 
+    /// [`FATBIN`] with `value` written over `width` bytes at `at`.
     fn patched_fatbin(at: usize, width: usize, value: u64) -> Vec<u8> {
-        let mut image = FATBIN.to_vec();
-        image[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
-        image
+        patched_image(FATBIN, at, width, value)
     }
 
     #[test]
@@ -1199,8 +1203,7 @@ mod tests {
             le(COMPRESSED_FATBIN, entries[0] + 40, 8) & FATBIN_COMPRESSED,
             0x8000
         );
-        let mut truncated = COMPRESSED_FATBIN.to_vec();
-        truncated[entries[1] + 8..entries[1] + 16].copy_from_slice(&(1u64 << 16).to_le_bytes());
+        let truncated = patched_image(COMPRESSED_FATBIN, entries[1] + 8, 8, 1 << 16);
         let e = validate_binary(&truncated).unwrap_err();
         assert!(e.message().contains("fatbin entry 1"), "{e}");
     }

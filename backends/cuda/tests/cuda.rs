@@ -271,16 +271,7 @@ fn checked_in_ptx_assembles_with_ptxas() {
             );
             // The cubin ptxas made passes halcyon's image checks (ELF extents and references).
             let cubin = std::fs::read(dir.join(format!("{name}.{arch}.cubin"))).unwrap();
-            let entries = ptx_entries(text)
-                .into_iter()
-                .map(|name| halcyon::EntryPoint {
-                    name,
-                    workgroup_size: [64, 1, 1],
-                    binding_count: 0,
-                    constant_count: 0,
-                })
-                .collect();
-            if let Err(e) = CudaModule::cubin(cubin, entries).validate() {
+            if let Err(e) = CudaModule::cubin(cubin, image_entry_points(text)).validate() {
                 panic!("ptxas's {name}.{arch}.cubin fails validation: {e}");
             }
             assembled.push(*arch);
@@ -348,6 +339,20 @@ const CUBIN: &[u8] = include_bytes!("kernels/standard.sm_90.cubin");
 const FATBIN: &[u8] = include_bytes!("kernels/standard.fatbin");
 const COMPRESSED_FATBIN: &[u8] = include_bytes!("kernels/standard.compressed.fatbin");
 
+/// Entry points for every kernel `text` (PTX) defines, for validating the binary images made
+/// from it (the checks read no parameter metadata from a binary).
+fn image_entry_points(text: &str) -> Vec<halcyon::EntryPoint> {
+    ptx_entries(text)
+        .into_iter()
+        .map(|name| halcyon::EntryPoint {
+            name,
+            workgroup_size: [64, 1, 1],
+            binding_count: 0,
+            constant_count: 0,
+        })
+        .collect()
+}
+
 /// Bundles `name`'s cubins for `archs` (in `dir`, from ptxas) and its PTX into fatbins with
 /// fatbinary where it is found (`$FATBINARY`, or on `PATH`), uncompressed and compressed, and
 /// checks that each passes `CudaModule::validate` (which walks a fatbin's entries and checks
@@ -390,17 +395,8 @@ fn bundle_with_fatbinary(dir: &std::path::Path, name: &str, text: &str, archs: &
             "fatbinary {compress} for {name} failed: {}",
             String::from_utf8_lossy(&result.stderr)
         );
-        let entries = ptx_entries(text)
-            .into_iter()
-            .map(|name| halcyon::EntryPoint {
-                name,
-                workgroup_size: [64, 1, 1],
-                binding_count: 0,
-                constant_count: 0,
-            })
-            .collect();
         let fatbin = std::fs::read(&out).unwrap();
-        if let Err(e) = CudaModule::cubin(fatbin, entries).validate() {
+        if let Err(e) = CudaModule::cubin(fatbin, image_entry_points(text)).validate() {
             panic!("fatbinary {compress}'s fatbin of {name} {archs:?} fails validation: {e}");
         }
     }
