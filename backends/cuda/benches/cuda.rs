@@ -487,6 +487,12 @@ fn round_trip(c: &mut Criterion, raw: &Raw) {
     group.finish();
 }
 
+/// The median of `samples`.
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
 /// The round trips of `cuda_round_trip` interleaved, one of each per round, so that every
 /// figure comes from the same minutes of the same machine; prints medians and ratios.
 fn paired(raw: &Raw) {
@@ -523,10 +529,7 @@ fn paired(raw: &Raw) {
     }
     let medians: Vec<f64> = samples
         .into_iter()
-        .map(|mut s| {
-            s.sort();
-            s[s.len() / 2].as_secs_f64() * 1e6
-        })
+        .map(|s| median(s).as_secs_f64() * 1e6)
         .collect();
     println!("cuda_round_trip/paired ({ROUNDS} interleaved rounds), medians:");
     for ((name, _), median) in rounds.iter().zip(&medians) {
@@ -673,10 +676,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
     }
     let medians: Vec<f64> = samples
         .into_iter()
-        .map(|mut s| {
-            s.sort();
-            s[s.len() / 2].as_secs_f64() * 1e9 / f64::from(BATCH)
-        })
+        .map(|s| median(s).as_secs_f64() * 1e9 / f64::from(BATCH))
         .collect();
     println!("cuda_calls/paired ({ROUNDS} interleaved rounds of {BATCH} calls), medians per call:");
     for ((name, _), median) in batches.iter().zip(&medians) {
