@@ -28,8 +28,9 @@
 //!   kind) run on the stream's worker, where any HIP call is a violation; a callback is given
 //!   `hipSuccess`.
 //! * **Code objects.** `hipModuleLoadData` reads an AMDGPU code object's ELF symbol table for
-//!   its kernels ([`crate::hsaco`]); the device is a gfx900, and a code object for another
-//!   target is `hipErrorNoBinaryForGpu`. The kernels it runs are the CUDA exports' natives,
+//!   its kernels ([`crate::hsaco`]), or an offload bundle's entry for the device; the device
+//!   is a gfx900, and a code object (or a bundle without one) for another target is
+//!   `hipErrorNoBinaryForGpu`. The kernels it runs are the CUDA exports' natives,
 //!   by name and with their parameters (the argument metadata is not read).
 //! * **No graphs.** The capture and graph calls are not exported (halcyon-hip does not offer
 //!   graphs), so a caller finds them missing, as on a runtime without them.
@@ -1041,11 +1042,11 @@ pub unsafe extern "C" fn hipFreeAsync(ptr: *mut c_void, s: *mut c_void) -> hipEr
 
 // ------------------------------------------------------------------ modules and kernels
 
-/// `hipModuleLoadData`: an AMDGPU code object for gfx900, read for its kernels (see
-/// [`crate::hsaco`]; why one is refused is said on stderr).
+/// `hipModuleLoadData`: an AMDGPU code object for gfx900, or an offload bundle holding one,
+/// read for its kernels (see [`crate::hsaco`]; why one is refused is said on stderr).
 ///
 /// # Safety
-/// HIP's contract for the call: `image` is a complete code object.
+/// HIP's contract for the call: `image` is a complete code object or offload bundle.
 #[no_mangle]
 pub unsafe extern "C" fn hipModuleLoadData(
     out: *mut *mut c_void,
@@ -1055,8 +1056,8 @@ pub unsafe extern "C" fn hipModuleLoadData(
         if image.is_null() || out.is_null() {
             return Err(INVALID_VALUE);
         }
-        // SAFETY: HIP's contract: a complete code object.
-        let names = unsafe { hsaco::image(image.cast()) }.and_then(hsaco::kernel_names);
+        // SAFETY: HIP's contract: a complete code object or offload bundle.
+        let names = unsafe { hsaco::code_object(image.cast()) }.and_then(hsaco::kernel_names);
         let names = names.map_err(|(code, why)| {
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),

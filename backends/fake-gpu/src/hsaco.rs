@@ -2,7 +2,10 @@
 //! the symbol table, whose kernel descriptors (`<name>.kd` symbols) name the kernels.
 //!
 //! `hipModuleLoadData` takes no length: like HIP, the fake finds the image's extent from its
-//! ELF headers, trusting the caller that the headers describe bytes it may read. Kernel
+//! ELF headers, trusting the caller that the headers describe bytes it may read. A clang
+//! offload bundle (`hipcc --genco` output) is read through its entry table, as HIP does: the
+//! first HIP code object entry for the device's target (`gfx900`, with xnack off) is loaded,
+//! and a bundle with none is `hipErrorNoBinaryForGpu`. Kernel
 //! argument metadata (the MessagePack note) is not read: the kernels the fake runs are known
 //! by name (see [`crate::kernels`]).
 
@@ -38,6 +41,69 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The offload bundle magic.
+const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
+
+/// The code object HIP loads from the image at `image`: the image itself, or the device's
+/// entry of an offload bundle.
+///
+/// # Safety
+/// `image` must point at a complete ELF image or offload bundle (or at least at 64 readable
+/// bytes that start with neither magic, then refused), as `hipModuleLoadData` requires.
+pub(crate) unsafe fn code_object<'a>(image: *const u8) -> Result<&'a [u8], Refusal> {
+    // SAFETY: the caller's contract: at least 64 readable bytes.
+    let head = unsafe { std::slice::from_raw_parts(image, 32) };
+    if &head[..24] != BUNDLE_MAGIC {
+        // SAFETY: the caller's contract.
+        return unsafe { self::image(image) };
+    }
+    let count = u64_at(head, 24) as usize;
+    let mut at = 32;
+    let mut triples = Vec::new();
+    for _ in 0..count {
+        // SAFETY: the caller's contract: a complete bundle, whose table holds `count` entries.
+        let entry = unsafe { std::slice::from_raw_parts(image.add(at), 24) };
+        let (offset, size, len) = (
+            u64_at(entry, 0) as usize,
+            u64_at(entry, 8) as usize,
+            u64_at(entry, 16) as usize,
+        );
+        // SAFETY: as above: the triple follows its entry's three numbers.
+        let triple = unsafe { std::slice::from_raw_parts(image.add(at + 24), len) };
+        let triple = String::from_utf8_lossy(triple).into_owned();
+        at += 24 + len;
+        if size > 0 && runs_on_the_device(&triple) {
+            // SAFETY: the caller's contract: the entry's bytes are the bundle's.
+            return unsafe { self::image(image.add(offset)) };
+        }
+        triples.push(triple);
+    }
+    Err((
+        NO_BINARY_FOR_GPU,
+        format!(
+            "the offload bundle has no code object for the device (gfx900:xnack-); its entries \
+             are [{}]",
+            triples.join(", ")
+        ),
+    ))
+}
+
+/// Whether a bundle entry's triple is a HIP code object HIP would load on the fake's gfx900
+/// (xnack off): `hip-` or `hipv4-amdgcn-amd-amdhsa--gfx900`, with no feature but `xnack-`.
+fn runs_on_the_device(triple: &str) -> bool {
+    let Some(rest) = triple
+        .strip_prefix("hipv4-")
+        .or_else(|| triple.strip_prefix("hip-"))
+    else {
+        return false;
+    };
+    let Some(target) = rest.strip_prefix("amdgcn-amd-amdhsa--") else {
+        return false;
+    };
+    let mut parts = target.split(':');
+    parts.next() == Some("gfx900") && parts.all(|feature| feature == "xnack-")
 }
 
 /// The image at `image`, as far as its ELF headers say it reaches.

@@ -1447,47 +1447,56 @@ impl StreamApi for HipStreamApi {
 
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = HipModule::from_spec(spec)?;
-        let code = module.validate()?;
+        let image = module.validate()?;
         // Validated above, so these only read which kernels take a status word.
         let status_words = module
             .entry_points
             .iter()
-            .map(|entry| code.check_entry_point(entry))
+            .map(|entry| image.check_entry_point(entry))
             .collect::<Result<Vec<bool>>>()?;
         let shared_memory_bytes: Vec<u32> = (0..module.entry_points.len())
             .map(|index| module.shared_memory(index))
             .collect();
         for (entry, &bytes) in module.entry_points.iter().zip(&shared_memory_bytes) {
-            if let Some(kernel) = code.kernel(&entry.name) {
+            // Every code object of a bundle: which one HIP picks is known only to HIP.
+            for kernel in image.kernels(&entry.name) {
                 check_shared_memory(kernel, bytes, self.max_shared_memory, self.device)?;
             }
         }
-        // An 8-byte aligned copy: HIP reads the ELF headers in place.
+        // An 8-byte aligned copy: HIP reads the ELF headers (and a bundle's table) in place.
         let bytes = &module.code_object;
-        let mut image = vec![0u64; bytes.len().div_ceil(8)];
-        for (word, chunk) in image.iter_mut().zip(bytes.chunks(8)) {
+        let mut image_words = vec![0u64; bytes.len().div_ceil(8)];
+        for (word, chunk) in image_words.iter_mut().zip(bytes.chunks(8)) {
             let mut le = [0u8; 8];
             le[..chunk.len()].copy_from_slice(chunk);
             *word = u64::from_le_bytes(le);
         }
         // SAFETY: the little-endian words hold `bytes` in order (x86-64 and every HIP host is
-        // little-endian), so the first `bytes.len()` bytes of `image` are the code object.
-        let view = unsafe { std::slice::from_raw_parts(image.as_ptr().cast::<u8>(), bytes.len()) };
+        // little-endian), so the first `bytes.len()` bytes of `image_words` are the code object.
+        let view =
+            unsafe { std::slice::from_raw_parts(image_words.as_ptr().cast::<u8>(), bytes.len()) };
         let _bound = self.bind()?;
         // SAFETY: `validate` checked that this is an AMDGPU ELF whose headers, sections and
-        // segments all lie inside these bytes, which is everything HIP reads through; the image
+        // segments all lie inside these bytes, or an offload bundle whose table and entries do
+        // and whose every HIP entry is such an ELF: everything HIP reads through; the image
         // stays alive (and unmoved) in the module until after hipModuleUnload.
         let raw = self.trimming_on_oom(|| unsafe { self.hip.module_load_data(view) });
         let raw = raw.map_err(|e| {
-            Error::new(
-                e.code(),
+            let built_for = if image.is_bundle() {
                 format!(
-                    "{}; the code object was built for {}: is that hip://{}'s architecture?",
-                    e.message(),
-                    code.target,
+                    "the offload bundle holds code objects for [{}]: is hip://{}'s architecture \
+                     among them?",
+                    image.targets().join(", "),
                     self.device
-                ),
-            )
+                )
+            } else {
+                format!(
+                    "the code object was built for {}: is that hip://{}'s architecture?",
+                    image.targets().join(", "),
+                    self.device
+                )
+            };
+            Error::new(e.code(), format!("{}; {built_for}", e.message()))
         })?;
         if raw.is_null() {
             return Err(null_from("hipModuleLoadData"));
@@ -1501,7 +1510,7 @@ impl StreamApi for HipStreamApi {
                 raw,
                 entry_points: entry_points.clone(),
                 status_words: status_words.clone(),
-                _image: image,
+                _image: image_words,
             },
         );
         Ok(LoadedModule {

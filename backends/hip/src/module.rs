@@ -10,8 +10,10 @@
 //!   with a message saying how to supply the metadata.
 //!
 //! A code object is what `hipModuleLoadData` loads: a linked AMDGPU ELF (`clang -x hip
-//! --cuda-device-only --no-gpu-bundle-output`, `hipcc --genco` then `clang-offload-bundler
-//! --unbundle`, or hiprtc's output, see [`crate::rtc`]). Each entry point names a kernel
+//! --cuda-device-only --no-gpu-bundle-output`, or hiprtc's output, see [`crate::rtc`]), or a
+//! clang offload bundle of them for several GPUs (`hipcc --genco --offload-arch=gfx90a
+//! --offload-arch=gfx1100`), from which HIP loads the entry for the device's architecture.
+//! Each entry point names a kernel
 //! (its symbol: declare kernels `extern "C"` or give the mangled name) that takes, in order,
 //! one device pointer per binding and one 4-byte value per `u32` constant, which is how
 //! [`crate::api::HipStreamApi`] passes dispatch parameters.
@@ -55,8 +57,21 @@
 //! [`CodeObject::check_entry_point`] tells from the argument metadata whether a kernel takes
 //! one.
 //!
+//! # Offload bundles
+//!
+//! An offload bundle (`__CLANG_OFFLOAD_BUNDLE__`, what `hipcc --genco` writes) is a table of
+//! entries, each a target triple and a byte range: an empty host entry
+//! (`host-x86_64-unknown-linux`) and one code object per GPU architecture
+//! (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`). [`HipModule::validate`] checks the table (every
+//! entry inside the bytes, no GPU target twice) and every HIP code object in it, as if each
+//! were loaded alone: its ELF, its metadata against the entry points, and that its ELF
+//! target is the one its triple names, since HIP picks the entry by the triple and loads its
+//! ELF. Entries for other offload kinds (OpenMP, ...) are skipped, as HIP skips them; a bundle
+//! with no HIP code object is refused. Compressed bundles (`CCOB`, `--offload-compress`) are
+//! refused: HIP 5 cannot read them, and checking them would mean decompressing them first.
+//!
 //! Whether the code object's target (`gfx90a`, ...) matches the device is only known when HIP
-//! loads it; a load error names the target the code object was built for.
+//! loads it; a load error names the targets the module was built for.
 
 use std::any::Any;
 use std::fmt;
@@ -78,6 +93,8 @@ const HEADER_MAGIC: &[u8; 8] = b"HLCNHIP1";
 const HEADER_MAGIC_SHARED: &[u8; 8] = b"HLCNHIP2";
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 const OFFLOAD_BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+/// A compressed offload bundle (clang `--offload-compress`).
+const COMPRESSED_BUNDLE_MAGIC: &[u8] = b"CCOB";
 /// `ELFOSABI_AMDGPU_HSA`.
 const OSABI_AMDGPU_HSA: u8 = 64;
 /// `ET_DYN`.
@@ -100,7 +117,8 @@ fn invalid(message: impl Into<String>) -> Error {
 /// A code object with the metadata of the entry points to expose, in dispatch index order.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HipModule {
-    /// The code object: a linked AMDGPU ELF (see the [module docs](self)).
+    /// The code object: a linked AMDGPU ELF, or an offload bundle of them (see the
+    /// [module docs](self)).
     pub code_object: Vec<u8>,
     /// The kernels to expose, by symbol name, with their metadata.
     pub entry_points: Vec<EntryPoint>,
@@ -239,14 +257,16 @@ impl HipModule {
         }
     }
 
-    /// Checks the code object and the entry points against its kernel metadata (see the
-    /// [module docs](self)); returns what the code object says about itself.
-    pub fn validate(&self) -> Result<CodeObject> {
-        let code = CodeObject::parse(&self.code_object)?;
+    /// Checks the code object (or each code object of an offload bundle) and the entry points
+    /// against its kernel metadata (see the [module docs](self)); returns what the code
+    /// objects say about themselves.
+    pub fn validate(&self) -> Result<ValidatedImage> {
+        let image = ValidatedImage::parse(&self.code_object)?;
         if self.entry_points.is_empty() {
+            let code = &image.code_objects[0];
             return Err(invalid(format!(
                 "HIP executable declares no entry points; its code object ({}) has kernels [{}]",
-                code.target,
+                image.targets().join(", "),
                 code.kernel_names().join(", ")
             )));
         }
@@ -264,10 +284,318 @@ impl HipModule {
                     entry.name
                 )));
             }
-            code.check_entry_point(entry)?;
+            image.check_entry_point(entry)?;
         }
-        Ok(code)
+        Ok(image)
     }
+}
+
+/// What [`HipModule::validate`] found in a module's bytes: one code object, or the HIP code
+/// objects of an offload bundle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedImage {
+    /// The code object, or each HIP code object of the bundle in the bundle's order (at least
+    /// one).
+    pub code_objects: Vec<CodeObject>,
+    /// Each code object's offload bundle triple (`hipv4-amdgcn-amd-amdhsa--gfx90a`), when the
+    /// bytes are a bundle; empty for a bare code object.
+    pub bundle_triples: Vec<String>,
+}
+
+impl ValidatedImage {
+    /// Parses and checks a code object or an offload bundle (see the [module docs](self)).
+    pub fn parse(bytes: &[u8]) -> Result<ValidatedImage> {
+        if bytes.starts_with(COMPRESSED_BUNDLE_MAGIC) {
+            return Err(invalid(
+                "this is a compressed offload bundle (CCOB, clang --offload-compress), which HIP 5 \
+                 cannot load and halcyon cannot check without decompressing it: build without \
+                 --offload-compress",
+            ));
+        }
+        if !bytes.starts_with(OFFLOAD_BUNDLE_MAGIC) {
+            return Ok(ValidatedImage {
+                code_objects: vec![CodeObject::parse(bytes)?],
+                bundle_triples: Vec::new(),
+            });
+        }
+        let entries = bundle_entries(bytes)?;
+        let mut image = ValidatedImage {
+            code_objects: Vec::new(),
+            bundle_triples: Vec::new(),
+        };
+        for (index, entry) in entries.iter().enumerate() {
+            let Some(target) = hip_bundle_target(entry.triple) else {
+                continue;
+            };
+            let context = |e: Error| {
+                Error::new(
+                    e.code(),
+                    format!(
+                        "offload bundle entry {index} ({}, bytes {}..{}): {}",
+                        entry.triple,
+                        entry.range.0,
+                        entry.range.1,
+                        e.message()
+                    ),
+                )
+            };
+            if let Some(earlier) = image
+                .bundle_triples
+                .iter()
+                .position(|t| hip_bundle_target(t) == Some(target))
+            {
+                return Err(context(invalid(format!(
+                    "the bundle already has a code object for {target} ({})",
+                    image.bundle_triples[earlier]
+                ))));
+            }
+            let code = CodeObject::parse(&bytes[entry.range.0..entry.range.1]).map_err(context)?;
+            if !target_matches(target, &code.target) {
+                return Err(context(invalid(format!(
+                    "the entry is labelled {target} but holds a code object for {}; HIP picks \
+                     the entry by its label, so rebuild the bundle",
+                    code.target
+                ))));
+            }
+            image.code_objects.push(code);
+            image.bundle_triples.push(entry.triple.to_string());
+        }
+        if image.code_objects.is_empty() {
+            let triples: Vec<&str> = entries.iter().map(|e| e.triple).collect();
+            return Err(invalid(format!(
+                "the offload bundle holds no HIP code object (an amdgcn entry of kind hip or \
+                 hipv4); its entries are [{}]",
+                triples.join(", ")
+            )));
+        }
+        Ok(image)
+    }
+
+    /// Whether the bytes were an offload bundle.
+    pub fn is_bundle(&self) -> bool {
+        !self.bundle_triples.is_empty()
+    }
+
+    /// The target ID of each code object (`gfx90a:xnack+`).
+    pub fn targets(&self) -> Vec<&str> {
+        self.code_objects
+            .iter()
+            .map(|c| c.target.as_str())
+            .collect()
+    }
+
+    /// Checks `entry` against its kernel in every code object (see
+    /// [`CodeObject::check_entry_point`]); returns whether the kernel takes a status word, which
+    /// every code object must agree on.
+    pub fn check_entry_point(&self, entry: &EntryPoint) -> Result<bool> {
+        let mut status_word = None;
+        for (index, code) in self.code_objects.iter().enumerate() {
+            let takes = code.check_entry_point(entry).map_err(|e| {
+                if self.is_bundle() {
+                    Error::new(
+                        e.code(),
+                        format!(
+                            "offload bundle code object for {}: {}",
+                            code.target,
+                            e.message()
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
+            match status_word {
+                Some((first, first_index)) if first != takes => {
+                    let target = |i: usize| self.code_objects[i].target.as_str();
+                    let (with, without) = if first {
+                        (target(first_index), target(index))
+                    } else {
+                        (target(index), target(first_index))
+                    };
+                    return Err(invalid(format!(
+                        "kernel '{}' takes a status word in the bundle's {with} code object but \
+                         not in its {without} one: build every target from the same source",
+                        entry.name
+                    )));
+                }
+                _ => status_word = Some((takes, index)),
+            }
+        }
+        Ok(status_word.is_some_and(|(takes, _)| takes))
+    }
+
+    /// The kernel `symbol` of each code object that has it.
+    pub fn kernels<'a>(&'a self, symbol: &'a str) -> impl Iterator<Item = &'a KernelInfo> + 'a {
+        self.code_objects
+            .iter()
+            .filter_map(move |c| c.kernel(symbol))
+    }
+}
+
+/// An offload bundle of code objects for several GPUs, from which HIP loads the device's
+/// (see the [module docs](self)): what `hipcc --genco` writes for several `--offload-arch`s,
+/// made here from code objects built one target at a time, for example by hiprtc
+/// ([`crate::rtc`]). Each code object is checked ([`CodeObject::parse`]) and labelled with its
+/// own target (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`); an empty host entry comes first, as
+/// clang's does. `InvalidArgument` if there is no code object, one is not valid, or two are
+/// for the same target.
+///
+/// ```
+/// # fn main() -> halcyon::Result<()> {
+/// // Any code object will do; this one is the test suite's, built for gfx900.
+/// let gfx900 = include_bytes!("../tests/data/conformance-gfx900.hsaco");
+/// let bundle = halcyon_hip::module::offload_bundle(&[gfx900])?;
+/// let image = halcyon_hip::module::ValidatedImage::parse(&bundle)?;
+/// assert_eq!(image.bundle_triples, ["hipv4-amdgcn-amd-amdhsa--gfx900"]);
+/// # Ok(())
+/// # }
+/// ```
+pub fn offload_bundle(code_objects: &[&[u8]]) -> Result<Vec<u8>> {
+    if code_objects.is_empty() {
+        return Err(invalid("an offload bundle needs at least one code object"));
+    }
+    let mut entries: Vec<(String, &[u8])> = vec![(HOST_TRIPLE.to_string(), &[])];
+    for (index, bytes) in code_objects.iter().enumerate() {
+        let code = CodeObject::parse(bytes)
+            .map_err(|e| Error::new(e.code(), format!("code object {index}: {}", e.message())))?;
+        let kind = if code.version >= 4 { "hipv4" } else { "hip" };
+        entries.push((format!("{kind}-amdgcn-amd-amdhsa--{}", code.target), bytes));
+    }
+    let bundle = write_bundle(&entries);
+    // The same checks as any bundle's: two code objects for one target are refused here.
+    ValidatedImage::parse(&bundle)?;
+    Ok(bundle)
+}
+
+/// The host entry clang writes into every HIP offload bundle.
+const HOST_TRIPLE: &str = "host-x86_64-unknown-linux";
+
+/// An offload bundle laid out as clang-offload-bundler lays one out: the table, then each
+/// entry's bytes at the next 4096-byte boundary (an empty entry takes none).
+fn write_bundle<T: AsRef<str>>(entries: &[(T, &[u8])]) -> Vec<u8> {
+    let mut out = OFFLOAD_BUNDLE_MAGIC.to_vec();
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    let table_len = out.len()
+        + entries
+            .iter()
+            .map(|(t, _)| 24 + t.as_ref().len())
+            .sum::<usize>();
+    let mut offset = table_len.next_multiple_of(4096);
+    let mut offsets = Vec::new();
+    for (triple, bytes) in entries {
+        offsets.push(offset);
+        out.extend_from_slice(&(offset as u64).to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(triple.as_ref().len() as u64).to_le_bytes());
+        out.extend_from_slice(triple.as_ref().as_bytes());
+        offset = (offset + bytes.len()).next_multiple_of(4096);
+    }
+    for ((_, bytes), at) in entries.iter().zip(offsets) {
+        if !bytes.is_empty() {
+            out.resize(at, 0);
+            out.extend_from_slice(bytes);
+        }
+    }
+    out
+}
+
+/// One entry of an offload bundle's table.
+struct BundleEntry<'a> {
+    triple: &'a str,
+    /// `start..end` of its bytes, inside the bundle.
+    range: (usize, usize),
+}
+
+/// The entries of an offload bundle: the magic, a `u64` entry count, then per entry its
+/// offset, size and triple length (`u64`s) and the triple's bytes. Every entry lies inside
+/// `bytes` (HIP reads the bundle through this table and has no length argument).
+fn bundle_entries(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>> {
+    let malformed = |what: String| {
+        invalid(format!(
+            "malformed offload bundle ({} bytes): {what}",
+            bytes.len()
+        ))
+    };
+    let mut at = OFFLOAD_BUNDLE_MAGIC.len();
+    let count = read::<8>(bytes, at)
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| malformed("it ends before its entry count".into()))?;
+    at += 8;
+    // Each entry takes at least 24 bytes of table, so a count the bytes cannot hold is refused
+    // before anything is allocated for it.
+    if count == 0 || count > (bytes.len() - at) as u64 / 24 {
+        return Err(malformed(format!(
+            "it declares {count} entries, which its table cannot hold"
+        )));
+    }
+    // The whole table first, then where the entries lie: a cut table is named as such.
+    let mut table = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let field = |at: usize, what: &str| {
+            read::<8>(bytes, at)
+                .map(u64::from_le_bytes)
+                .ok_or_else(|| malformed(format!("entry {index}'s {what} lies past the end")))
+        };
+        let (offset, size, triple_len) = (
+            field(at, "offset")?,
+            field(at + 8, "size")?,
+            field(at + 16, "triple length")?,
+        );
+        at += 24;
+        let triple = span(at as u64, triple_len, bytes.len())
+            .and_then(|(start, len)| std::str::from_utf8(&bytes[start..start + len]).ok())
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+            .ok_or_else(|| {
+                malformed(format!(
+                    "entry {index}'s triple ({triple_len} bytes at {at}) is not printable text \
+                     inside the bundle"
+                ))
+            })?;
+        at += triple.len();
+        table.push((triple, offset, size));
+    }
+    table
+        .into_iter()
+        .enumerate()
+        .map(|(index, (triple, offset, size))| {
+            // An empty entry (the host's) is read by no one, wherever it says it lies.
+            let range = if size == 0 {
+                (0, 0)
+            } else {
+                let (start, len) = span(offset, size, bytes.len()).ok_or_else(|| {
+                    malformed(format!(
+                        "entry {index} ({triple}) declares bytes {offset}..{} past the end",
+                        offset.saturating_add(size)
+                    ))
+                })?;
+                (start, start + len)
+            };
+            Ok(BundleEntry { triple, range })
+        })
+        .collect()
+}
+
+/// The target ID of a HIP code object entry's triple (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-`
+/// gives `gfx90a:xnack-`), or `None` for an entry HIP does not load (the host's, OpenMP's).
+fn hip_bundle_target(triple: &str) -> Option<&str> {
+    let rest = triple
+        .strip_prefix("hipv4-")
+        .or_else(|| triple.strip_prefix("hip-"))?;
+    // arch-vendor-os-environment-target ID; the target ID's features may hold '-' (xnack-).
+    let mut parts = rest.splitn(5, '-');
+    let arch = parts.next()?;
+    let target = parts.nth(3)?;
+    (arch == "amdgcn" && !target.is_empty()).then_some(target)
+}
+
+/// Whether a code object whose ELF says `elf` is what a bundle entry labelled `label` promises:
+/// the same processor, and every feature the label sets (`xnack+`) set the same way.
+fn target_matches(label: &str, elf: &str) -> bool {
+    let mut label = label.split(':');
+    let mut elf = elf.split(':');
+    let processor = label.next() == elf.next();
+    let features: Vec<&str> = elf.collect();
+    processor && label.all(|feature| features.contains(&feature))
 }
 
 /// One explicit or hidden kernel argument, from the code object's metadata.
@@ -480,9 +808,8 @@ impl<'a> Elf<'a> {
     fn parse(bytes: &'a [u8]) -> Result<Elf<'a>> {
         if bytes.starts_with(OFFLOAD_BUNDLE_MAGIC) {
             return Err(invalid(
-                "this is a clang offload bundle (hipcc --genco output), not a code object: \
-                 unbundle the gfx target's code object (clang-offload-bundler --unbundle, or \
-                 compile with --no-gpu-bundle-output)",
+                "this is a clang offload bundle, not a single code object: bundles are read by \
+                 HipModule::validate (ValidatedImage::parse), and do not nest",
             ));
         }
         if !bytes.starts_with(ELF_MAGIC) {
@@ -1007,6 +1334,184 @@ mod tests {
     /// The conformance kernels (`crate::rtc::CONFORMANCE_KERNELS_SOURCE`) compiled by hiprtc
     /// for gfx900 (HIP 5.2.3, code object v4): a real code object to validate without a GPU.
     const GFX900: &[u8] = include_bytes!("../tests/data/conformance-gfx900.hsaco");
+    /// `tests/data/conformance.hip` built by `hipcc --genco --offload-arch=gfx900
+    /// --offload-arch=gfx90a:xnack+ -O3` (HIP 5.2.3, clang 15): an offload bundle.
+    const BUNDLE: &[u8] = include_bytes!("../tests/data/conformance-bundle.co");
+
+    /// The byte range of each entry of a bundle, with its triple.
+    fn entries(bytes: &[u8]) -> Vec<(String, std::ops::Range<usize>)> {
+        bundle_entries(bytes)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.triple.to_string(), e.range.0..e.range.1))
+            .collect()
+    }
+
+    #[test]
+    fn a_hipcc_offload_bundle_validates_every_code_object() {
+        let image = module(BUNDLE, standard()).validate().unwrap();
+        assert!(image.is_bundle());
+        assert_eq!(image.targets(), ["gfx900", "gfx90a:xnack+"]);
+        assert_eq!(image.bundle_triples, image::BUNDLE_TRIPLES);
+        assert_eq!(image.kernels("saxpy_f32").count(), 2);
+        assert!(image.check_entry_point(&standard()[2]).unwrap());
+        assert!(!image.check_entry_point(&standard()[0]).unwrap());
+        // The host entry is empty; the gfx900 entry is the same kernels hiprtc builds.
+        let found = entries(BUNDLE);
+        assert_eq!(found[0].0, "host-x86_64-unknown-linux");
+        assert!(found[0].1.is_empty());
+        let gfx900 = CodeObject::parse(&BUNDLE[found[1].1.clone()]).unwrap();
+        let mut names = gfx900.kernel_names();
+        names.sort();
+        assert_eq!(names, ["add_one_u32", "fail", "saxpy_f32"]);
+        // A bundle written here from the hiprtc code object validates too.
+        // A bundle made here from the hiprtc code object validates too, laid out as hipcc's.
+        let ours = offload_bundle(&[GFX900]).unwrap();
+        let image = module(&ours, standard()).validate().unwrap();
+        assert_eq!(image.bundle_triples, [TRIPLE_900]);
+        assert_eq!(entries(&ours)[1].1.start, entries(BUNDLE)[1].1.start);
+        let gfx90a = &BUNDLE[entries(BUNDLE)[2].1.clone()];
+        let both = offload_bundle(&[GFX900, gfx90a]).unwrap();
+        assert_eq!(
+            ValidatedImage::parse(&both).unwrap().bundle_triples,
+            image::BUNDLE_TRIPLES
+        );
+        assert!(err(offload_bundle(&[])).message().contains("at least one"));
+        let e = err(offload_bundle(&[GFX900, GFX900]));
+        assert!(
+            e.message().contains("already has a code object for gfx900"),
+            "{e}"
+        );
+        let e = err(offload_bundle(&[GFX900, &GFX900[..100]]));
+        assert!(e.message().starts_with("code object 1: truncated"), "{e}");
+    }
+
+    const TRIPLE_900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
+
+    mod image {
+        /// The GPU entries of `BUNDLE`.
+        pub const BUNDLE_TRIPLES: [&str; 2] = [
+            "hipv4-amdgcn-amd-amdhsa--gfx900",
+            "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
+        ];
+    }
+
+    #[test]
+    fn a_bundle_entry_that_is_bad_is_refused_naming_it() {
+        let found = entries(BUNDLE);
+        let gfx90a = found[2].1.clone();
+        let check = |bytes: &[u8], expected: &str| {
+            let e = module(bytes, standard()).validate().unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(e.message().contains(expected), "{expected}: {e}");
+        };
+        // The table: the count, an entry's numbers, its triple, its bytes.
+        check(&BUNDLE[..30], "ends before its entry count");
+        let patched = |at: usize, value: &[u8]| {
+            let mut bytes = BUNDLE.to_vec();
+            bytes[at..at + value.len()].copy_from_slice(value);
+            bytes
+        };
+        check(&patched(24, &0u64.to_le_bytes()), "declares 0 entries");
+        check(
+            &patched(24, &u64::MAX.to_le_bytes()),
+            "which its table cannot hold",
+        );
+        // The table is 32 bytes, then (24 + triple) per entry: entry 2 starts at 136.
+        check(&BUNDLE[..140], "entry 2's offset lies past the end");
+        check(
+            &BUNDLE[..100],
+            "declares 3 entries, which its table cannot hold",
+        );
+        // Entry 1's offset is at 32 + 24 + 25 (the host entry and its triple).
+        let entry1 = 32 + 24 + 25;
+        check(
+            &patched(entry1 + 8, &(BUNDLE.len() as u64).to_le_bytes()),
+            "entry 1 (hipv4-amdgcn-amd-amdhsa--gfx900) declares bytes",
+        );
+        check(&patched(entry1, &u64::MAX.to_le_bytes()), "past the end");
+        check(
+            &patched(entry1 + 16, &(1u64 << 40).to_le_bytes()),
+            "entry 1's triple",
+        );
+        check(&patched(entry1 + 24, b"\0"), "is not printable text");
+        // An entry's code object, checked as one loaded alone, and named.
+        check(
+            &patched(gfx90a.start + 18, &62u16.to_le_bytes()),
+            "offload bundle entry 2 (hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+, bytes",
+        );
+        check(
+            &patched(gfx90a.start + 18, &62u16.to_le_bytes()),
+            "e_machine is 62",
+        );
+        let cut = &BUNDLE[..gfx90a.end - 1];
+        check(
+            cut,
+            "entry 2 (hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+) declares bytes",
+        );
+        // A label that does not name the code object's target: HIP would pick it by label.
+        let at = BUNDLE
+            .windows(13)
+            .position(|w| w == b"gfx90a:xnack+")
+            .unwrap();
+        check(
+            &patched(at, b"gfx906:xnack+"),
+            "labelled gfx906:xnack+ but holds a code object for gfx90a:xnack+",
+        );
+        check(
+            &patched(at, b"gfx90a:xnack-"),
+            "labelled gfx90a:xnack- but holds a code object for gfx90a:xnack+",
+        );
+        // The same target twice, no HIP entry, a nested or compressed bundle.
+        check(
+            &write_bundle(&[(TRIPLE_900, GFX900), (TRIPLE_900, GFX900)]),
+            "the bundle already has a code object for gfx900",
+        );
+        check(
+            &write_bundle(&[
+                (HOST_TRIPLE, &[]),
+                ("openmp-amdgcn-amd-amdhsa--gfx900", GFX900),
+            ]),
+            "holds no HIP code object (an amdgcn entry of kind hip or hipv4); its entries are \
+             [host-x86_64-unknown-linux, openmp-amdgcn-amd-amdhsa--gfx900]",
+        );
+        check(&write_bundle(&[(TRIPLE_900, BUNDLE)]), "do not nest");
+        let mut compressed = b"CCOB".to_vec();
+        compressed.extend_from_slice(&BUNDLE[4..]);
+        check(&compressed, "compressed offload bundle (CCOB");
+        // Entry points are checked against every code object, naming the one that fails.
+        let mut wrong = standard();
+        wrong[1].constant_count = 1;
+        let e = module(BUNDLE, wrong).validate().unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("offload bundle code object for gfx900: entry point 'saxpy_f32'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bundle_triples_name_their_targets() {
+        assert_eq!(hip_bundle_target(TRIPLE_900), Some("gfx900"));
+        assert_eq!(
+            hip_bundle_target("hip-amdgcn-amd-amdhsa--gfx90a:sramecc-:xnack-"),
+            Some("gfx90a:sramecc-:xnack-")
+        );
+        for other in [
+            "host-x86_64-unknown-linux",
+            "openmp-amdgcn-amd-amdhsa--gfx900",
+            "hipv4-nvptx64-nvidia-cuda--sm_90",
+            "hipv4-amdgcn-amd-amdhsa--",
+            "hipv4-amdgcn-amd-amdhsa",
+        ] {
+            assert_eq!(hip_bundle_target(other), None, "{other}");
+        }
+        assert!(target_matches("gfx90a", "gfx90a:sramecc+:xnack-"));
+        assert!(target_matches("gfx90a:xnack-", "gfx90a:sramecc+:xnack-"));
+        assert!(!target_matches("gfx90a:xnack+", "gfx90a:sramecc+:xnack-"));
+        assert!(!target_matches("gfx90a:xnack-", "gfx90a"));
+        assert!(!target_matches("gfx90", "gfx90a"));
+    }
 
     fn entry(name: &str, wg: [u32; 3], bindings: u32, constants: u32) -> EntryPoint {
         EntryPoint {
@@ -1035,7 +1540,9 @@ mod tests {
 
     #[test]
     fn real_code_object_validates_with_its_metadata() {
-        let code = module(GFX900, standard()).validate().unwrap();
+        let image = module(GFX900, standard()).validate().unwrap();
+        assert!(!image.is_bundle());
+        let code = &image.code_objects[0];
         assert_eq!(code.version, 4);
         assert!(code.target.starts_with("gfx900"), "{}", code.target);
         let mut names = code.kernel_names();
@@ -1143,10 +1650,6 @@ mod tests {
             assert!(e.message().contains(expected), "{expected}: {e}");
         }
 
-        let mut bundle = OFFLOAD_BUNDLE_MAGIC.to_vec();
-        bundle.extend_from_slice(GFX900);
-        let e = module(&bundle, standard()).validate().unwrap_err();
-        assert!(e.message().contains("offload bundle"), "{e}");
         let e = module(&[], standard()).validate().unwrap_err();
         assert!(e.message().contains("0 bytes in all"), "{e}");
         let e = module(&GFX900[..40], standard()).validate().unwrap_err();

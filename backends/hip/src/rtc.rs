@@ -498,7 +498,12 @@ mod tests {
             ],
         );
         let info = module.validate().unwrap();
-        assert!(info.target.starts_with("gfx900"), "{}", info.target);
+        assert!(!info.is_bundle());
+        assert!(
+            info.targets()[0].starts_with("gfx900"),
+            "{:?}",
+            info.targets()
+        );
     }
 
     #[test]

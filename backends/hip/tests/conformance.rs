@@ -122,6 +122,41 @@ fn hip_driver_reports_what_is_missing() {
     }
 }
 
+/// The conformance code object in an offload bundle (as `hipcc --genco` output is, here made
+/// by `halcyon_hip::module::offload_bundle`): HIP picks the device's entry and runs it.
+#[test]
+fn the_code_object_runs_from_an_offload_bundle() {
+    struct Bundled;
+    impl halcyon_conformance::Kernels for Bundled {
+        fn load(&self, device: &Device) -> Result<Executable> {
+            let bundle = halcyon_hip::module::offload_bundle(&[&code_object()?])?;
+            let entries = vec![
+                kernels::add_one_u32(),
+                kernels::saxpy_f32(),
+                kernels::fail(),
+            ];
+            device.load_executable(&HipModule::new(bundle, entries).spec())
+        }
+
+        fn can_fail(&self) -> bool {
+            true
+        }
+    }
+    let new_device = || device(CompletionStrategy::CompletionThread);
+    halcyon_conformance::run(
+        "saxpy_dispatch",
+        new_device,
+        &Bundled,
+        halcyon_conformance::cases::saxpy_dispatch,
+    );
+    halcyon_conformance::run(
+        "failing_dispatch_fails_the_chain",
+        new_device,
+        &Bundled,
+        halcyon_conformance::cases::failing_dispatch_fails_the_chain,
+    );
+}
+
 /// Two halcyon devices over `hip://0` (the code object is compiled for its architecture, which
 /// a second GPU need not share), each with its own streams, events and memory.
 fn pair(completion: CompletionStrategy) -> Result<(Device, Device)> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Result};
-use halcyon_conformance::kernels;
+use halcyon_conformance::{kernels, Kernels as _};
 use halcyon_hip::result::Hip;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
 
@@ -294,6 +294,77 @@ fn a_code_object_for_another_gpu_is_refused_naming_its_target() {
     let err = device.load_executable(&module.spec()).unwrap_err();
     assert!(err.message().contains("hipErrorNoBinaryForGpu"), "{err}");
     assert!(err.message().contains("gfx90a"), "{err}");
+}
+
+/// `tests/data/conformance.hip` built by `hipcc --genco --offload-arch=gfx900
+/// --offload-arch=gfx90a:xnack+`: an offload bundle, as HIP's module workflow makes them.
+const BUNDLE: &[u8] = include_bytes!("data/conformance-bundle.co");
+
+/// The suite's standard kernels from a code object or bundle.
+struct KernelsFrom(Vec<u8>);
+
+impl halcyon_conformance::Kernels for KernelsFrom {
+    fn load(&self, device: &Device) -> Result<halcyon::Executable> {
+        let entries = vec![
+            kernels::add_one_u32(),
+            kernels::saxpy_f32(),
+            kernels::fail(),
+        ];
+        device.load_executable(&HipModule::new(self.0.clone(), entries).spec())
+    }
+
+    fn can_fail(&self) -> bool {
+        true
+    }
+}
+
+/// A `hipcc --genco` offload bundle for gfx900 and gfx90a loads as is: HIP picks the device's
+/// (gfx900) code object, whose kernels run and fail through their status word. So does a
+/// bundle halcyon_hip makes; one with no code object for the device is
+/// `hipErrorNoBinaryForGpu`, naming the targets the bundle has.
+#[test]
+fn an_offload_bundle_runs_the_devices_code_object() {
+    use halcyon_hip::module::offload_bundle;
+    let new_device = || {
+        device(
+            hip(),
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::Auto,
+        )
+    };
+    let before = fake().stats();
+    let ours = offload_bundle(&[CODE_OBJECT]).unwrap();
+    for bytes in [BUNDLE.to_vec(), ours] {
+        let kernels = KernelsFrom(bytes);
+        halcyon_conformance::run(
+            "saxpy_dispatch",
+            new_device,
+            &kernels,
+            halcyon_conformance::cases::saxpy_dispatch,
+        );
+        halcyon_conformance::run(
+            "failing_dispatch_fails_the_chain",
+            new_device,
+            &kernels,
+            halcyon_conformance::cases::failing_dispatch_fails_the_chain,
+        );
+    }
+    assert!(fake().stats().kernels_run > before.kernels_run);
+
+    let mut gfx90a = CODE_OBJECT.to_vec();
+    // e_flags' EF_AMDGPU_MACH: gfx900 (0x2c) becomes gfx90a (0x3f).
+    gfx90a[0x30] = 0x3f;
+    let elsewhere = offload_bundle(&[&gfx90a]).unwrap();
+    let err = KernelsFrom(elsewhere)
+        .load(&new_device().unwrap())
+        .unwrap_err();
+    assert!(err.message().contains("hipErrorNoBinaryForGpu"), "{err}");
+    assert!(
+        err.message()
+            .contains("the offload bundle holds code objects for [gfx90a]: is hip://0's"),
+        "{err}"
+    );
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
 }
 
 /// A write and a read larger than a staging chunk go through pinned staging of at most
