@@ -350,7 +350,7 @@ impl ValidatedImage {
                 ))));
             }
             let code = CodeObject::parse(&bytes[entry.range.0..entry.range.1]).map_err(context)?;
-            if !target_matches(target, &code.target) {
+            if !target_matches(target, &code.target, code.version) {
                 return Err(context(invalid(format!(
                     "the entry is labelled {target} but holds a code object for {}; HIP picks \
                      the entry by its label, so rebuild the bundle",
@@ -589,13 +589,21 @@ fn hip_bundle_target(triple: &str) -> Option<&str> {
 }
 
 /// Whether a code object whose ELF says `elf` is what a bundle entry labelled `label` promises:
-/// the same processor, and every feature the label sets (`xnack+`) set the same way.
-fn target_matches(label: &str, elf: &str) -> bool {
+/// the same processor, and every feature the label sets (`xnack+`) set the same way. Code
+/// object v3 has one bit per feature, so there an unset feature is the label's `xnack-`.
+fn target_matches(label: &str, elf: &str, version: u32) -> bool {
     let mut label = label.split(':');
     let mut elf = elf.split(':');
     let processor = label.next() == elf.next();
     let features: Vec<&str> = elf.collect();
-    processor && label.all(|feature| features.contains(&feature))
+    processor
+        && label.all(|feature| {
+            features.contains(&feature)
+                || (version == 3
+                    && feature
+                        .strip_suffix('-')
+                        .is_some_and(|name| !features.contains(&format!("{name}+").as_str())))
+        })
 }
 
 /// One explicit or hidden kernel argument, from the code object's metadata.
@@ -1506,11 +1514,19 @@ mod tests {
         ] {
             assert_eq!(hip_bundle_target(other), None, "{other}");
         }
-        assert!(target_matches("gfx90a", "gfx90a:sramecc+:xnack-"));
-        assert!(target_matches("gfx90a:xnack-", "gfx90a:sramecc+:xnack-"));
-        assert!(!target_matches("gfx90a:xnack+", "gfx90a:sramecc+:xnack-"));
-        assert!(!target_matches("gfx90a:xnack-", "gfx90a"));
-        assert!(!target_matches("gfx90", "gfx90a"));
+        assert!(target_matches("gfx90a", "gfx90a:sramecc+:xnack-", 4));
+        assert!(target_matches("gfx90a:xnack-", "gfx90a:sramecc+:xnack-", 4));
+        assert!(!target_matches(
+            "gfx90a:xnack+",
+            "gfx90a:sramecc+:xnack-",
+            4
+        ));
+        assert!(!target_matches("gfx90a:xnack-", "gfx90a", 4));
+        assert!(!target_matches("gfx90", "gfx90a", 4));
+        // v3: xnack off is no feature at all.
+        assert!(target_matches("gfx906:xnack-", "gfx906", 3));
+        assert!(!target_matches("gfx906:xnack-", "gfx906:xnack+", 3));
+        assert!(target_matches("gfx906:xnack+", "gfx906:xnack+", 3));
     }
 
     fn entry(name: &str, wg: [u32; 3], bindings: u32, constants: u32) -> EntryPoint {
