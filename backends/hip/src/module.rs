@@ -60,15 +60,26 @@
 //! # Offload bundles
 //!
 //! An offload bundle (`__CLANG_OFFLOAD_BUNDLE__`, what `hipcc --genco` writes) is a table of
-//! entries, each a target triple and a byte range: an empty host entry
+//! entries, each an entry ID and a byte range: an empty host entry
 //! (`host-x86_64-unknown-linux`) and one code object per GPU architecture
-//! (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`). [`HipModule::validate`] checks the table (every
-//! entry inside the bytes, no GPU target twice) and every HIP code object in it, as if each
-//! were loaded alone: its ELF, its metadata against the entry points, and that its ELF
-//! target is the one its triple names, since HIP picks the entry by the triple and loads its
-//! ELF. Entries for other offload kinds (OpenMP, ...) are skipped, as HIP skips them; a bundle
-//! with no HIP code object is refused. Compressed bundles (`CCOB`, `--offload-compress`) are
-//! refused: HIP 5 cannot read them, and checking them would mean decompressing them first.
+//! (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+`). HIP reads the table in place (it has no length
+//! either), loads the entry for the device, and copies the bundle's first 4096 bytes whatever
+//! its size (the loader pads shorter images). [`HipModule::validate`] checks:
+//!
+//! * the table: every entry, even an empty one, inside the bytes;
+//! * every entry of a kind HIP loads (`hip`, `hipv4`, `hcc`: the ID up to its first `-`): its
+//!   ID must read `<kind>-amdgcn-amd-amdhsa--<target ID>`, and its bytes must pass the same
+//!   checks as a code object loaded alone (its ELF, its metadata against the entry points),
+//!   with the ELF's target the one the ID names, since HIP picks the entry by the ID. Other
+//!   spellings of those kinds (the pre-target-ID `amdgcn-amd-amdhsa-gfx906`, SPIR-V entries
+//!   HIP compiles at load time) are refused rather than handed to HIP unchecked, and so is a
+//!   target ID spelled the same twice;
+//! * at least one such entry. Entries of other kinds (the host's, OpenMP's) are only
+//!   bounds-checked: HIP does not load them.
+//!
+//! Compressed bundles (`CCOB`, `--offload-compress`) are refused: checking the code objects
+//! inside would mean decompressing them first. [`offload_bundle`] makes a bundle from code
+//! objects built one target at a time (hiprtc's).
 //!
 //! Whether the code object's target (`gfx90a`, ...) matches the device is only known when HIP
 //! loads it; a load error names the targets the module was built for.
@@ -264,9 +275,17 @@ impl HipModule {
         let image = ValidatedImage::parse(&self.code_object)?;
         if self.entry_points.is_empty() {
             let code = &image.code_objects[0];
+            let whose = if image.is_bundle() {
+                format!(
+                    "its offload bundle holds code objects for [{}]; the {} one has kernels",
+                    image.targets().join(", "),
+                    code.target
+                )
+            } else {
+                format!("its code object ({}) has kernels", code.target)
+            };
             return Err(invalid(format!(
-                "HIP executable declares no entry points; its code object ({}) has kernels [{}]",
-                image.targets().join(", "),
+                "HIP executable declares no entry points; {whose} [{}]",
                 code.kernel_names().join(", ")
             )));
         }
@@ -291,15 +310,11 @@ impl HipModule {
 }
 
 /// What [`HipModule::validate`] found in a module's bytes: one code object, or the HIP code
-/// objects of an offload bundle.
+/// objects of an offload bundle (at least one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedImage {
-    /// The code object, or each HIP code object of the bundle in the bundle's order (at least
-    /// one).
-    pub code_objects: Vec<CodeObject>,
-    /// Each code object's offload bundle triple (`hipv4-amdgcn-amd-amdhsa--gfx90a`), when the
-    /// bytes are a bundle; empty for a bare code object.
-    pub bundle_triples: Vec<String>,
+    code_objects: Vec<CodeObject>,
+    bundle_triples: Vec<String>,
 }
 
 impl ValidatedImage {
@@ -307,9 +322,9 @@ impl ValidatedImage {
     pub fn parse(bytes: &[u8]) -> Result<ValidatedImage> {
         if bytes.starts_with(COMPRESSED_BUNDLE_MAGIC) {
             return Err(invalid(
-                "this is a compressed offload bundle (CCOB, clang --offload-compress), which HIP 5 \
-                 cannot load and halcyon cannot check without decompressing it: build without \
-                 --offload-compress",
+                "this is a compressed offload bundle (CCOB, clang --offload-compress): halcyon \
+                 cannot check the code objects inside without decompressing them, so build \
+                 without --offload-compress",
             ));
         }
         if !bytes.starts_with(OFFLOAD_BUNDLE_MAGIC) {
@@ -324,25 +339,31 @@ impl ValidatedImage {
             bundle_triples: Vec::new(),
         };
         for (index, entry) in entries.iter().enumerate() {
-            let Some(target) = hip_bundle_target(entry.triple) else {
-                continue;
-            };
             let context = |e: Error| {
+                let (start, end) = entry.range;
+                let place = if start == end {
+                    format!("empty, at offset {start}")
+                } else {
+                    format!("bytes {start}..{end}")
+                };
                 Error::new(
                     e.code(),
                     format!(
-                        "offload bundle entry {index} ({}, bytes {}..{}): {}",
+                        "offload bundle entry {index} ({}, {place}): {}",
                         entry.triple,
-                        entry.range.0,
-                        entry.range.1,
                         e.message()
                     ),
                 )
             };
+            let target = match bundle_target(entry.triple) {
+                BundleTarget::Other => continue,
+                BundleTarget::Hip(target) => target,
+                BundleTarget::Unrecognised(why) => return Err(context(invalid(why))),
+            };
             if let Some(earlier) = image
                 .bundle_triples
                 .iter()
-                .position(|t| hip_bundle_target(t) == Some(target))
+                .position(|t| bundle_target(t) == BundleTarget::Hip(target))
             {
                 return Err(context(invalid(format!(
                     "the bundle already has a code object for {target} ({})",
@@ -363,12 +384,25 @@ impl ValidatedImage {
         if image.code_objects.is_empty() {
             let triples: Vec<&str> = entries.iter().map(|e| e.triple).collect();
             return Err(invalid(format!(
-                "the offload bundle holds no HIP code object (an amdgcn entry of kind hip or \
-                 hipv4); its entries are [{}]",
+                "the offload bundle holds no HIP code object (an entry labelled \
+                 hipv4-amdgcn-amd-amdhsa--<target>); its entries are [{}]",
                 triples.join(", ")
             )));
         }
         Ok(image)
+    }
+
+    /// The code object, or each HIP code object of the bundle in the bundle's order (at least
+    /// one).
+    pub fn code_objects(&self) -> &[CodeObject] {
+        &self.code_objects
+    }
+
+    /// Each code object's offload bundle entry ID (`hipv4-amdgcn-amd-amdhsa--gfx90a`), in the
+    /// order of [`ValidatedImage::code_objects`], when the bytes are a bundle; empty for a bare
+    /// code object.
+    pub fn bundle_triples(&self) -> &[String] {
+        &self.bundle_triples
     }
 
     /// Whether the bytes were an offload bundle.
@@ -446,7 +480,7 @@ impl ValidatedImage {
 /// let gfx900 = include_bytes!("../tests/data/conformance-gfx900.hsaco");
 /// let bundle = halcyon_hip::module::offload_bundle(&[gfx900])?;
 /// let image = halcyon_hip::module::ValidatedImage::parse(&bundle)?;
-/// assert_eq!(image.bundle_triples, ["hipv4-amdgcn-amd-amdhsa--gfx900"]);
+/// assert_eq!(image.bundle_triples(), ["hipv4-amdgcn-amd-amdhsa--gfx900"]);
 /// # Ok(())
 /// # }
 /// ```
@@ -558,34 +592,58 @@ fn bundle_entries(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>> {
         .into_iter()
         .enumerate()
         .map(|(index, (triple, offset, size))| {
-            // An empty entry (the host's) is read by no one, wherever it says it lies.
-            let range = if size == 0 {
-                (0, 0)
-            } else {
-                let (start, len) = span(offset, size, bytes.len()).ok_or_else(|| {
-                    malformed(format!(
-                        "entry {index} ({triple}) declares bytes {offset}..{} past the end",
-                        offset.saturating_add(size)
-                    ))
-                })?;
-                (start, start + len)
-            };
-            Ok(BundleEntry { triple, range })
+            // Even an empty entry (the host's) lies inside: ROCm 5 reads an ELF header at a
+            // HIP entry's offset whatever its size says.
+            let (start, len) = span(offset, size, bytes.len()).ok_or_else(|| {
+                malformed(format!(
+                    "entry {index} ({triple}) declares bytes {offset}..{} past the end",
+                    offset.saturating_add(size)
+                ))
+            })?;
+            Ok(BundleEntry {
+                triple,
+                range: (start, start + len),
+            })
         })
         .collect()
 }
 
-/// The target ID of a HIP code object entry's triple (`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-`
-/// gives `gfx90a:xnack-`), or `None` for an entry HIP does not load (the host's, OpenMP's).
-fn hip_bundle_target(triple: &str) -> Option<&str> {
-    let rest = triple
-        .strip_prefix("hipv4-")
-        .or_else(|| triple.strip_prefix("hip-"))?;
-    // arch-vendor-os-environment-target ID; the target ID's features may hold '-' (xnack-).
-    let mut parts = rest.splitn(5, '-');
-    let arch = parts.next()?;
-    let target = parts.nth(3)?;
-    (arch == "amdgcn" && !target.is_empty()).then_some(target)
+/// What an offload bundle entry ID says the entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BundleTarget<'a> {
+    /// A HIP code object for this target ID (`gfx90a:xnack-`).
+    Hip(&'a str),
+    /// An entry HIP does not load (the host's, OpenMP's).
+    Other,
+    /// An entry of a kind HIP loads (`hip`, `hipv4`, `hcc`) whose label is not a code object's
+    /// for an AMD GPU, as current toolchains write it: why it is refused.
+    Unrecognised(&'static str),
+}
+
+/// Reads an offload bundle entry ID the way HIP does: the offload kind is what precedes the
+/// first `-`. HIP loads entries of kind `hip`, `hipv4` and `hcc` (ROCm 5 picks the first two by
+/// the ELF header at the entry's offset, whatever the rest of the label says), so each of those
+/// must be `<kind>-amdgcn-amd-amdhsa--<target ID>`, which every code object checked here is;
+/// anything else of those kinds is refused rather than handed to HIP unchecked.
+fn bundle_target(triple: &str) -> BundleTarget<'_> {
+    let (kind, rest) = triple.split_once('-').unwrap_or((triple, ""));
+    if !matches!(kind, "hip" | "hipv4" | "hcc") {
+        return BundleTarget::Other;
+    }
+    if rest.starts_with("spirv64-") {
+        return BundleTarget::Unrecognised(
+            "a SPIR-V entry, which HIP compiles at load time: halcyon cannot check what it \
+             would load, so bundle code objects for the GPUs instead (--offload-arch=gfxNNN)",
+        );
+    }
+    match rest.strip_prefix("amdgcn-amd-amdhsa--") {
+        Some(target) if !target.is_empty() => BundleTarget::Hip(target),
+        _ => BundleTarget::Unrecognised(
+            "a HIP entry whose label is not <kind>-amdgcn-amd-amdhsa--<target ID> (older \
+             toolchains wrote amdgcn-amd-amdhsa-gfxNNN): rebuild it with a current hipcc or \
+             clang-offload-bundler",
+        ),
+    }
 }
 
 /// Whether a code object whose ELF says `elf` is what a bundle entry labelled `label` promises:
@@ -1360,7 +1418,7 @@ mod tests {
         let image = module(BUNDLE, standard()).validate().unwrap();
         assert!(image.is_bundle());
         assert_eq!(image.targets(), ["gfx900", "gfx90a:xnack+"]);
-        assert_eq!(image.bundle_triples, image::BUNDLE_TRIPLES);
+        assert_eq!(image.bundle_triples(), image::BUNDLE_TRIPLES);
         assert_eq!(image.kernels("saxpy_f32").count(), 2);
         assert!(image.check_entry_point(&standard()[2]).unwrap());
         assert!(!image.check_entry_point(&standard()[0]).unwrap());
@@ -1372,16 +1430,15 @@ mod tests {
         let mut names = gfx900.kernel_names();
         names.sort();
         assert_eq!(names, ["add_one_u32", "fail", "saxpy_f32"]);
-        // A bundle written here from the hiprtc code object validates too.
         // A bundle made here from the hiprtc code object validates too, laid out as hipcc's.
         let ours = offload_bundle(&[GFX900]).unwrap();
         let image = module(&ours, standard()).validate().unwrap();
-        assert_eq!(image.bundle_triples, [TRIPLE_900]);
+        assert_eq!(image.bundle_triples(), [TRIPLE_900]);
         assert_eq!(entries(&ours)[1].1.start, entries(BUNDLE)[1].1.start);
         let gfx90a = &BUNDLE[entries(BUNDLE)[2].1.clone()];
         let both = offload_bundle(&[GFX900, gfx90a]).unwrap();
         assert_eq!(
-            ValidatedImage::parse(&both).unwrap().bundle_triples,
+            ValidatedImage::parse(&both).unwrap().bundle_triples(),
             image::BUNDLE_TRIPLES
         );
         assert!(err(offload_bundle(&[])).message().contains("at least one"));
@@ -1470,6 +1527,53 @@ mod tests {
             &patched(at, b"gfx90a:xnack-"),
             "labelled gfx90a:xnack- but holds a code object for gfx90a:xnack+",
         );
+        // Every entry lies inside, even an empty one that HIP does not load.
+        let host_offset = 32;
+        check(
+            &patched(host_offset, &(BUNDLE.len() as u64 + 1).to_le_bytes()),
+            "entry 0 (host-x86_64-unknown-linux) declares bytes",
+        );
+        // An empty HIP entry is no code object.
+        check(
+            &write_bundle(&[
+                (TRIPLE_900, &[]),
+                ("hipv4-amdgcn-amd-amdhsa--gfx90a", GFX900),
+            ]),
+            "offload bundle entry 0 (hipv4-amdgcn-amd-amdhsa--gfx900, empty, at offset 4096): \
+             not an AMDGPU code object",
+        );
+        // Entries of every kind HIP loads are checked, and labels it may read otherwise
+        // than the checks here are refused.
+        let mut x86 = GFX900.to_vec();
+        x86[18..20].copy_from_slice(&62u16.to_le_bytes());
+        check(
+            &write_bundle(&[
+                (TRIPLE_900, GFX900),
+                ("hcc-amdgcn-amd-amdhsa--gfx906", &x86),
+            ]),
+            "offload bundle entry 1 (hcc-amdgcn-amd-amdhsa--gfx906, bytes 12288..",
+        );
+        for (label, expected) in [
+            ("hip-amdgcn-amd-amdhsa-gfx906", "older toolchains wrote"),
+            ("hip-spirv64-amd-amdhsa--amdgcnspirv", "a SPIR-V entry"),
+            (
+                "hipv4",
+                "whose label is not <kind>-amdgcn-amd-amdhsa--<target ID>",
+            ),
+        ] {
+            let e = module(
+                &write_bundle(&[(TRIPLE_900, GFX900), (label, &x86)]),
+                standard(),
+            )
+            .validate()
+            .unwrap_err();
+            assert!(
+                e.message()
+                    .starts_with(&format!("offload bundle entry 1 ({label}, bytes 12288..")),
+                "{e}"
+            );
+            assert!(e.message().contains(expected), "{expected}: {e}");
+        }
         // The same target twice, no HIP entry, a nested or compressed bundle.
         check(
             &write_bundle(&[(TRIPLE_900, GFX900), (TRIPLE_900, GFX900)]),
@@ -1480,13 +1584,21 @@ mod tests {
                 (HOST_TRIPLE, &[]),
                 ("openmp-amdgcn-amd-amdhsa--gfx900", GFX900),
             ]),
-            "holds no HIP code object (an amdgcn entry of kind hip or hipv4); its entries are \
-             [host-x86_64-unknown-linux, openmp-amdgcn-amd-amdhsa--gfx900]",
+            "holds no HIP code object (an entry labelled hipv4-amdgcn-amd-amdhsa--<target>); its \
+             entries are [host-x86_64-unknown-linux, openmp-amdgcn-amd-amdhsa--gfx900]",
         );
         check(&write_bundle(&[(TRIPLE_900, BUNDLE)]), "do not nest");
         let mut compressed = b"CCOB".to_vec();
         compressed.extend_from_slice(&BUNDLE[4..]);
         check(&compressed, "compressed offload bundle (CCOB");
+        let e = module(BUNDLE, vec![]).validate().unwrap_err();
+        assert!(
+            e.message().contains(
+                "its offload bundle holds code objects for [gfx900, gfx90a:xnack+]; the gfx900 \
+                 one has kernels ["
+            ),
+            "{e}"
+        );
         // Entry points are checked against every code object, naming the one that fails.
         let mut wrong = standard();
         wrong[1].constant_count = 1;
@@ -1500,19 +1612,37 @@ mod tests {
 
     #[test]
     fn bundle_triples_name_their_targets() {
-        assert_eq!(hip_bundle_target(TRIPLE_900), Some("gfx900"));
+        assert_eq!(bundle_target(TRIPLE_900), BundleTarget::Hip("gfx900"));
         assert_eq!(
-            hip_bundle_target("hip-amdgcn-amd-amdhsa--gfx90a:sramecc-:xnack-"),
-            Some("gfx90a:sramecc-:xnack-")
+            bundle_target("hip-amdgcn-amd-amdhsa--gfx90a:sramecc-:xnack-"),
+            BundleTarget::Hip("gfx90a:sramecc-:xnack-")
+        );
+        assert_eq!(
+            bundle_target("hcc-amdgcn-amd-amdhsa--gfx906"),
+            BundleTarget::Hip("gfx906")
         );
         for other in [
             "host-x86_64-unknown-linux",
             "openmp-amdgcn-amd-amdhsa--gfx900",
+            "hipx-amdgcn-amd-amdhsa--gfx900",
+        ] {
+            assert_eq!(bundle_target(other), BundleTarget::Other, "{other}");
+        }
+        // Kinds HIP loads, labelled in a way no code object checked here is: refused.
+        for unrecognised in [
             "hipv4-nvptx64-nvidia-cuda--sm_90",
             "hipv4-amdgcn-amd-amdhsa--",
             "hipv4-amdgcn-amd-amdhsa",
+            "hip-amdgcn-amd-amdhsa-gfx906",
+            "hipv4-amdgcn-amd-amdhsa-gnu-gfx900",
+            "hipv4",
+            "hcc",
+            "hip-spirv64-amd-amdhsa--amdgcnspirv",
         ] {
-            assert_eq!(hip_bundle_target(other), None, "{other}");
+            assert!(
+                matches!(bundle_target(unrecognised), BundleTarget::Unrecognised(_)),
+                "{unrecognised}"
+            );
         }
         assert!(target_matches("gfx90a", "gfx90a:sramecc+:xnack-", 4));
         assert!(target_matches("gfx90a:xnack-", "gfx90a:sramecc+:xnack-", 4));
@@ -1558,7 +1688,7 @@ mod tests {
     fn real_code_object_validates_with_its_metadata() {
         let image = module(GFX900, standard()).validate().unwrap();
         assert!(!image.is_bundle());
-        let code = &image.code_objects[0];
+        let code = &image.code_objects()[0];
         assert_eq!(code.version, 4);
         assert!(code.target.starts_with("gfx900"), "{}", code.target);
         let mut names = code.kernel_names();

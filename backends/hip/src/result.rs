@@ -728,7 +728,9 @@ impl Hip {
     /// device.
     ///
     /// # Safety
-    /// `image` is a complete code object: HIP reads its size from the headers inside it.
+    /// `image` is a complete code object or offload bundle: HIP reads a code object's size from
+    /// the headers inside it, a bundle's entries from its table, and may read a bundle's first
+    /// 4096 bytes whatever its size (so `image` holds at least 4096 bytes).
     pub unsafe fn module_load_data(self, image: &[u8]) -> Result<sys::hipModule_t> {
         let mut m: sys::hipModule_t = ptr::null_mut();
         // SAFETY: the out-pointer is valid; the image's integrity is guaranteed by the caller.

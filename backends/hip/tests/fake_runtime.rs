@@ -333,7 +333,11 @@ fn an_offload_bundle_runs_the_devices_code_object() {
         )
     };
     let before = fake().stats();
-    let ours = offload_bundle(&[CODE_OBJECT]).unwrap();
+    let mut gfx90a = CODE_OBJECT.to_vec();
+    // e_flags' EF_AMDGPU_MACH: gfx900 (0x2c) becomes gfx90a (0x3f).
+    gfx90a[0x30] = 0x3f;
+    // The device's entry second, after another GPU's.
+    let ours = offload_bundle(&[&gfx90a, CODE_OBJECT]).unwrap();
     for bytes in [BUNDLE.to_vec(), ours] {
         let kernels = KernelsFrom(bytes);
         halcyon_conformance::run(
@@ -351,9 +355,6 @@ fn an_offload_bundle_runs_the_devices_code_object() {
     }
     assert!(fake().stats().kernels_run > before.kernels_run);
 
-    let mut gfx90a = CODE_OBJECT.to_vec();
-    // e_flags' EF_AMDGPU_MACH: gfx900 (0x2c) becomes gfx90a (0x3f).
-    gfx90a[0x30] = 0x3f;
     let elsewhere = offload_bundle(&[&gfx90a]).unwrap();
     let err = KernelsFrom(elsewhere)
         .load(&new_device().unwrap())
