@@ -11,13 +11,23 @@
 //! the base of a live allocation, and a copy or fill must lie within one (an
 //! [`StatusCode::InvalidArgument`] error otherwise, naming the range).
 //!
+//! A check holds what it checked: [`Allocations::check`] returns a [`Pinned`] guard, and the
+//! allocation stays live until the guard drops, so a backend keeps it across the driver call
+//! that uses the range. A [`Allocations::remove`] (a free) on another thread meanwhile
+//! waits for the guards already taken (each lasts one enqueueing call, which never waits for
+//! the device), while checks made after the removal began fail as for freed memory. Without
+//! that, a free between the check and the call would hand the driver an address it no longer
+//! knows, which HIP, for one, takes for host memory.
+//!
 //! ```
 //! use halcyon::stream::allocations::Allocations;
 //! use halcyon::stream::DevicePtr;
 //!
 //! let memory = Allocations::new("CUDA");
 //! memory.insert(0x1000, 0x100, "device");
-//! memory.check(DevicePtr(0x1080), 0x80, "fill").unwrap();
+//! let pinned = memory.check(DevicePtr(0x1080), 0x80, "fill").unwrap();
+//! // ... the driver call using the range; then the allocation may be removed.
+//! drop(pinned);
 //! let err = memory.check(DevicePtr(0x1080), 0x81, "fill").unwrap_err();
 //! assert!(err.message().contains("do not lie within one live allocation"));
 //! assert_eq!(memory.remove(0x1000, |_| Ok(())).unwrap(), (0x100, "device"));
@@ -26,16 +36,56 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
 
 use super::DevicePtr;
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::{Error, Result, StatusCode};
 
 /// Live allocations by base address, with their sizes and allocator kinds `K` (see the
 /// [module docs](self)).
 pub struct Allocations<K> {
     api: &'static str,
-    live: Mutex<BTreeMap<u64, (u64, K)>>,
+    live: Mutex<BTreeMap<u64, Entry<K>>>,
+    /// Notified when the last guard of an allocation being removed drops.
+    unpinned: Condvar,
+}
+
+/// One allocation.
+struct Entry<K> {
+    len: u64,
+    kind: K,
+    /// [`Pinned`] guards alive.
+    pins: usize,
+    /// A removal is waiting for the guards: the allocation is no longer live to new checks.
+    removing: bool,
+}
+
+/// An allocation held live by a successful [`Allocations::check`] until this drops (see the
+/// [module docs](self)).
+#[must_use = "the allocation is held only while the guard lives: keep it across the call"]
+pub struct Pinned<'a, K> {
+    allocations: &'a Allocations<K>,
+    base: u64,
+}
+
+impl<K> Drop for Pinned<'_, K> {
+    fn drop(&mut self) {
+        let mut live = crate::sync::lock(&self.allocations.live);
+        if let Some(entry) = live.get_mut(&self.base) {
+            entry.pins -= 1;
+            if entry.pins == 0 && entry.removing {
+                self.allocations.unpinned.notify_all();
+            }
+        }
+    }
+}
+
+impl<K> fmt::Debug for Pinned<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pinned")
+            .field("base", &format_args!("{:#x}", self.base))
+            .finish()
+    }
 }
 
 impl<K: Copy + fmt::Debug> Allocations<K> {
@@ -43,12 +93,13 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
     pub fn new(api: &'static str) -> Self {
         Allocations {
             api,
-            live: Mutex::default(),
+            live: Mutex::new(BTreeMap::new()),
+            unpinned: Condvar::new(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, (u64, K)>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry<K>>> {
+        crate::sync::lock(&self.live)
     }
 
     fn invalid(&self, message: String) -> Error {
@@ -60,46 +111,100 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
 
     /// Records `len` bytes at `base`, made by the allocator `kind`.
     pub fn insert(&self, base: u64, len: u64, kind: K) {
-        self.lock().insert(base, (len, kind));
+        let entry = Entry {
+            len,
+            kind,
+            pins: 0,
+            removing: false,
+        };
+        self.lock().insert(base, entry);
     }
 
     /// Forgets the allocation starting at `base` if `accept` accepts its kind, and returns
     /// `(len, kind)`; `InvalidArgument` if `base` is not the start of a live allocation (or
-    /// `accept`'s error). Only one of several concurrent removals of a base succeeds. A caller
-    /// whose free then fails without freeing inserts it again.
+    /// `accept`'s error). Only one of several concurrent removals of a base succeeds. Waits
+    /// for the [`Pinned`] guards of the allocation that are alive (see the
+    /// [module docs](self)); a thread must not remove an allocation it holds a guard of. A
+    /// caller whose free then fails without freeing inserts it again.
     pub fn remove(&self, base: u64, accept: impl FnOnce(K) -> Result<()>) -> Result<(u64, K)> {
         let mut live = self.lock();
-        let &(len, kind) = live.get(&base).ok_or_else(|| {
-            self.invalid(format!(
-                "{base:#x} is not the start of a live allocation of this API"
-            ))
-        })?;
+        let (len, kind) = match live.get(&base) {
+            Some(entry) if !entry.removing => (entry.len, entry.kind),
+            _ => {
+                return Err(self.invalid(format!(
+                    "{base:#x} is not the start of a live allocation of this API"
+                )))
+            }
+        };
         accept(kind)?;
+        if let Some(entry) = live.get_mut(&base) {
+            entry.removing = true;
+        }
+        while live.get(&base).is_some_and(|entry| entry.pins > 0) {
+            live = self.unpinned.wait(live).unwrap_or_else(|p| p.into_inner());
+        }
         live.remove(&base);
         Ok((len, kind))
     }
 
-    /// The allocation containing `ptr`: `(base, len, kind)`.
+    /// The live allocation containing `ptr`: `(base, len, kind)`.
     pub fn find(&self, ptr: u64) -> Option<(u64, u64, K)> {
-        let live = self.lock();
-        let (&base, &(len, kind)) = live.range(..=ptr).next_back()?;
-        (ptr - base < len).then_some((base, len, kind))
+        Self::find_in(&self.lock(), ptr)
     }
 
-    /// Whether `len` bytes at `ptr` lie within one live allocation whose kind `kind` accepts.
-    pub fn within(&self, ptr: u64, len: u64, kind: impl FnOnce(K) -> bool) -> bool {
-        matches!(
-            self.find(ptr),
+    fn find_in(live: &BTreeMap<u64, Entry<K>>, ptr: u64) -> Option<(u64, u64, K)> {
+        let (&base, entry) = live.range(..=ptr).next_back()?;
+        (ptr - base < entry.len && !entry.removing).then_some((base, entry.len, entry.kind))
+    }
+
+    /// The base of the live allocation holding all `len` bytes at `ptr`, if its kind `kind`
+    /// accepts.
+    fn base_within(
+        live: &BTreeMap<u64, Entry<K>>,
+        ptr: u64,
+        len: u64,
+        kind: impl FnOnce(K) -> bool,
+    ) -> Option<u64> {
+        match Self::find_in(live, ptr) {
             Some((base, size, k))
-                if (ptr - base).checked_add(len).is_some_and(|end| end <= size) && kind(k)
-        )
+                if (ptr - base).checked_add(len).is_some_and(|end| end <= size) && kind(k) =>
+            {
+                Some(base)
+            }
+            _ => None,
+        }
     }
 
-    /// `Ok` if `len` bytes at `ptr` lie within one live allocation; else `InvalidArgument`
-    /// naming `what` (`"fill"`, `"copy to the device"`) and the range.
-    pub fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<()> {
-        if self.within(ptr.0, len, |_| true) {
-            return Ok(());
+    /// Whether `len` bytes at `ptr` lie within one live allocation whose kind `kind` accepts
+    /// (an answer for now: to use the range, [`Allocations::check`] it).
+    pub fn within(&self, ptr: u64, len: u64, kind: impl FnOnce(K) -> bool) -> bool {
+        Self::base_within(&self.lock(), ptr, len, kind).is_some()
+    }
+
+    /// A guard holding the allocation live (see the [module docs](self)) if `len` bytes at
+    /// `ptr` lie within one live allocation; else `InvalidArgument` naming `what` (`"fill"`,
+    /// `"copy to the device"`) and the range.
+    pub fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Pinned<'_, K>> {
+        self.check_kind(ptr, len, what, |_| true)
+    }
+
+    /// [`Allocations::check`], for an allocation whose kind `kind` accepts.
+    pub fn check_kind(
+        &self,
+        ptr: DevicePtr,
+        len: u64,
+        what: &str,
+        kind: impl FnOnce(K) -> bool,
+    ) -> Result<Pinned<'_, K>> {
+        let mut live = self.lock();
+        if let Some(base) = Self::base_within(&live, ptr.0, len, kind) {
+            if let Some(entry) = live.get_mut(&base) {
+                entry.pins += 1;
+                return Ok(Pinned {
+                    allocations: self,
+                    base,
+                });
+            }
         }
         Err(self.invalid(format!(
             "{what}: {len} bytes at {ptr:?} do not lie within one live allocation (an illegal \
@@ -108,11 +213,11 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
     }
 
     /// Forgets every allocation and returns them as `(base, len, kind)`, by address (for an
-    /// API being dropped, which frees them).
+    /// API being dropped, which frees them: no guard can be alive then).
     pub fn drain(&self) -> Vec<(u64, u64, K)> {
         std::mem::take(&mut *self.lock())
             .into_iter()
-            .map(|(base, (len, kind))| (base, len, kind))
+            .map(|(base, entry)| (base, entry.len, entry.kind))
             .collect()
     }
 
@@ -152,9 +257,12 @@ mod tests {
         let memory = Allocations::new("HIP");
         memory.insert(0x1000, 0x100, Kind::Device);
         memory.insert(0x1100, 0x100, Kind::Mapped); // adjacent, but another allocation
-        memory.check(DevicePtr(0x1000), 0x100, "t").unwrap();
-        memory.check(DevicePtr(0x10f0), 0x10, "t").unwrap();
-        memory.check(DevicePtr(0x11ff), 1, "t").unwrap();
+        drop(memory.check(DevicePtr(0x1000), 0x100, "t").unwrap());
+        drop(memory.check(DevicePtr(0x10f0), 0x10, "t").unwrap());
+        drop(memory.check(DevicePtr(0x11ff), 1, "t").unwrap());
+        assert!(memory
+            .check_kind(DevicePtr(0x11ff), 1, "t", |k| k == Kind::Device)
+            .is_err());
         for (ptr, len) in [
             (0x10f0, 0x11),
             (0x10f0, 0x20),
@@ -192,6 +300,50 @@ mod tests {
         let e = memory.remove(0x2000, |_| Ok(())).unwrap_err();
         assert!(e.message().contains("0x2000 is not the start"), "{e}");
         assert_eq!(memory.drain(), [(0x1000, 0x100, Kind::Device)]);
+        assert!(memory.is_empty());
+    }
+
+    /// A removal waits for the guards of checks made before it, and checks made while it
+    /// waits fail: no range checked for a driver call is freed before the call returns.
+    #[test]
+    fn a_removal_waits_for_the_checked_calls_and_refuses_new_checks() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let memory = Arc::new(Allocations::new("HIP"));
+        memory.insert(0x1000, 0x100, Kind::Device);
+        let first = memory.check(DevicePtr(0x1000), 0x10, "copy").unwrap();
+        let second = memory.check(DevicePtr(0x1080), 0x10, "fill").unwrap();
+        let removed = Arc::new(AtomicBool::new(false));
+        let remover = {
+            let (memory, removed) = (memory.clone(), removed.clone());
+            std::thread::spawn(move || {
+                let result = memory.remove(0x1000, |_| Ok(()));
+                removed.store(true, Ordering::SeqCst);
+                result
+            })
+        };
+        // Once the removal has begun, the allocation is gone for new checks and lookups...
+        while memory.find(0x1000).is_some() {
+            std::thread::yield_now();
+        }
+        let e = memory.check(DevicePtr(0x1000), 1, "copy").unwrap_err();
+        assert!(e.message().contains("illegal address"), "{e}");
+        assert!(!memory.within(0x1000, 1, |_| true));
+        assert!(memory.remove(0x1000, |_| Ok(())).is_err(), "removed once");
+        // ...but not freed while a checked call is under way.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !removed.load(Ordering::SeqCst),
+            "removed under a live guard"
+        );
+        drop(first);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            !removed.load(Ordering::SeqCst),
+            "removed under a live guard"
+        );
+        drop(second);
+        assert_eq!(remover.join().unwrap().unwrap(), (0x100, Kind::Device));
         assert!(memory.is_empty());
     }
 }

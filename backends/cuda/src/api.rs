@@ -1193,7 +1193,8 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.memory.check(dst, len, "copy to the device")?;
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "copy to the device")?;
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
@@ -1247,7 +1248,8 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.memory.check(src, len, "copy from the device")?;
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _src = self.memory.check(src, len, "copy from the device")?;
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
@@ -1297,8 +1299,9 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let bytes = usize_len(len, "a copy")?;
-        self.memory.check(dst, len, "device copy destination")?;
-        self.memory.check(src, len, "device copy source")?;
+        // Both held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "device copy destination")?;
+        let _src = self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
@@ -1331,7 +1334,8 @@ impl StreamApi for CudaApi {
             return Ok(());
         }
         let count = usize_len(len / width, "a fill")?;
-        self.memory.check(dst, len, "fill")?;
+        // Held live until the fill is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "fill")?;
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         let (d, st) = (dst.0, live.raw());
@@ -1598,6 +1602,20 @@ impl StreamApi for CudaApi {
                 ),
             ));
         }
+        // The word the kernel stores to: 4 aligned bytes of a live allocation of this API (a
+        // made-up address would have the kernel write wherever it points, host memory
+        // included where the device can reach it), held live until the launch is enqueued.
+        let _status = status
+            .map(|word| {
+                if word.0 % 4 != 0 {
+                    return Err(Error::new(
+                        StatusCode::InvalidArgument,
+                        format!("{function:?}: the status word at {word:?} is not 4-byte aligned"),
+                    ));
+                }
+                self.memory.check(word, 4, "status word")
+            })
+            .transpose()?;
         // The driver copies the values during the call, so they only need to outlive it: the
         // pointers (bindings, then the status word) are kept in `pointers`, the constants are
         // used in place.

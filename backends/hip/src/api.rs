@@ -163,7 +163,7 @@ use std::cell::Cell;
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use halcyon::stream::allocations::Allocations;
 use halcyon::stream::registry::Registry;
@@ -620,22 +620,50 @@ impl KernelArgs {
     }
 }
 
-/// Runs (or drops, when `run` is false) a host function handed to HIP as user data, never
-/// letting a panic unwind into HIP.
-///
-/// # Safety
-/// `user_data` is a pointer made by `Box::into_raw(Box::new(func))` for a [`HostFunc`] that
-/// nothing else owns; it is consumed here.
-unsafe fn consume_host_func(user_data: *mut c_void, run: bool) {
-    // SAFETY: guaranteed by the caller: a leaked `Box<HostFunc>`, reclaimed exactly once.
-    let func = unsafe { Box::from_raw(user_data.cast::<HostFunc>()) };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+/// A host function handed to HIP as user data: HIP holds one reference of the `Arc`
+/// ([`host_func_user_data`]), given back to a trampoline. Whoever takes the function first runs
+/// it (or drops it unrun); see [`HipStreamApi`]'s `enqueue_host_func` for why the enqueuing
+/// thread may be that one.
+type HostFuncCell = Mutex<Option<HostFunc>>;
+
+/// `func` in a fresh cell, and the user data for HIP: one reference to the cell, consumed by
+/// [`consume_host_func`].
+fn host_func_user_data(func: HostFunc) -> (Arc<HostFuncCell>, *mut c_void) {
+    let cell = Arc::new(Mutex::new(Some(func)));
+    let user_data = Arc::into_raw(cell.clone()).cast_mut().cast::<c_void>();
+    (cell, user_data)
+}
+
+/// Takes the cell's function, if it is still there, and runs it (or drops it, when `run` is
+/// false), never letting a panic unwind out: not from the function, nor from its payload.
+fn settle_host_func(cell: &HostFuncCell, run: bool) {
+    let func = cell.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some(func) = func else {
+        return;
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         if run {
-            (*func)()
+            func()
         } else {
             drop(func)
         }
     }));
+    if let Err(payload) = outcome {
+        // Its `Drop` could panic too, and nothing may unwind into HIP.
+        std::mem::forget(payload);
+    }
+}
+
+/// Settles (see [`settle_host_func`]) the cell HIP hands back as user data, and lets go of
+/// HIP's reference to it.
+///
+/// # Safety
+/// `user_data` is the pointer [`host_func_user_data`] made, consumed here: HIP hands it back
+/// once.
+unsafe fn consume_host_func(user_data: *mut c_void, run: bool) {
+    // SAFETY: guaranteed by the caller: HIP's reference to the cell, given back once.
+    let cell = unsafe { Arc::from_raw(user_data.cast_const().cast::<HostFuncCell>()) };
+    settle_host_func(&cell, run);
 }
 
 /// `hipStreamCallback_t` trampoline: runs the host function on success, drops it unrun when
@@ -955,10 +983,10 @@ impl HipStreamApi {
     /// Enqueues `func` on `stream`: `hipLaunchHostFunc` if exported, else a stream callback.
     /// If HIP refuses it, `func` is dropped unrun on this thread.
     fn enqueue_host_func(&self, stream: &RawStream, func: HostFunc) -> Result<()> {
-        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
-        // SAFETY: a live stream; `user_data` is a leaked `Box<HostFunc>` that HIP hands back to
-        // the trampoline exactly once, which reclaims it; the trampolines call no HIP function
-        // and never unwind.
+        let (cell, user_data) = host_func_user_data(func);
+        // SAFETY: a live stream; `user_data` is HIP's reference to the cell, handed back to the
+        // trampoline at most once, which consumes it; the trampolines call no HIP function and
+        // never unwind.
         let enqueued = unsafe {
             if self.hip.has_launch_host_func() {
                 self.hip.launch_host_func(stream.raw, host_fn, user_data)
@@ -968,9 +996,12 @@ impl HipStreamApi {
             }
         };
         if enqueued.is_err() {
-            // SAFETY: HIP refused the callback, so it never sees `user_data`: reclaim it here
-            // (dropped unrun, on this thread, which may call HIP).
-            unsafe { consume_host_func(user_data, false) };
+            // The function is taken here and dropped unrun, on this thread, which may call HIP.
+            // HIP's reference stays with HIP, leaked if it never calls back: an error does not
+            // prove that the callback was not queued (clr's hipStreamAddCallback queues the
+            // callback's marker before a second marker whose creation may fail), and a callback
+            // that still comes finds the cell empty.
+            settle_host_func(&cell, false);
         }
         enqueued
     }
@@ -1199,7 +1230,11 @@ impl StreamApi for HipStreamApi {
             // Still allocated: kept in the registry, so a later free (or the API's drop) frees it.
             self.memory.insert(ptr.0, len, kind);
         }
-        // hipFree waits for every stream of the device already; hipHostFree waits the same way.
+        // hipFree and hipHostFree wait for every stream of the device already, so retired
+        // staging goes now too. (Stream-ordered memory goes back by hipFreeAsync on the null
+        // stream, which waits for none of this API's non-blocking streams: as for every free,
+        // the caller's contract that the work using the memory completed is what makes it
+        // safe.)
         self.free_retired();
         freed
     }
@@ -1288,7 +1323,8 @@ impl StreamApi for HipStreamApi {
         if len == 0 {
             return Ok(());
         }
-        self.memory.check(dst, len, "copy to the device")?;
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "copy to the device")?;
         let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
@@ -1348,7 +1384,8 @@ impl StreamApi for HipStreamApi {
         if len == 0 {
             return Ok(());
         }
-        self.memory.check(src, len, "copy from the device")?;
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _src = self.memory.check(src, len, "copy from the device")?;
         let bytes = host_len(len)?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
@@ -1407,8 +1444,9 @@ impl StreamApi for HipStreamApi {
         if len == 0 {
             return Ok(());
         }
-        self.memory.check(dst, len, "device copy destination")?;
-        self.memory.check(src, len, "device copy source")?;
+        // Both held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "device copy destination")?;
+        let _src = self.memory.check(src, len, "device copy source")?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
         // SAFETY: both ranges lie in live allocations of this API (checked above), so the copy
@@ -1436,7 +1474,8 @@ impl StreamApi for HipStreamApi {
         if count == 0 {
             return Ok(());
         }
-        self.memory.check(dst, len, "fill")?;
+        // Held live until the fill is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "fill")?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
         let ptr = dst.0 as usize as sys::hipDeviceptr_t;
@@ -1613,6 +1652,20 @@ impl StreamApi for HipStreamApi {
             )));
         }
         check_grid(&function.name, config.grid, config.block, self.max_grid)?;
+        // The word the kernel stores to: 4 aligned bytes of a live allocation of this API (a
+        // made-up address would have the kernel write wherever it points, host memory
+        // included where the device can reach it), held live until the launch is enqueued.
+        let _status = status
+            .map(|word| {
+                if word.0 % 4 != 0 {
+                    return Err(invalid(format!(
+                        "kernel '{}': the status word at {word:?} is not 4-byte aligned",
+                        function.name
+                    )));
+                }
+                self.memory.check(word, 4, "status word")
+            })
+            .transpose()?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
         let mut args = KernelArgs::new(params);
@@ -1966,8 +2019,8 @@ mod tests {
 
     /// Hands a host function to a trampoline as HIP would; `status` None: `hipLaunchHostFunc`.
     fn deliver(func: HostFunc, status: Option<sys::hipError_t>) {
-        let user_data = Box::into_raw(Box::new(func)).cast::<c_void>();
-        // SAFETY: a fresh leaked HostFunc, consumed once.
+        let (_cell, user_data) = host_func_user_data(func);
+        // SAFETY: a fresh cell's user data, consumed once.
         unsafe {
             match status {
                 Some(status) => stream_callback(std::ptr::null_mut(), status, user_data),
@@ -2085,13 +2138,13 @@ mod tests {
             let _guard = guard;
             ran.fetch_add(1, Ordering::SeqCst);
         });
-        Box::into_raw(Box::new(func)).cast()
+        host_func_user_data(func).1
     }
 
     #[test]
     fn trampolines_run_on_success_and_drop_unrun_on_error() {
         let (ran, dropped) = (Arc::default(), Arc::default());
-        // SAFETY: each call consumes a fresh leaked HostFunc, as HIP would.
+        // SAFETY: each call consumes a fresh cell's user data, as HIP would.
         unsafe {
             stream_callback(
                 std::ptr::null_mut(),
@@ -2122,8 +2175,46 @@ mod tests {
     #[test]
     fn a_panicking_host_func_does_not_unwind_into_hip() {
         let func: HostFunc = Box::new(|| panic!("host function panics"));
-        let user_data = Box::into_raw(Box::new(func)).cast();
-        // SAFETY: a fresh leaked HostFunc, consumed once.
+        let (_cell, user_data) = host_func_user_data(func);
+        // SAFETY: a fresh cell's user data, consumed once.
         unsafe { stream_callback(std::ptr::null_mut(), sys::hipSuccess, user_data) };
+        /// A panic payload whose own drop panics.
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's drop panics too");
+            }
+        }
+        let func: HostFunc = Box::new(|| std::panic::panic_any(Bomb));
+        let (_cell, user_data) = host_func_user_data(func);
+        // SAFETY: as above.
+        unsafe { host_fn(user_data) };
+    }
+
+    /// An enqueue HIP refused may still have queued the callback: the enqueuing thread takes
+    /// the function (dropped unrun), and a callback that comes anyway finds the cell empty and
+    /// only lets go of HIP's reference, so nothing runs twice or is freed twice.
+    #[test]
+    fn a_callback_after_a_failed_enqueue_runs_nothing() {
+        let (ran, dropped): (Arc<AtomicUsize>, Arc<AtomicUsize>) = Default::default();
+        let (ran2, guard) = (Arc::clone(&ran), Guard(Arc::clone(&dropped)));
+        let func: HostFunc = Box::new(move || {
+            let _guard = guard;
+            ran2.fetch_add(1, Ordering::SeqCst);
+        });
+        let (cell, user_data) = host_func_user_data(func);
+        settle_host_func(&cell, false);
+        assert_eq!(
+            (ran.load(Ordering::SeqCst), dropped.load(Ordering::SeqCst)),
+            (0, 1)
+        );
+        assert_eq!(Arc::strong_count(&cell), 2, "HIP's reference is kept");
+        // SAFETY: HIP's reference, handed back once.
+        unsafe { stream_callback(std::ptr::null_mut(), sys::hipSuccess, user_data) };
+        assert_eq!(
+            (ran.load(Ordering::SeqCst), dropped.load(Ordering::SeqCst)),
+            (0, 1)
+        );
+        assert_eq!(Arc::strong_count(&cell), 1, "HIP's reference is let go");
     }
 }

@@ -368,6 +368,61 @@ fn an_offload_bundle_runs_the_devices_code_object() {
     assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
 }
 
+/// A kernel's status word must be 4 aligned bytes of the API's own live memory: the kernel
+/// stores to it, so a made-up, freed or misaligned address is refused before HIP sees it.
+#[test]
+fn a_status_word_outside_the_apis_memory_is_refused() {
+    use halcyon::stream::{DevicePtr, KernelParams, LaunchConfig, MemoryPlacement, StreamApi};
+    use halcyon::StatusCode;
+    use halcyon_hip::HipStreamApi;
+    let api = HipStreamApi::new(hip(), 0, HostVisibleMemory::Auto).unwrap();
+    let module = HipModule::new(CODE_OBJECT.to_vec(), vec![kernels::fail()]);
+    let loaded = api.load_module(&module.spec()).unwrap();
+    assert_eq!(loaded.status_words, [true]);
+    let fail = api.get_function(loaded.module, "fail").unwrap();
+    let stream = api.create_stream().unwrap();
+    let words = api.allocate(16, MemoryPlacement::Pinned).unwrap();
+    let config = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        shared_memory_bytes: 0,
+    };
+    let freed = api.allocate(16, MemoryPlacement::Device).unwrap();
+    api.free(freed).unwrap();
+    for (word, expected) in [
+        (DevicePtr(0x10), "status word: 4 bytes at"),
+        (freed, "status word: 4 bytes at"),
+        (words.offset(14), "not 4-byte aligned"),
+        (words.offset(16), "status word: 4 bytes at"),
+    ] {
+        let params = KernelParams {
+            bindings: &[],
+            constants: &[],
+            status: Some(word),
+        };
+        let e = api
+            .launch_kernel(fail, &config, &params, stream)
+            .unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains(expected), "{expected}: {e}");
+    }
+    let params = KernelParams {
+        bindings: &[],
+        constants: &[],
+        status: Some(words.offset(12)),
+    };
+    api.launch_kernel(fail, &config, &params, stream).unwrap();
+    api.synchronize_stream(stream).unwrap();
+    let host = api.host_pointer(words).unwrap().as_ptr().cast::<u32>();
+    // SAFETY: the launch writing the word completed (synchronised above); 4 words, aligned.
+    let back = unsafe { std::slice::from_raw_parts(host, 4).to_vec() };
+    assert_eq!(back[3], 1);
+    api.free(words).unwrap();
+    api.destroy_stream(stream).unwrap();
+    api.unload_module(loaded.module).unwrap();
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
+}
+
 /// A write and a read larger than a staging chunk go through pinned staging of at most
 /// `CHUNK_BYTES`, chunk by chunk, and arrive whole, without a contract violation (such as a
 /// copy from or to pageable memory).

@@ -797,6 +797,20 @@ fn module_load_errors() {
         constants: &[],
         status: Some(words.offset(8)),
     };
+    // The word must be 4 aligned bytes of the API's own live memory: the kernel stores to it.
+    for (word, expected) in [
+        (DevicePtr(0x10), "status word: 4 bytes at"),
+        (words.offset(6), "not 4-byte aligned"),
+        (words.offset(16), "status word: 4 bytes at"),
+    ] {
+        let wrong = KernelParams {
+            status: Some(word),
+            ..params
+        };
+        let e = api.launch_kernel(fail, &config, &wrong, s).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains(expected), "{expected}: {e}");
+    }
     api.launch_kernel(fail, &config, &params, s).unwrap();
     let mut out = [7u32; 4];
     // SAFETY: `out` outlives the copy (the stream is synchronised below).
