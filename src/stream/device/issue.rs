@@ -244,15 +244,18 @@ impl<A: StreamApi> Core<A> {
                     ReadInto::Pinned(dst, _) => dst.as_ptr(),
                     ReadInto::Staging(bytes) => bytes.as_mut_ptr(),
                 };
+                // The timepoint owns the destination before the copy is enqueued: a copy that
+                // fails part way (a later chunk of a staged one) has enqueued chunks that still
+                // write it, and the timepoint keeps it until its completion event, recorded
+                // after them, completed (or for as long as the stream may run them).
+                timepoint.read = Some((sink.clone(), into));
                 // SAFETY: `dst` addresses `len` bytes that the timepoint owns (its pinned lease,
                 // or a heap box that moving does not move) and nobody touches until the
                 // completion event, after which the bytes are handed to the sink.
                 unsafe {
                     self.api
-                        .copy_device_to_host_async(dst, src, source.len(), stream)?
-                };
-                timepoint.read = Some((sink.clone(), into));
-                Ok(())
+                        .copy_device_to_host_async(dst, src, source.len(), stream)
+                }
             }
             Work::HostCall(_) => Err(Error::new(
                 StatusCode::Internal,

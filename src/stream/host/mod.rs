@@ -129,6 +129,9 @@ pub(crate) struct Shared {
     pub(crate) refuse_pinned: AtomicBool,
     /// Set by [`HostStreamApi::invalidate_next_capture`]; taken by the next `end_capture`.
     pub(crate) invalidate_capture: AtomicBool,
+    /// Set by [`HostStreamApi::fail_next_read_after_enqueue`]; taken by the next
+    /// device-to-host copy.
+    pub(crate) fail_read_after_enqueue: AtomicBool,
     /// Set by [`HostStreamApi::delay_frees`], in microseconds.
     pub(crate) free_delay_us: AtomicU64,
     /// Set by [`HostStreamApi::modules_take_memory`], in bytes.
@@ -256,6 +259,7 @@ impl HostStreamApi {
                     control: Control::default(),
                     closing: AtomicBool::new(false),
                     refuse_pinned: AtomicBool::new(false),
+                    fail_read_after_enqueue: AtomicBool::new(false),
                     invalidate_capture: AtomicBool::new(false),
                     free_delay_us: AtomicU64::new(0),
                     module_bytes: AtomicU64::new(0),
@@ -318,6 +322,16 @@ impl HostStreamApi {
     pub fn invalidate_next_capture(&self) {
         self.shared()
             .invalidate_capture
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the next device-to-host copy enqueue its copy and then fail, as a copy staged in
+    /// chunks does when a later chunk cannot be enqueued: the chunks already enqueued still run
+    /// and write the destination, so the caller must keep it alive until the stream reached
+    /// them although the call failed.
+    pub fn fail_next_read_after_enqueue(&self) {
+        self.shared()
+            .fail_read_after_enqueue
             .store(true, Ordering::Relaxed);
     }
 

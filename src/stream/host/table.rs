@@ -228,7 +228,19 @@ impl StreamApi for HostStreamApi {
                 unsafe { std::ptr::copy(src.ptr(), dst.get(), len as usize) };
                 Ok(())
             }),
-        )
+        )?;
+        if self
+            .shared()
+            .fail_read_after_enqueue
+            .swap(false, Ordering::Relaxed)
+        {
+            return Err(Error::new(
+                StatusCode::Internal,
+                "host stream API: a device-to-host copy failed after enqueuing part of it \
+                 (HostStreamApi::fail_next_read_after_enqueue)",
+            ));
+        }
+        Ok(())
     }
 
     fn copy_device_to_device_async(
