@@ -12,7 +12,8 @@
 //! * The completion reactor ([`crate::reactor`]) and the pending-action executor
 //!   ([`crate::queue::ActionQueue`]) are public modules of their own.
 //! * [`elf`]: checks of a binary kernel image's inner ELF references, before a vendor loader
-//!   that takes no length follows them.
+//!   that takes no length follows them; [`loader_image`]: the aligned, zero-padded copy such a
+//!   loader is given.
 
 use std::any::Any;
 
@@ -28,6 +29,30 @@ pub use crate::queue::ReadSink;
 
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
+
+/// `bytes` copied into 8-byte aligned memory (a binary kernel image's ELF headers are read in
+/// place, as 64-bit fields) and followed by zeros up to at least `padded_len` bytes: the copy a
+/// backend hands a vendor loader that takes no length (`cuModuleLoadData`,
+/// `hipModuleLoadData`). Validation keeps the loader's reads that follow the image's own
+/// structure inside `bytes`; the padding turns a fixed-size read the validation cannot foresee
+/// (a header read whole near the end, a loader that copies a fixed prefix) into a read of
+/// zeros of this copy. The first `max(bytes.len(), padded_len)` bytes of the words are the
+/// image then the zeros (little-endian words, as on every host these loaders run on).
+///
+/// ```
+/// let words = halcyon::backend::loader_image(b"\x7fELF", 4096);
+/// assert_eq!(words.len() * 8, 4096);
+/// assert_eq!(words[0], u64::from_le_bytes(*b"\x7fELF\0\0\0\0"));
+/// ```
+pub fn loader_image(bytes: &[u8], padded_len: usize) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().max(padded_len).div_ceil(8)];
+    for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut le = [0u8; 8];
+        le[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_le_bytes(le);
+    }
+    words
+}
 
 /// A device-native object behind a [`Semaphore`].
 ///
@@ -104,5 +129,30 @@ impl SemaphoreExt for Semaphore {
 
     fn failure_before(&self, value: u64) -> Option<Error> {
         Semaphore::failure_before(self, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loader_image;
+
+    #[test]
+    fn loader_images_are_aligned_copies_padded_with_zeros() {
+        let short: Vec<u8> = (1..=13).collect();
+        let words = loader_image(&short, 4096);
+        assert_eq!(words.len() * 8, 4096);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(&bytes[..13], &short[..]);
+        assert!(bytes[13..].iter().all(|&b| b == 0));
+        // Longer than the padded length: the image whole, rounded up to a word.
+        let long = vec![7u8; 5001];
+        let words = loader_image(&long, 4096);
+        assert_eq!(words.len(), 626);
+        assert!(words[..625]
+            .iter()
+            .all(|&w| w == u64::from_le_bytes([7; 8])));
+        assert_eq!(words[625], 7);
+        // A length past the image: padding after it.
+        assert_eq!(loader_image(&long, 5001 + 4096).len(), 1138);
     }
 }

@@ -1376,6 +1376,7 @@ impl StreamApi for CudaApi {
         // gate lets through (the thread is inside a call already).
         let _no_captures = self.no_captures();
         let ptx;
+        let binary;
         let image: *const c_void = match &module.image {
             CudaImage::Ptx(text) => {
                 // NUL-free (validated); cuModuleLoadData reads PTX up to the NUL.
@@ -1384,7 +1385,14 @@ impl StreamApi for CudaApi {
                 })?;
                 ptx.as_ptr().cast()
             }
-            CudaImage::Cubin(bytes) => bytes.as_ptr().cast(),
+            CudaImage::Cubin(bytes) => {
+                // Aligned for the ELF headers, and followed by 4096 zero bytes (see
+                // `loader_image`): the driver's structures inside a cubin or fatbin are not
+                // all documented, so a fixed-size read past what validation follows lands in
+                // this copy.
+                binary = halcyon::backend::loader_image(bytes, bytes.len() + 4096);
+                binary.as_ptr().cast()
+            }
         };
         let mut log = vec![0 as c_char; JIT_LOG_BYTES];
         // The JIT budgets registers so that a block of the largest workgroup among the entry

@@ -519,20 +519,6 @@ pub(crate) fn check_shared_memory(
     )))
 }
 
-/// The bytes `hipModuleLoadData` is given: `bytes` in 8-byte aligned memory (HIP reads the ELF
-/// headers and a bundle's table in place), zero-padded to at least 4096 bytes, because clr
-/// copies the first 4096 bytes of an image it cannot size (an offload bundle) whatever its
-/// real length.
-fn loader_image(bytes: &[u8]) -> Vec<u64> {
-    let mut words = vec![0u64; bytes.len().max(4096).div_ceil(8)];
-    for (word, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
-        let mut le = [0u8; 8];
-        le[..chunk.len()].copy_from_slice(chunk);
-        *word = u64::from_le_bytes(le);
-    }
-    words
-}
-
 /// Checks the shape of a launch of kernel `name` before `hipModuleLaunchKernel` sees it:
 /// at most `max_grid[i]` blocks in each dimension (the device's `hipDeviceAttributeMaxGridDim*`),
 /// and at most `u32::MAX` work-items (blocks × threads per block) in each. HIP computes the
@@ -1517,10 +1503,10 @@ impl StreamApi for HipStreamApi {
             }
         }
         let bytes = &module.code_object;
-        let image_words = loader_image(bytes);
-        // SAFETY: the little-endian words hold `bytes` in order (x86-64 and every HIP host is
-        // little-endian), then zeros, so the first `image_words.len() * 8` bytes of
-        // `image_words` are the code object or bundle and its padding.
+        // Padded to 4096 bytes: clr copies the first 4096 bytes of an image it cannot size (an
+        // offload bundle) whatever its real length.
+        let image_words = halcyon::backend::loader_image(bytes, 4096);
+        // SAFETY: `loader_image` holds `bytes` then zeros in its first `len * 8` bytes.
         let view = unsafe {
             std::slice::from_raw_parts(image_words.as_ptr().cast::<u8>(), image_words.len() * 8)
         };
@@ -1529,7 +1515,7 @@ impl StreamApi for HipStreamApi {
         // segments all lie inside these bytes, or an offload bundle whose table and every
         // entry do and whose every entry HIP may load (kinds hip, hipv4, hcc) is such an ELF:
         // everything HIP reads through. HIP also reads a bundle's first 4096 bytes whatever
-        // its length (clr cannot tell a bundle's size), which `loader_image`'s padding holds.
+        // its length (clr cannot tell a bundle's size), which the padding holds.
         // The image stays alive (and unmoved) in the module until after hipModuleUnload.
         let raw = self.trimming_on_oom(|| unsafe { self.hip.module_load_data(view) });
         let raw = raw.map_err(|e| {
@@ -1819,20 +1805,6 @@ mod tests {
         // A record of both puts the private event back in step.
         pair.record(recorder(&log, &[])).unwrap();
         assert_eq!(pair.to_synchronize(), 2);
-    }
-
-    #[test]
-    fn loaded_images_are_aligned_and_hold_at_least_4096_bytes() {
-        let short: Vec<u8> = (1..=13).collect();
-        let words = loader_image(&short);
-        assert_eq!(words.len() * 8, 4096);
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        assert_eq!(&bytes[..13], &short[..]);
-        assert!(bytes[13..].iter().all(|&b| b == 0));
-        let long = vec![7u8; 5000];
-        let words = loader_image(&long);
-        assert_eq!(words.len(), 625);
-        assert!(words.iter().all(|&w| w == u64::from_le_bytes([7; 8])));
     }
 
     #[test]
