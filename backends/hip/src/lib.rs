@@ -139,8 +139,11 @@ impl HipDriver {
     }
 
     /// A driver loading the first of `sonames` that opens (names or paths, for example
-    /// `/opt/rocm/lib/libamdhip64.so`).
-    pub fn with_sonames<S: Into<String>>(sonames: impl IntoIterator<Item = S>) -> Self {
+    /// `/opt/rocm/lib/libamdhip64.so`), on first use.
+    ///
+    /// # Safety
+    /// As for [`Hip::load`]: each of `sonames` that opens must be a HIP runtime.
+    pub unsafe fn with_sonames<S: Into<String>>(sonames: impl IntoIterator<Item = S>) -> Self {
         HipDriver {
             sonames: Some(sonames.into_iter().map(Into::into).collect()),
             hip: OnceLock::new(),
@@ -162,7 +165,8 @@ impl HipDriver {
                 None => Hip::load_default(),
                 Some(names) => {
                     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                    Hip::load(&names)
+                    // SAFETY: `with_sonames`'s contract, which its caller took on.
+                    unsafe { Hip::load(&names) }
                 }
             })
             .clone()

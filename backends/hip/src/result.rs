@@ -88,15 +88,25 @@ impl Hip {
     }
 
     /// Loads the runtime from the first of `sonames` that opens (paths work too).
-    pub fn load(sonames: &[&str]) -> Result<Self> {
-        HipApi::load(sonames).map(Hip::new).map_err(load_error)
+    ///
+    /// # Safety
+    /// As for [`HipApi::load`]: each of `sonames` that opens must be a HIP runtime.
+    pub unsafe fn load(sonames: &[&str]) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { HipApi::load(sonames) }
+            .map(Hip::new)
+            .map_err(load_error)
     }
 
     /// Loads the runtime as [`Hip::load`] does, treating the optional symbols named in
     /// `absent` as missing (see [`HipApi::load_without`]): to run the fallbacks an older
     /// runtime takes.
-    pub fn load_without(sonames: &[&str], absent: &[&str]) -> Result<Self> {
-        HipApi::load_without(sonames, absent)
+    ///
+    /// # Safety
+    /// As for [`HipApi::load`]: each of `sonames` that opens must be a HIP runtime.
+    pub unsafe fn load_without(sonames: &[&str], absent: &[&str]) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { HipApi::load_without(sonames, absent) }
             .map(Hip::new)
             .map_err(load_error)
     }

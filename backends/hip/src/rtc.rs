@@ -162,13 +162,20 @@ impl Drop for Program<'_> {
 impl HipRtc {
     /// Opens the first of `sonames` that exports hiprtc; `Unavailable` naming each one tried
     /// and why it did not do.
-    pub fn load(sonames: &[&str]) -> Result<HipRtc> {
+    ///
+    /// # Safety
+    /// Opening a library runs its initialisers, and its symbols of hiprtc's names are then
+    /// called with hiprtc's signatures: each of `sonames` that opens must be hiprtc or a HIP
+    /// runtime containing it (or a library without those names, which is skipped). The default
+    /// names ([`HipRtc::load_default`]) are hiprtc's own.
+    pub unsafe fn load(sonames: &[&str]) -> Result<HipRtc> {
         let mut tried = Vec::new();
         for &soname in sonames {
-            // SAFETY: opening a HIP library runs its initialisers, which only register the
-            // runtime (as for the HIP runtime itself, see `sys::HipApi::load`).
+            // SAFETY: the caller's contract: a HIP library, whose initialisers only register
+            // the runtime (as for the HIP runtime itself, see `sys::HipApi::load`).
             match unsafe { Library::new(soname) } {
-                // SAFETY: a library exporting these names is hiprtc, with hiprtc.h's signatures.
+                // SAFETY: the caller's contract: a library exporting these names is hiprtc,
+                // with hiprtc.h's signatures.
                 Ok(library) => match unsafe { RtcApi::resolve(library, soname) } {
                     Ok(api) => {
                         return Ok(HipRtc {
@@ -194,7 +201,8 @@ impl HipRtc {
     pub fn load_default() -> Result<HipRtc> {
         static DEFAULT: OnceLock<Result<HipRtc>> = OnceLock::new();
         DEFAULT
-            .get_or_init(|| HipRtc::load(DEFAULT_SONAMES))
+            // SAFETY: hiprtc's own sonames.
+            .get_or_init(|| unsafe { HipRtc::load(DEFAULT_SONAMES) })
             .clone()
     }
 
@@ -468,7 +476,8 @@ mod tests {
 
     #[test]
     fn missing_libraries_are_unavailable_naming_each() {
-        let e = HipRtc::load(&["libhalcyon-no-hiprtc.so"]).unwrap_err();
+        // SAFETY: no such library: nothing opens.
+        let e = unsafe { HipRtc::load(&["libhalcyon-no-hiprtc.so"]) }.unwrap_err();
         assert_eq!(e.code(), StatusCode::Unavailable);
         assert!(
             e.message().contains("dlopen libhalcyon-no-hiprtc.so: "),

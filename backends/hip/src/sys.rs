@@ -657,8 +657,15 @@ impl HipApi {
     /// The table is leaked on purpose: the library is never unloaded, so the function pointers
     /// are valid for the rest of the process. Call this once per library (see
     /// [`HipApi::load_default`], which caches).
-    pub fn load(sonames: &[&str]) -> Result<&'static HipApi, LoadError> {
-        HipApi::load_without(sonames, &[])
+    ///
+    /// # Safety
+    /// Opening a library runs its initialisers, and its symbols of HIP's names are then called
+    /// with HIP's signatures: each of `sonames` that opens must be a HIP runtime (or nothing
+    /// that breaks under those assumptions, such as a library without those names, which is
+    /// skipped). The default names ([`HipApi::load_default`]) are the runtime's own.
+    pub unsafe fn load(sonames: &[&str]) -> Result<&'static HipApi, LoadError> {
+        // SAFETY: the caller's contract.
+        unsafe { HipApi::load_without(sonames, &[]) }
     }
 
     /// Loads the runtime as [`HipApi::load`] does, with the optional symbols named in `absent`
@@ -671,18 +678,27 @@ impl HipApi {
     /// versioned soname) does not end the search: the next name is tried. When none yields a
     /// table, the error is the first [`LoadError::MissingSymbol`] if any library opened (it
     /// says what to upgrade), else [`LoadError::NotFound`] naming every `dlopen` error.
-    pub fn load_without(sonames: &[&str], absent: &[&str]) -> Result<&'static HipApi, LoadError> {
+    ///
+    /// # Safety
+    /// Opening a library runs its initialisers, and its symbols of HIP's names are then called
+    /// with HIP's signatures: each of `sonames` that opens must be a HIP runtime (or nothing
+    /// that breaks under those assumptions, such as a library without those names, which is
+    /// skipped). The default names ([`HipApi::load_default`]) are the runtime's own.
+    pub unsafe fn load_without(
+        sonames: &[&str],
+        absent: &[&str],
+    ) -> Result<&'static HipApi, LoadError> {
         let mut tried = Vec::new();
         let mut incomplete = None;
         for &soname in sonames {
-            // SAFETY: opening a library runs its initialisers; the HIP runtime's are sound to
-            // run at any time (they register the runtime, they do not touch the GPU).
+            // SAFETY: the caller's contract: a library that opens is a HIP runtime, whose
+            // initialisers are sound to run at any time (they register the runtime, they do
+            // not touch the GPU).
             match unsafe { Library::new(soname) } {
                 Ok(library) => {
-                    // SAFETY: a library under a HIP runtime's name is taken to be one, whose
-                    // symbols of the names declared above have those signatures; one lacking
-                    // any required name is rejected before a pointer is used (and kept
-                    // loaded: see below).
+                    // SAFETY: the caller's contract: its symbols of the names declared above
+                    // have those signatures; one lacking any required name is rejected before
+                    // a pointer is used (and kept loaded: see below).
                     match unsafe { HipApi::resolve(library, soname, absent) } {
                         Ok(api) => return Ok(Box::leak(Box::new(api))),
                         Err(e) => {
@@ -701,7 +717,8 @@ impl HipApi {
     pub fn load_default() -> Result<&'static HipApi, LoadError> {
         static DEFAULT: OnceLock<Result<&'static HipApi, LoadError>> = OnceLock::new();
         DEFAULT
-            .get_or_init(|| HipApi::load(DEFAULT_SONAMES))
+            // SAFETY: the HIP runtime's own sonames.
+            .get_or_init(|| unsafe { HipApi::load(DEFAULT_SONAMES) })
             .clone()
     }
 

@@ -47,7 +47,8 @@ fn default_sonames_are_the_documented_ones() {
 #[test]
 fn missing_library_is_unavailable_naming_each_soname() {
     let names = ["libhalcyon-missing-hip.so", "libhalcyon-missing-hip.so.5"];
-    let driver = HipDriver::with_sonames(names);
+    // SAFETY: no such libraries: nothing opens.
+    let driver = unsafe { HipDriver::with_sonames(names) };
     for err in [
         driver.enumerate_devices().unwrap_err(),
         driver.create_device(0).unwrap_err(),
@@ -65,7 +66,8 @@ fn missing_library_is_unavailable_naming_each_soname() {
 fn a_library_lacking_hip_symbols_is_skipped_for_the_next_soname() {
     // libc opens on every Linux machine and has none of HIP's symbols: it stands for a stale
     // or unrelated library under one of the names.
-    let err = Hip::load(&["libc.so.6", "libhalcyon-missing-hip.so.5"]).unwrap_err();
+    // SAFETY: libc has none of HIP's symbols, so none is called; the other does not exist.
+    let err = unsafe { Hip::load(&["libc.so.6", "libhalcyon-missing-hip.so.5"]) }.unwrap_err();
     assert_eq!(err.code(), StatusCode::Unavailable, "{err}");
     assert!(
         err.message()
@@ -78,7 +80,8 @@ fn a_library_lacking_hip_symbols_is_skipped_for_the_next_soname() {
         eprintln!("skipped the rest: no libamdhip64 on this machine");
         return;
     };
-    let hip = Hip::load(&["libc.so.6", name]).expect("the search goes on past libc");
+    // SAFETY: libc as above; `name` is the machine's HIP runtime.
+    let hip = unsafe { Hip::load(&["libc.so.6", name]) }.expect("the search goes on past libc");
     assert_eq!(hip.api().soname(), name);
     assert!(hip.runtime_version().unwrap() >= 50_000_000);
 }

@@ -24,7 +24,8 @@ pub fn path() -> &'static str {
 /// The fake runtime.
 pub fn hip() -> Hip {
     static HIP: OnceLock<Hip> = OnceLock::new();
-    *HIP.get_or_init(|| Hip::load(&[path()]).expect("the fake runtime loads"))
+    // SAFETY: the fake runtime exports HIP's names with HIP's signatures.
+    *HIP.get_or_init(|| unsafe { Hip::load(&[path()]) }.expect("the fake runtime loads"))
 }
 
 /// The fake runtime as HIP 5.2 is: without `hipLaunchHostFunc`, so host functions are stream
@@ -32,7 +33,9 @@ pub fn hip() -> Hip {
 pub fn hip_5_2() -> Hip {
     static HIP: OnceLock<Hip> = OnceLock::new();
     *HIP.get_or_init(|| {
-        Hip::load_without(&[path()], &["hipLaunchHostFunc"]).expect("the fake runtime loads")
+        // SAFETY: as for `hip`.
+        unsafe { Hip::load_without(&[path()], &["hipLaunchHostFunc"]) }
+            .expect("the fake runtime loads")
     })
 }
 
