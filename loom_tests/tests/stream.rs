@@ -295,3 +295,37 @@ fn handoff_drains_before_it_stops() {
         producer.join().unwrap();
     });
 }
+
+/// [`Allocations`]: a free (`remove`) racing a checked driver call never completes while the
+/// call's guard lives, and a check racing the free either pins the allocation before the
+/// removal began (and the removal waits for it) or fails: no interleaving frees memory a
+/// checked call still uses, and the removal always ends once the guards drop.
+#[test]
+fn allocation_removal_waits_for_checked_calls() {
+    use halcyon::stream::allocations::Allocations;
+    use halcyon::stream::DevicePtr;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    model(|| {
+        let memory = Arc::new(Allocations::new("HIP"));
+        memory.insert(0x1000, 0x100, ());
+        // Set by the remover once `remove` returned: the memory is freed from then on.
+        let freed = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let (memory, freed) = (memory.clone(), freed.clone());
+            thread::spawn(move || {
+                if let Ok(pinned) = memory.check(DevicePtr(0x1080), 0x10, "copy") {
+                    // The driver call using the range.
+                    assert!(!freed.load(Ordering::SeqCst), "freed under a live guard");
+                    thread::yield_now();
+                    assert!(!freed.load(Ordering::SeqCst), "freed under a live guard");
+                    drop(pinned);
+                }
+            })
+        };
+        assert_eq!(memory.remove(0x1000, |_| Ok(())).unwrap(), (0x100, ()));
+        freed.store(true, Ordering::SeqCst);
+        caller.join().unwrap();
+        assert!(memory.is_empty());
+    });
+}
