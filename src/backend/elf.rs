@@ -8,9 +8,13 @@
 //! * the section header table and every section's bytes lie within the image (`SHT_NOBITS`
 //!   sections occupy none); extended section numbering (`e_shnum` 0) is refused, as no kernel
 //!   image needs 65280 sections;
-//! * the section-name table (`e_shstrndx`) is a section and a string table, and every section
-//!   name lies in it, NUL-terminated;
-//! * every `sh_link` names a section;
+//! * an image with sections has a section-name table (`e_shstrndx` is not 0, `SHN_UNDEF`),
+//!   which is a section and a string table, and every section name lies in it, NUL-terminated;
+//! * every `sh_link` names a section, and so does the `sh_info` of a section flagged
+//!   `SHF_INFO_LINK` (CUDA's `.nv.info.<kernel>` and `.nv.constant0.<kernel>` sections name
+//!   their kernel's code section that way);
+//! * extended program-header numbering (`e_phnum` `PN_XNUM`, 0xffff) is refused, like extended
+//!   section numbering (the caller checks the program header table's extent);
 //! * symbol tables (`SHT_SYMTAB`, `SHT_DYNSYM`) hold whole 24-byte entries, link to a string
 //!   table, and each symbol's name lies in it NUL-terminated and its section exists (or is a
 //!   reserved index: absolute, common);
@@ -50,6 +54,10 @@ const NOBITS: u64 = 8;
 const REL: u64 = 9;
 /// `SHT_DYNSYM`.
 const DYNSYM: u64 = 11;
+/// `SHF_INFO_LINK`: the section's `sh_info` is a section index.
+const INFO_LINK: u64 = 0x40;
+/// `PN_XNUM`: the program-header count lives in section 0's `sh_info`.
+const PN_XNUM: u64 = 0xffff;
 /// Section indices from here up are reserved (absolute, common, extended): not sections.
 const LORESERVE: u64 = 0xff00;
 /// Bytes of an `Elf64_Sym`.
@@ -70,6 +78,7 @@ fn le(bytes: &[u8], at: u64, width: usize) -> Option<u64> {
 struct Section<'a> {
     name: u64,
     kind: u64,
+    flags: u64,
     link: u64,
     info: u64,
     entsize: u64,
@@ -90,6 +99,13 @@ pub fn check_references(image: &[u8]) -> Result<(), String> {
     };
     let (shoff, shentsize) = (field(0x28, 8)?, field(0x3a, 2)?);
     let (count, names) = (field(0x3c, 2)?, field(0x3e, 2)?);
+    if field(0x38, 2)? == PN_XNUM {
+        return Err(
+            "it uses extended program-header numbering (e_phnum 0xffff), which no kernel image \
+             needs"
+                .into(),
+        );
+    }
     if count == 0 {
         if shoff != 0 {
             return Err(
@@ -129,6 +145,7 @@ pub fn check_references(image: &[u8]) -> Result<(), String> {
         sections.push(Section {
             name: header(0, 4),
             kind,
+            flags: header(8, 8),
             link: header(0x28, 4),
             info: header(0x2c, 4),
             entsize: header(0x38, 8),
@@ -143,28 +160,27 @@ pub fn check_references(image: &[u8]) -> Result<(), String> {
             )
         })
     };
-    // SHN_UNDEF: the sections have no names.
-    let names = if names == 0 {
-        None
-    } else {
-        Some(section(names, &|| "the section-name table".into())?)
-    };
-    if let Some(table) = names.filter(|t| t.kind != STRTAB) {
+    // SHN_UNDEF would leave the section names unchecked; every toolchain writes the table.
+    if names == 0 {
+        return Err(format!(
+            "it has {count} sections but no section-name table (e_shstrndx 0, SHN_UNDEF)"
+        ));
+    }
+    let table = section(names, &|| "the section-name table".into())?;
+    if table.kind != STRTAB {
         return Err(format!(
             "the section-name table is not a string table (type {})",
             table.kind
         ));
     }
     for (i, s) in sections.iter().enumerate() {
-        if let Some(table) = names {
-            if !has_string(table.data, s.name) {
-                return Err(format!(
-                    "section {i}'s name lies at byte {} of a {}-byte name table, or is not \
-                     NUL-terminated there",
-                    s.name,
-                    table.data.len()
-                ));
-            }
+        if !has_string(table.data, s.name) {
+            return Err(format!(
+                "section {i}'s name lies at byte {} of a {}-byte name table, or is not \
+                 NUL-terminated there",
+                s.name,
+                table.data.len()
+            ));
         }
         let linked = section(s.link, &|| format!("section {i}'s link"))?;
         match s.kind {
@@ -176,6 +192,11 @@ pub fn check_references(image: &[u8]) -> Result<(), String> {
                 check_relocations(i, s, linked)?;
             }
             _ => {}
+        }
+        if s.flags & INFO_LINK != 0 {
+            section(s.info, &|| {
+                format!("section {i}'s info link (sh_info, flagged SHF_INFO_LINK)")
+            })?;
         }
     }
     Ok(())

@@ -64,18 +64,47 @@
 //!
 //! **Validation** ([`CudaModule::validate`], run on every load): at least one entry point,
 //! unique names without NUL bytes, a workgroup size within CUDA's block limits
-//! (x, y ≤ 1024, z ≤ 64, x·y·z ≤ 1024), parameters within the 4 KiB every CUDA device accepts;
-//! PTX must be NUL-free text declaring every entry point as an `.entry`; a binary image must be
-//! a 64-bit little-endian ELF (cubin) or a fatbin whose headers lie within the bytes given.
-//! `cuModuleLoadData` takes no length: the driver reads as far as the image's own headers say,
-//! so a truncated binary image would make it read past the buffer. These checks keep the
-//! declared extents inside it, and, in a cubin, what ELF's structure points at: section names
-//! within the section-name table, links to sections that exist, symbol names within their
-//! string table and symbols in sections that exist, relocations naming symbols that exist.
-//! A fatbin's entries must lie within its declared size, an uncompressed cubin entry passes
-//! the cubin checks and an uncompressed PTX entry holds its terminating NUL. The contents of
-//! NVIDIA's own sections (`.nv.info` records) and compressed entries are the driver's to
-//! check.
+//! (x, y ≤ 1024, z ≤ 64, x·y·z ≤ 1024), parameters within the 4 KiB every CUDA device accepts.
+//! `cuModuleLoadData` takes no length and tells PTX, cubin and fatbin apart by their content;
+//! the driver reads as far as the image's own headers say. The image checks:
+//!
+//! * **PTX** is text: it does not start with the ELF magic (the driver would read it as a
+//!   cubin), and has no control bytes but tab, line feed and carriage return (no NUL, which
+//!   would end it early). It does not use the C preprocessor, which the driver runs on PTX:
+//!   no line whose first character outside comments and string literals is `#` (or its
+//!   digraph `%:` or trigraph `??=`), and no line continuation (a backslash ending a line)
+//!   except between two `//` comment lines; halcyon reads each kernel's `.param` list from the
+//!   text as written, and a `#define` or `#if` could make the kernel the driver compiles differ
+//!   from the one checked. Every entry point is an `.entry` whose parameters match the
+//!   metadata (see **Kernel signature** and **Status word** above); array parameters are
+//!   sized with any spacing inside their brackets, and a size that overflows is refused.
+//! * A **cubin** is a 64-bit little-endian ELF whose header, program header table (56-byte
+//!   entries, no `PN_XNUM` extended numbering), segments' file bytes, section header table
+//!   (64-byte entries, no extended numbering) and sections' bytes lie within the image, and
+//!   whose references hold ([`halcyon::backend::elf::check_references`]): a section-name table
+//!   (`e_shstrndx` not 0) holding every section name, `sh_link`s to sections that exist, the
+//!   `sh_info` of `SHF_INFO_LINK` sections (`.nv.info.<kernel>`) too, symbol names within
+//!   their string table and symbols in sections that exist, relocations of whole entries naming
+//!   symbols that exist and applying to a section that exists.
+//! * A **fatbin** has a 16-byte or larger header, entries within its declared size, and no byte
+//!   after that size (executables concatenate fatbins; the driver could take trailing bytes
+//!   for another). Each entry has a header of at least the 64 bytes the driver reads; its
+//!   payload lies within the fatbin; its compressed size lies within its payload; its flags say
+//!   compressed exactly when its uncompressed size is not 0; its options pair and the options
+//!   string it points at, and its object name, lie within the entry. A payload that starts
+//!   with the ELF magic passes the cubin checks, whatever the entry's kind and flags; an
+//!   uncompressed cubin entry's payload must be an ELF file, and an uncompressed PTX entry's
+//!   holds its terminating NUL. (Field meanings and the fixtures' values are in
+//!   `validate_fatbin`'s comment.)
+//!
+//! Not checked, left to the driver: the contents of NVIDIA's own sections (`.nv.info`
+//! records; the `sh_info` of `.text.<kernel>` sections, which holds the kernel's symbol index
+//! without the `SHF_INFO_LINK` flag), symbol values and sizes, relocation offsets within their
+//! target sections, what a compressed payload decompresses to, and a fatbin entry of a kind
+//! other than PTX or cubin beyond its bounds. The checks keep what the image's headers
+//! declare, and the references ELF itself defines, inside the bytes; offsets the driver reads
+//! out of a section's contents are its own to bound. A binary image's kernel parameters are
+//! checked only where the driver reports them (see above).
 //!
 //! **NVRTC.** [`CudaModule::compile`] compiles CUDA C to PTX at run time (see [`crate::nvrtc`]);
 //! without libnvrtc it is `Unavailable`.
@@ -402,12 +431,8 @@ fn looks_like_ptx(bytes: &[u8]) -> bool {
 /// The names of the kernels (`.entry` directives) a PTX text defines, in order.
 pub fn ptx_entries(ptx: &str) -> Vec<String> {
     let mut names = Vec::new();
-    // Line comments removed; a name may follow `.entry` on the next line.
-    let code: String = ptx
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    // Comments removed; a name may follow `.entry` on the next line.
+    let code = strip_ptx_comments(ptx);
     let mut rest = code.as_str();
     while let Some(at) = rest.find(".entry") {
         let before_ok = rest[..at]
@@ -431,9 +456,22 @@ pub fn ptx_entries(ptx: &str) -> Vec<String> {
 }
 
 /// The size in bytes of each parameter of the kernel `name` (its `.entry`'s `.param` list), in
-/// order; `None` if the PTX defines no such kernel. A parameter of a type the parser does not
-/// know counts as 0 bytes (it then matches no signature halcyon passes).
+/// order; `None` if the PTX defines no such kernel. A parameter of a type or array size the
+/// parser does not know counts as 0 bytes, and one whose size overflows `usize` as
+/// `usize::MAX`: either then matches no signature halcyon passes.
 pub fn ptx_param_sizes(ptx: &str, name: &str) -> Option<Vec<usize>> {
+    let params = ptx_params(ptx, name)?;
+    Some(
+        params
+            .iter()
+            .map(|(_, size)| size.unwrap_or(usize::MAX))
+            .collect(),
+    )
+}
+
+/// Each parameter declaration of the kernel `name`, with its size in bytes (`None` where the
+/// size overflows); `None` if the PTX defines no such kernel.
+fn ptx_params(ptx: &str, name: &str) -> Option<Vec<(String, Option<usize>)>> {
     let code = strip_ptx_comments(ptx);
     let mut rest = code.as_str();
     while let Some(at) = rest.find(".entry") {
@@ -462,58 +500,209 @@ pub fn ptx_param_sizes(ptx: &str, name: &str) -> Option<Vec<usize>> {
         return Some(
             list.split(',')
                 .filter(|param| !param.trim().is_empty())
-                .map(ptx_param_size)
+                .map(|param| {
+                    (
+                        param.split_whitespace().collect::<Vec<_>>().join(" "),
+                        ptx_param_size(param),
+                    )
+                })
                 .collect(),
         );
     }
     None
 }
 
-/// `ptx` without its `//` and `/* */` comments (each replaced by a space; line ends kept).
-fn strip_ptx_comments(ptx: &str) -> String {
-    let mut code = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    loop {
-        let line = rest.find("//");
-        let block = rest.find("/*");
-        match (line, block) {
-            (Some(at), b) if b.is_none_or(|b| at < b) => {
-                code.push_str(&rest[..at]);
-                code.push(' ');
-                rest = rest[at..].find('\n').map_or("", |end| &rest[at + end..]);
-            }
-            (_, Some(at)) => {
-                code.push_str(&rest[..at]);
-                code.push(' ');
-                rest = rest[at + 2..]
-                    .find("*/")
-                    .map_or("", |end| &rest[at + 2 + end + 2..]);
-            }
-            _ => {
-                code.push_str(rest);
-                return code;
-            }
-        }
+/// Whether `b` ends a line for the C preprocessor (a lone carriage return does too).
+fn line_end(b: u8) -> bool {
+    b == b'\n' || b == b'\r'
+}
+
+/// Whether the backslash at `at` ends its line (spaces and tabs may follow it, as GCC allows):
+/// a line continuation, which the C preprocessor removes, joining the line to the next.
+fn continues_line(bytes: &[u8], at: usize) -> bool {
+    let rest = &bytes[at + 1..];
+    let blanks = rest
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count();
+    rest.get(blanks).is_some_and(|&b| line_end(b))
+}
+
+/// The byte after the line end at `at` (`\r\n` is one line end).
+fn next_line(bytes: &[u8], at: usize) -> usize {
+    if bytes[at] == b'\r' && bytes.get(at + 1) == Some(&b'\n') {
+        at + 2
+    } else {
+        at + 1
     }
 }
 
+/// `ptx` lexed as the C preprocessor the driver runs on PTX would: its `//` and `/* */`
+/// comments each replaced by a space (the line ends inside a block comment kept, so that line
+/// numbers stay), string and character literals kept whole (a `/*` in a `.file` name starts no
+/// comment). With it, the byte offset of the first line continuation (a backslash ending a
+/// line) that could change what is code, if there is one: a continuation is harmless only at
+/// the end of a `//` comment followed by another `//` comment line.
+fn lex_ptx(ptx: &str) -> (String, Option<usize>) {
+    let bytes = ptx.as_bytes();
+    let n = bytes.len();
+    let mut code = String::with_capacity(n);
+    let mut continuation = None;
+    // `from..` is code not yet copied; every cut is at an ASCII byte.
+    let (mut i, mut from) = (0, 0);
+    while i < n {
+        match bytes[i] {
+            b'\\' if continues_line(bytes, i) => {
+                continuation.get_or_insert(i);
+                i += 1;
+            }
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < n && bytes[i] != quote && !line_end(bytes[i]) {
+                    if bytes[i] == b'\\' {
+                        if continues_line(bytes, i) {
+                            continuation.get_or_insert(i);
+                        }
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i = (i + 1).min(n);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                code.push_str(&ptx[from..i]);
+                code.push(' ');
+                let end = bytes[i..]
+                    .iter()
+                    .position(|&b| line_end(b))
+                    .map_or(n, |end| i + end);
+                let backslash = bytes[i..end].iter().rposition(|&b| b == b'\\');
+                if let Some(at) = backslash.map(|at| i + at) {
+                    let commented = end < n && {
+                        let next = &ptx[next_line(bytes, end)..];
+                        next.trim_start_matches([' ', '\t']).starts_with("//")
+                    };
+                    if continues_line(bytes, at) && !commented {
+                        continuation.get_or_insert(at);
+                    }
+                }
+                (i, from) = (end, end);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                code.push_str(&ptx[from..i]);
+                code.push(' ');
+                let end = ptx[i + 2..].find("*/").map_or(n, |end| i + 2 + end + 2);
+                let comment = &bytes[i..end];
+                if let Some(at) = (0..comment.len())
+                    .find(|&at| comment[at] == b'\\' && continues_line(comment, at))
+                {
+                    continuation.get_or_insert(i + at);
+                }
+                code.extend(comment.iter().filter(|&&b| line_end(b)).map(|&b| b as char));
+                (i, from) = (end, end);
+            }
+            _ => i += 1,
+        }
+    }
+    code.push_str(&ptx[from..]);
+    (code, continuation)
+}
+
+/// `ptx` without its comments (see [`lex_ptx`]).
+fn strip_ptx_comments(ptx: &str) -> String {
+    lex_ptx(ptx).0
+}
+
+/// Where `ptx` uses the C preprocessor, described for a message: a directive (a line whose
+/// first character outside comments is `#`, or the digraph `%:` or trigraph `??=` for it), or
+/// a line continuation that could change what is code (see [`lex_ptx`]). The driver runs
+/// PTX through the preprocessor before compiling it; halcyon reads the kernels' parameters
+/// from the text as written, so a `#define` or an `#if` could make the kernel the driver
+/// compiles differ from the one halcyon checked.
+fn ptx_preprocessor_use(ptx: &str) -> Option<String> {
+    let (code, continuation) = lex_ptx(ptx);
+    let line_of = |at: usize| ptx.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    let directive = code.split('\n').enumerate().find_map(|(line, text)| {
+        text.split('\r').find_map(|text| {
+            let text = text.trim_start_matches([' ', '\t']);
+            ["#", "%:", "??="]
+                .iter()
+                .any(|start| text.starts_with(start))
+                .then(|| {
+                    let word: String = text
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .take(24)
+                        .collect();
+                    (
+                        line + 1,
+                        format!("the preprocessor directive `{word}` on line {}", line + 1),
+                    )
+                })
+        })
+    });
+    let continuation = continuation.map(|at| {
+        (
+            line_of(at),
+            format!(
+                "a line continuation (a backslash ending line {}, at byte offset {at})",
+                line_of(at)
+            ),
+        )
+    });
+    [directive, continuation]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(line, _)| *line)
+        .map(|(_, what)| what)
+}
+
 /// The size of one `.param` declaration: `.param .u64 name`, `.param .u64 .ptr .global .align 4
-/// name`, `.param .align 8 .b8 name[16]`.
-fn ptx_param_size(param: &str) -> usize {
-    let tokens: Vec<&str> = param.split_whitespace().collect();
+/// name`, `.param .align 8 .b8 name[16]` (whitespace may stand inside the brackets, and an
+/// array may have several dimensions, `name[2][3]`), `.param .v2 .u32 name`. A type or an
+/// array size it does not know is 0 bytes; `None` if the size overflows.
+fn ptx_param_size(param: &str) -> Option<usize> {
+    let (declaration, dimensions) = match param.split_once('[') {
+        Some((declaration, dimensions)) => (declaration, Some(dimensions)),
+        None => (param, None),
+    };
+    let tokens: Vec<&str> = declaration.split_whitespace().collect();
     let element = tokens.iter().find_map(|t| match *t {
-        ".u8" | ".s8" | ".b8" => Some(1),
+        ".u8" | ".s8" | ".b8" => Some(1usize),
         ".u16" | ".s16" | ".b16" | ".f16" => Some(2),
         ".u32" | ".s32" | ".b32" | ".f32" => Some(4),
         ".u64" | ".s64" | ".b64" | ".f64" => Some(8),
         _ => None,
     });
-    let count = tokens
-        .last()
-        .and_then(|name| name.split_once('['))
-        .map(|(_, n)| n.trim_end_matches(']').trim().parse::<usize>().unwrap_or(0))
-        .unwrap_or(1);
-    element.unwrap_or(0) * count
+    let lanes = tokens.iter().find_map(|t| match *t {
+        ".v2" => Some(2usize),
+        ".v4" => Some(4),
+        ".v8" => Some(8),
+        _ => None,
+    });
+    let mut size = element.unwrap_or(0).checked_mul(lanes.unwrap_or(1))?;
+    let Some(dimensions) = dimensions else {
+        return Some(size);
+    };
+    // `16]`, `2 ]`, ` 2][3]`: each a decimal count, then `]`, then `[` before the next.
+    let mut rest = dimensions;
+    loop {
+        let Some((count, tail)) = rest.split_once(']') else {
+            return Some(0);
+        };
+        let Ok(count) = count.trim().parse::<usize>() else {
+            return Some(0);
+        };
+        size = size.checked_mul(count)?;
+        let tail = tail.trim_start();
+        if tail.is_empty() {
+            return Some(size);
+        }
+        let Some(tail) = tail.strip_prefix('[') else {
+            return Some(0);
+        };
+        rest = tail;
+    }
 }
 
 /// Whether the PTX kernel of `entry` takes a status word after its constants (see the
@@ -521,24 +710,61 @@ fn ptx_param_size(param: &str) -> usize {
 /// is `false`, followed by one more 8-byte pointer is `true`; anything else is
 /// `InvalidArgument`, as is a PTX without the kernel.
 pub fn ptx_status_word(ptx: &str, entry: &EntryPoint) -> Result<bool> {
-    let sizes = ptx_param_sizes(ptx, &entry.name).ok_or_else(|| {
+    let params = ptx_params(ptx, &entry.name).ok_or_else(|| {
         invalid(format!(
             "the PTX defines no kernel '{}' whose parameters could be checked",
             entry.name
         ))
     })?;
+    let mut sizes = Vec::with_capacity(params.len());
+    for (declaration, size) in params {
+        sizes.push(size.ok_or_else(|| {
+            invalid(format!(
+                "kernel '{}' declares the parameter `{declaration}`, whose size in bytes \
+                 overflows (element size times count); no kernel can take it",
+                entry.name
+            ))
+        })?);
+    }
     match_params(entry, &sizes)
 }
 
 fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
-    if let Some(at) = text.find('\0') {
-        // cuModuleLoadData reads PTX up to its NUL: anything after an inner one would be lost.
+    // cuModuleLoadData tells PTX from a cubin or fatbin by its content: text with the ELF magic
+    // would be read as a cubin (through headers no check here has looked at). A fatbin's magic
+    // (50 ed 55 ba) is not UTF-8, so no String starts with it.
+    if text.as_bytes().starts_with(ELF_MAGIC) {
+        return Err(invalid(
+            "the PTX text starts with the ELF magic (7f 45 4c 46 at byte offset 0): the driver \
+             would read it as a cubin, not as PTX; pass a cubin as CudaImage::Cubin",
+        ));
+    }
+    let control = text
+        .bytes()
+        .position(|b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || b == 0x7f);
+    if let Some(at) = control {
+        let byte = text.as_bytes()[at];
+        if byte == 0 {
+            // cuModuleLoadData reads PTX up to its NUL: anything after an inner one is lost.
+            return Err(invalid(format!(
+                "PTX text contains a NUL byte at offset {at}; PTX is text without NULs"
+            )));
+        }
         return Err(invalid(format!(
-            "PTX text contains a NUL byte at offset {at}; PTX is text without NULs"
+            "PTX text contains the control byte 0x{byte:02x} at byte offset {at}; PTX is text \
+             whose only control characters are tab, line feed and carriage return"
         )));
     }
     if text.trim().is_empty() {
         return Err(invalid("the PTX text is empty"));
+    }
+    if let Some(what) = ptx_preprocessor_use(text) {
+        return Err(invalid(format!(
+            "the PTX text uses the C preprocessor ({what}); halcyon reads the kernels' \
+             parameters from the PTX text as written and cannot follow preprocessor directives, \
+             so preprocess the PTX first (e.g. `cpp -P`, or emit it with the directives \
+             expanded)"
+        )));
     }
     let entries = ptx_entries(text);
     for entry in entry_points {
@@ -581,18 +807,46 @@ const FATBIN_PTX: u64 = 1;
 const FATBIN_CUBIN: u64 = 2;
 /// An entry's flags that mark its payload compressed (LZ4 in older toolkits, zstd since).
 const FATBIN_COMPRESSED: u64 = 0x2000 | 0x8000;
+/// The bytes of an entry header the driver reads (`fatBinaryEntry`): every entry of the
+/// fixtures has at least these (64 for the cubin entries, 80 for the PTX ones).
+const FATBIN_ENTRY_HEADER: u64 = 64;
 
 /// Checks a fatbin: its header, then entry by entry that each entry's header and payload lie
-/// within the fatbin's declared size, which lies within the bytes; an uncompressed cubin
-/// entry passes the same checks as a cubin loaded alone ([`validate_cubin`]), and an
+/// within the fatbin's declared size, which lies within the bytes and ends them; that the
+/// header's sizes, flags and inner offsets agree with its payload; that a payload that is an
+/// ELF file passes the same checks as a cubin loaded alone ([`validate_cubin`]), and an
 /// uncompressed PTX entry holds its terminating NUL (the driver reads PTX as a C string).
-/// Compressed payloads are only bounds-checked: the driver decompresses them into buffers of
-/// the sizes they declare.
+/// Compressed payloads are bounds-checked and their sizes compared; what they decompress to is
+/// the driver's to check.
 ///
 /// Layout, little-endian: a 16-byte header `{ u32 magic, u16 version, u16 header_size,
-/// u64 entries_size }`, then entries, each a header `{ u16 kind, u16 version, u32
-/// header_size, u64 payload_size, .., u32 arch at 28, u64 flags at 40, u64
-/// uncompressed_size at 56 }` followed by its payload.
+/// u64 entries_size }`, then entries, each a header followed by its payload:
+///
+/// | at | field |
+/// |----|-------|
+/// | 0  | `u16` kind: 1 PTX, 2 cubin |
+/// | 4  | `u32` header size (payload starts there) |
+/// | 8  | `u64` payload size (padded) |
+/// | 16 | `u32` compressed size (0 if uncompressed) |
+/// | 20 | `u32` options offset: 0, or where a `{ u32 offset, u32 size }` of the options lies |
+/// | 28 | `u32` arch (`90` is sm_90) |
+/// | 32 | `u32`, `u32`: object-name offset and length |
+/// | 40 | `u64` flags (`0x2000` LZ4, `0x8000` zstd compressed) |
+/// | 56 | `u64` uncompressed size (0 if uncompressed) |
+///
+/// Offsets within an entry count from the entry's start.
+///
+/// Verified against the fixtures (`fatbinary` 13.0): `standard.fatbin` has a cubin entry
+/// (header 64, payload 7752, compressed size 0, options offset 0, flags 0x11, uncompressed
+/// size 0) and a PTX entry (header 80, payload 1712, compressed size 0, options offset 64,
+/// where `{72, 0}` points at an empty options string inside the header, flags 0x11,
+/// uncompressed size 0), and no byte after its declared end; `standard.compressed.fatbin` the
+/// same entries compressed (flags 0x8011; compressed sizes 1215 and 531 of padded payloads of
+/// 1216 and 536; uncompressed sizes 7752, the cubin's, and 1705, the PTX text's 1704 bytes
+/// and its NUL, padded to 1712 in the uncompressed fatbin). The
+/// object-name fields are 0 in every fixture entry; their meaning is that of public readers
+/// of the format (n-eiling/cuda-fatbin-decompression, jiegec/fatbinary), and the check on
+/// them, 0 or within the entry, holds for anything a writer of the format puts there.
 fn validate_fatbin(bytes: &[u8]) -> Result<()> {
     let len = bytes.len() as u64;
     let beyond = |what: &str, end: u64| {
@@ -623,40 +877,83 @@ fn validate_fatbin(bytes: &[u8]) -> Result<()> {
                  (cuModuleLoadData would read past it)"
             ))
         };
-        if end - at < 16 {
+        if end - at < FATBIN_ENTRY_HEADER {
             return Err(corrupt(format!(
-                "has {} bytes left for its 16-byte header before the entries end at byte {end}",
+                "has {} bytes left for its {FATBIN_ENTRY_HEADER}-byte header before the \
+                 entries end at byte {end}",
                 end - at
             )));
         }
         let i = at as usize;
         let (kind, entry_header) = (le(bytes, i, 2), le(bytes, i + 4, 4));
-        if entry_header < 16 {
+        if entry_header < FATBIN_ENTRY_HEADER {
             return Err(corrupt(format!(
-                "declares a {entry_header}-byte header, less than the 16 bytes that hold its \
-                 kind and sizes"
+                "declares a {entry_header}-byte header, less than the \
+                 {FATBIN_ENTRY_HEADER} bytes of the entry header the driver reads"
             )));
         }
         let start = at.saturating_add(entry_header);
-        let payload_end = start.saturating_add(le(bytes, i + 8, 8));
+        let payload_size = le(bytes, i + 8, 8);
+        let payload_end = start.saturating_add(payload_size);
         if payload_end > end {
             return Err(corrupt(format!(
                 "extends to byte {payload_end}, past the entries' end at byte {end}"
             )));
         }
-        let field = |offset: u64, width: usize| {
-            (entry_header >= offset + width as u64).then(|| le(bytes, i + offset as usize, width))
+        // The whole header lies within the entries from here on.
+        let field = |offset: usize, width: usize| le(bytes, i + offset, width);
+        let entry_len = payload_end - at;
+        let flags = field(40, 8);
+        let compressed = flags & FATBIN_COMPRESSED != 0;
+        let (compressed_size, uncompressed_size) = (field(16, 4), field(56, 8));
+        if compressed != (uncompressed_size != 0) {
+            return Err(corrupt(format!(
+                "has flags {flags:#x} ({}) but an uncompressed size of {uncompressed_size}, \
+                 which is 0 exactly when the entry is not compressed",
+                if compressed {
+                    "compressed"
+                } else {
+                    "not compressed"
+                }
+            )));
+        }
+        if compressed_size > payload_size {
+            return Err(corrupt(format!(
+                "declares {compressed_size} compressed bytes in a {payload_size}-byte payload"
+            )));
+        }
+        let within = |what: &str, offset: u64, size: u64| {
+            if offset + size > entry_len {
+                return Err(corrupt(format!(
+                    "has its {what} ({size} bytes at byte {offset} of the entry) past the \
+                     entry's {entry_len} bytes"
+                )));
+            }
+            Ok(())
         };
-        let compressed = field(40, 8).is_some_and(|flags| flags & FATBIN_COMPRESSED != 0)
-            || field(56, 8).is_some_and(|uncompressed| uncompressed != 0);
+        let options = field(20, 4);
+        if options != 0 {
+            within("options offset/size pair", options, 8)?;
+            let pair = i + options as usize;
+            within("ptxas options", le(bytes, pair, 4), le(bytes, pair + 4, 4))?;
+        }
+        within("object name", field(32, 4), field(36, 4))?;
         let payload = &bytes[start as usize..payload_end as usize];
-        if !compressed && kind == FATBIN_CUBIN && payload.starts_with(ELF_MAGIC) {
-            let arch = field(28, 4).map_or_else(String::new, |sm| format!(" for sm_{sm}"));
+        // The driver may tell an image by its content: any ELF payload is checked as a cubin.
+        if payload.starts_with(ELF_MAGIC) {
+            let arch = format!("sm_{}", field(28, 4));
             validate_cubin(payload).map_err(|e| {
                 e.context(format!(
-                    "fatbin entry {index} (a cubin{arch}, bytes {start}..{payload_end})"
+                    "fatbin entry {index} (a cubin for {arch}, bytes {start}..{payload_end})"
                 ))
             })?;
+        } else if !compressed && kind == FATBIN_CUBIN {
+            let head: Vec<String> = payload.iter().take(4).map(|b| format!("{b:02x}")).collect();
+            return Err(corrupt(format!(
+                "is an uncompressed cubin entry (kind 2) whose payload is not an ELF file \
+                 (it starts with [{}])",
+                head.join(" ")
+            )));
         }
         if !compressed && kind == FATBIN_PTX && !payload.contains(&0) {
             return Err(corrupt(format!(
@@ -666,6 +963,16 @@ fn validate_fatbin(bytes: &[u8]) -> Result<()> {
         }
         at = payload_end;
         index += 1;
+    }
+    if end < len {
+        return Err(invalid(format!(
+            "fatbin image is {len} bytes but the fatbin ends at byte {end} (its {header}-byte \
+             header and {} bytes of entries): {} bytes follow it, which the driver could take \
+             for another fatbin (executables concatenate them); pass only the fatbin's own \
+             bytes",
+            end - header,
+            len - end
+        )));
     }
     Ok(())
 }
@@ -702,12 +1009,31 @@ fn validate_cubin(bytes: &[u8]) -> Result<()> {
     let (phoff, shoff) = (le(bytes, 0x20, 8), le(bytes, 0x28, 8));
     let (phentsize, phnum) = (le(bytes, 0x36, 2), le(bytes, 0x38, 2));
     let (shentsize, shnum) = (le(bytes, 0x3a, 2), le(bytes, 0x3c, 2));
+    // ELF64's entry sizes, which ptxas writes; the driver need not read e_*entsize.
+    if phnum > 0 && phentsize != 56 {
+        return Err(invalid(format!(
+            "cubin image is corrupt: its program headers are {phentsize} bytes each, not \
+             ELF64's 56"
+        )));
+    }
+    if shnum > 0 && shentsize != 64 {
+        return Err(invalid(format!(
+            "cubin image is corrupt: its section headers are {shentsize} bytes each, not \
+             ELF64's 64"
+        )));
+    }
+    if phnum == 0xffff {
+        return Err(invalid(
+            "cubin image is corrupt: it uses extended program-header numbering (e_phnum \
+             0xffff), which no kernel image needs",
+        ));
+    }
     let ph_end = phoff.saturating_add(phentsize * phnum);
-    if phnum > 0 && (ph_end > len || phentsize < 56) {
+    if phnum > 0 && ph_end > len {
         return Err(beyond("program header table", ph_end));
     }
     let sh_end = shoff.saturating_add(shentsize * shnum);
-    if shnum > 0 && (sh_end > len || shentsize < 64) {
+    if shnum > 0 && sh_end > len {
         return Err(beyond("section header table", sh_end));
     }
     for i in 0..shnum {
@@ -800,7 +1126,9 @@ mod tests {
         CudaModule::ptx(PTX, vec![entry("add_one_u32", 1, 1), entry("fail", 0, 0)])
     }
 
-    /// A minimal valid ELF64 LE header with one section whose data lies at `offset..+size`.
+    /// A minimal valid ELF64 LE image of `total` bytes (at least 257): the header, three
+    /// section headers at byte 64 (the null section; section 1, whose data lies at
+    /// `offset..+size`; section 2, the section-name table, one NUL at byte 256).
     fn elf(offset: u64, size: u64, total: usize) -> Vec<u8> {
         let mut b = vec![0u8; total];
         b[..4].copy_from_slice(ELF_MAGIC);
@@ -808,10 +1136,14 @@ mod tests {
         b[5] = 1;
         b[0x28..0x30].copy_from_slice(&64u64.to_le_bytes()); // e_shoff
         b[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
-        b[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes()); // e_shnum
-        b[64 + 4..64 + 8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
-        b[64 + 0x18..64 + 0x20].copy_from_slice(&offset.to_le_bytes());
-        b[64 + 0x20..64 + 0x28].copy_from_slice(&size.to_le_bytes());
+        b[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes()); // e_shnum
+        b[0x3e..0x40].copy_from_slice(&2u16.to_le_bytes()); // e_shstrndx
+        b[128 + 4..128 + 8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
+        b[128 + 0x18..128 + 0x20].copy_from_slice(&offset.to_le_bytes());
+        b[128 + 0x20..128 + 0x28].copy_from_slice(&size.to_le_bytes());
+        b[192 + 4..192 + 8].copy_from_slice(&3u32.to_le_bytes()); // SHT_STRTAB
+        b[192 + 0x18..192 + 0x20].copy_from_slice(&256u64.to_le_bytes());
+        b[192 + 0x20..192 + 0x28].copy_from_slice(&1u64.to_le_bytes());
         b
     }
 
@@ -823,7 +1155,7 @@ mod tests {
         assert_eq!(CudaModule::from_bytes(&bytes).unwrap(), m);
         m.validate().unwrap();
 
-        let c = CudaModule::cubin(elf(128, 16, 144), vec![entry("k", 2, 3)]);
+        let c = CudaModule::cubin(elf(512, 16, 528), vec![entry("k", 2, 3)]);
         let back = CudaModule::from_bytes(&c.to_bytes()).unwrap();
         assert_eq!(back, c);
         back.validate().unwrap();
@@ -867,7 +1199,7 @@ mod tests {
 
     #[test]
     fn raw_images_and_garbage_are_refused_with_advice() {
-        for raw in [PTX.as_bytes(), &elf(128, 16, 144)[..]] {
+        for raw in [PTX.as_bytes(), &elf(512, 16, 528)[..]] {
             let e = CudaModule::from_bytes(raw).unwrap_err();
             assert_eq!(e.code(), StatusCode::InvalidArgument);
             assert!(e.message().contains("no entry-point metadata"), "{e}");
@@ -961,19 +1293,31 @@ mod tests {
 
     #[test]
     fn binary_images_must_stay_within_their_bytes() {
-        let ok = elf(128, 16, 144);
+        let ok = elf(512, 16, 528);
         validate_binary(&ok).unwrap();
-        let e = validate_binary(&elf(128, 17, 144)).unwrap_err();
-        assert!(e.message().contains("section 0 extends to byte 145"), "{e}");
-        let e = validate_binary(&ok[..100]).unwrap_err();
+        let e = validate_binary(&elf(512, 17, 528)).unwrap_err();
+        assert!(e.message().contains("section 1 extends to byte 529"), "{e}");
+        let e = validate_binary(&ok[..200]).unwrap_err();
         assert!(
             e.message()
-                .contains("section header table extends to byte 128"),
+                .contains("section header table extends to byte 256"),
             "{e}"
         );
-        let mut nobits = elf(128, 1 << 40, 144);
-        nobits[64 + 4..64 + 8].copy_from_slice(&8u32.to_le_bytes());
+        let mut nobits = elf(512, 1 << 40, 528);
+        nobits[128 + 4..128 + 8].copy_from_slice(&8u32.to_le_bytes());
         validate_binary(&nobits).unwrap();
+        // One program header (all zero: an empty segment) of ELF64's 56 bytes, or of 64.
+        let mut segment = ok.clone();
+        segment[0x20..0x28].copy_from_slice(&264u64.to_le_bytes()); // e_phoff
+        segment[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        segment[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        validate_binary(&segment).unwrap();
+        segment[0x36..0x38].copy_from_slice(&64u16.to_le_bytes());
+        let e = validate_binary(&segment).unwrap_err();
+        assert!(
+            e.message().contains("program headers are 64 bytes each"),
+            "{e}"
+        );
         let mut class32 = ok.clone();
         class32[4] = 1;
         assert!(validate_binary(&class32)
@@ -983,13 +1327,18 @@ mod tests {
 
         // A fatbin header with no entries passes (the driver then finds no image for the
         // device); one declaring more than the bytes hold does not.
-        let mut fatbin = vec![0u8; 64];
+        let mut fatbin = vec![0u8; 16];
         fatbin[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
         fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
         validate_binary(&fatbin).unwrap();
         fatbin[8..16].copy_from_slice(&49u64.to_le_bytes());
         let e = validate_binary(&fatbin).unwrap_err();
         assert!(e.message().contains("its entries end at byte 65"), "{e}");
+        // Nothing may follow the fatbin's declared end.
+        fatbin[8..16].fill(0);
+        fatbin.push(0);
+        let e = validate_binary(&fatbin).unwrap_err();
+        assert!(e.message().contains("1 bytes follow it"), "{e}");
 
         let e = validate_binary(PTX.as_bytes()).unwrap_err();
         assert!(e.message().contains("looks like PTX"), "{e}");
@@ -1160,7 +1509,7 @@ mod tests {
             (
                 // The entries' size cut to end inside the second entry's header.
                 patched_fatbin(8, 8, (ptx + 8 - 16) as u64),
-                format!("fatbin entry 1 (at byte {ptx}) has 8 bytes left for its 16-byte header"),
+                format!("fatbin entry 1 (at byte {ptx}) has 8 bytes left for its 64-byte header"),
             ),
             (
                 // The inner cubin's section-name table index (e_shstrndx) made out of range.
@@ -1309,5 +1658,437 @@ mod tests {
         )
         .validate()
         .unwrap();
+    }
+
+    /// `validate`'s error for the PTX `text` declaring the entry points `entries`.
+    fn ptx_error(text: &str, entries: Vec<EntryPoint>) -> Error {
+        let e = CudaModule::ptx(text, entries).validate().unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        e
+    }
+
+    #[test]
+    fn ptx_the_driver_could_take_for_a_binary_is_refused() {
+        // The driver sniffs the content: PTX text starting with the ELF magic is read as a cubin.
+        let elf_text = format!(
+            "\x7fELF\x02\x01\x01{}\n.visible .entry k(.param .u64 p)\n{{\n\tret;\n}}\n",
+            "\x01".repeat(57)
+        );
+        let e = ptx_error(&elf_text, vec![entry("k", 1, 0)]);
+        assert!(e.message().contains("starts with the ELF magic"), "{e}");
+        assert!(e.message().contains("CudaImage::Cubin"), "{e}");
+        let bytes = CudaModule::ptx(elf_text, vec![entry("k", 1, 0)]).to_bytes();
+        CudaModule::from_spec(&ExecutableSpec::bytes(FORMAT_CUDA, bytes)).unwrap_err();
+        // Control bytes but tab, line feed and carriage return, anywhere.
+        for (at, byte) in [(3, '\x01'), (20, '\x0c'), (PTX.len() - 2, '\x7f')] {
+            let mut text = PTX.to_string();
+            text.insert(at, byte);
+            let e = ptx_error(&text, vec![entry("fail", 0, 0)]);
+            assert!(
+                e.message().contains(&format!(
+                    "control byte 0x{:02x} at byte offset {at}",
+                    byte as u8
+                )),
+                "{e}"
+            );
+        }
+        let crlf = PTX.replace('\n', "\r\n").replace("    ", "\t");
+        CudaModule::ptx(crlf, vec![entry("add_one_u32", 1, 1)])
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn ptx_parameter_arrays_are_sized_whatever_their_spacing() {
+        let kernel = |param: &str| format!(".visible .entry k(.param .u64 a, {param})\n{{\n}}\n");
+        for (param, size) in [
+            (".param .u32 n[2]", 8),
+            (".param .u32 n[2 ]", 8),
+            (".param .u32 n[ 2]", 8),
+            (".param .u32 n [ 2 ] ", 8),
+            (".param .align 4 .b8 n[2][3]", 6),
+            (".param .b8 n[ 2 ] [ 3 ]", 6),
+            (".param .v4 .u32 n", 16),
+            (".param .u32 n[two]", 0),
+            (".param .u32 n[2", 0),
+            (".param .u32 n[2]x", 0),
+        ] {
+            assert_eq!(
+                ptx_param_sizes(&kernel(param), "k"),
+                Some(vec![8, size]),
+                "{param}"
+            );
+        }
+        // An array of two u32 is 8 bytes: not the one u32 constant the metadata declares.
+        let e = ptx_error(&kernel(".param .u32 n[2 ]"), vec![entry("k", 1, 1)]);
+        assert!(e.message().contains("sizes [8, 8]"), "{e}");
+    }
+
+    #[test]
+    fn ptx_parameter_sizes_that_overflow_are_refused() {
+        // 8 × 3e18 overflows; 8 × (2^61 + 1) wraps to 8, one pointer's size.
+        for count in ["3000000000000000000", "2305843009213693953"] {
+            let ptx = format!(".version 8.0\n.visible .entry k(.param .b64 p[{count}])\n{{\n}}\n");
+            assert_eq!(ptx_param_sizes(&ptx, "k"), Some(vec![usize::MAX]));
+            let e = ptx_error(&ptx, vec![entry("k", 1, 0)]);
+            assert!(
+                e.message()
+                    .contains(&format!("parameter `.param .b64 p[{count}]`, whose size")),
+                "{e}"
+            );
+            assert!(e.message().contains("overflows"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ptx_using_the_preprocessor_is_refused() {
+        let head = ".version 8.0\n.target sm_52\n.address_size 64\n";
+        let kernel = ".visible .entry k(.param .u64 a, .param .u32 n)\n{\n\tret;\n}\n";
+        for (text, what) in [
+            (
+                format!("{head}#define u32 u64\n{kernel}"),
+                "`#define` on line 4",
+            ),
+            (
+                format!("{head}#if 0\n{kernel}#else\n{kernel}#endif\n"),
+                "`#if` on line 4",
+            ),
+            (
+                format!("{head}  \t#include \"x.ptx\"\n{kernel}"),
+                "`#include` on line 4",
+            ),
+            (
+                format!("{head}/* x */ # define u32 u64\n{kernel}"),
+                "`#` on line 4",
+            ),
+            (
+                format!("{head}%:define u32 u64\n{kernel}"),
+                "`%:define` on line 4",
+            ),
+            (
+                format!("{head}.visible .entry j()\r#define u32 u64\r{kernel}"),
+                "on line 4",
+            ),
+            (
+                // A comment marker in a string starts no comment: the directive is code.
+                format!("{head}.file 1 \"/*\"\n#define u32 u64\n// */\n{kernel}"),
+                "`#define` on line 5",
+            ),
+            (
+                // A line continuation would hide the first definition of `k` in a comment.
+                format!("{head}// x \\\n{kernel}.visible .entry k(.param .u64 a, .param .u64 b)\n"),
+                "a line continuation (a backslash ending line 4, at byte offset 49)",
+            ),
+            (
+                format!("{head}.visible .entry \\  \nk(.param .u64 a)\n"),
+                "ending line 4",
+            ),
+        ] {
+            let e = ptx_error(&text, vec![entry("k", 1, 1)]);
+            assert!(e.message().contains("uses the C preprocessor"), "{e}");
+            assert!(e.message().contains(what), "expected {what:?}: {e}");
+            assert!(
+                e.message()
+                    .contains("cannot follow preprocessor directives")
+                    && e.message().contains("preprocess the PTX first"),
+                "{e}"
+            );
+        }
+        // In comments, directives and continuations (between line comments) are text.
+        let commented = format!(
+            "{head}// #define u32 u64\n/*\n#if 0\n*/ // a \\\n// b \\  \r\n\t// c\n{kernel}"
+        );
+        CudaModule::ptx(commented, vec![entry("k", 1, 1)])
+            .validate()
+            .unwrap();
+        // The checked-in PTX (NVRTC's) uses none of it.
+        for text in [
+            include_str!("../tests/kernels/standard.ptx"),
+            include_str!("../tests/kernels/shared.ptx"),
+        ] {
+            assert_eq!(ptx_preprocessor_use(text), None);
+            assert!(!ptx_entries(text).is_empty());
+        }
+    }
+
+    #[test]
+    fn fatbin_fixture_fields_are_what_the_checks_read() {
+        // (kind, header size, payload size, compressed size, options offset, arch,
+        // object-name offset and length, flags, uncompressed size) of each entry.
+        let fields = |fatbin: &[u8]| -> Vec<[u64; 10]> {
+            fatbin_entries(fatbin)
+                .into_iter()
+                .map(|at| {
+                    [
+                        (0, 2),
+                        (4, 4),
+                        (8, 8),
+                        (16, 4),
+                        (20, 4),
+                        (28, 4),
+                        (32, 4),
+                        (36, 4),
+                        (40, 8),
+                        (56, 8),
+                    ]
+                    .map(|(offset, width)| le(fatbin, at + offset, width))
+                })
+                .collect()
+        };
+        assert_eq!(
+            fields(FATBIN),
+            [
+                [2, 64, 7752, 0, 0, 90, 0, 0, 0x11, 0],
+                [1, 80, 1712, 0, 64, 52, 0, 0, 0x11, 0]
+            ]
+        );
+        assert_eq!(
+            fields(COMPRESSED_FATBIN),
+            [
+                [2, 64, 1216, 1215, 0, 90, 0, 0, 0x8011, 7752],
+                [1, 80, 536, 531, 64, 52, 0, 0, 0x8011, 1705]
+            ]
+        );
+        for fatbin in [FATBIN, COMPRESSED_FATBIN] {
+            // The PTX entry's options pair, at its options offset: an empty string at 72.
+            let ptx = fatbin_entries(fatbin)[1];
+            assert_eq!((le(fatbin, ptx + 64, 4), le(fatbin, ptx + 68, 4)), (72, 0));
+            // Nothing follows the declared end.
+            assert_eq!((le(fatbin, 6, 2) + le(fatbin, 8, 8)) as usize, fatbin.len());
+        }
+    }
+
+    #[test]
+    fn fatbin_entry_headers_must_agree_with_their_payloads() {
+        let entries = fatbin_entries(FATBIN);
+        let (cubin, ptx) = (entries[0], entries[1]);
+        let cubin_at = cubin + 64;
+        let compressed = fatbin_entries(COMPRESSED_FATBIN);
+        let mut tiny = vec![0u8; 32];
+        tiny[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        tiny[4] = 1;
+        tiny[6] = 16;
+        tiny[8] = 16;
+        tiny[16] = 2;
+        tiny[20] = 16;
+        let mut nested = FATBIN.to_vec();
+        nested[cubin_at..cubin_at + 16].copy_from_slice(&tiny[..16]);
+        nested[cubin_at + 8..cubin_at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let mut concatenated = FATBIN.to_vec();
+        concatenated.extend_from_slice(&FATBIN[..16]);
+        // The cubin entry flagged compressed (sizes to match) still holds an ELF file, and
+        // the driver may take it for one: it is checked as a cubin.
+        let flagged = patched_image(
+            &patched_image(
+                &patched_image(&patched_fatbin(cubin + 40, 8, 0x8011), cubin + 56, 8, 7752),
+                cubin + 16,
+                4,
+                7752,
+            ),
+            cubin_at + 0x3e,
+            2,
+            99,
+        );
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (tiny, "has 16 bytes left for its 64-byte header".into()),
+            (
+                patched_image(COMPRESSED_FATBIN, compressed[1] + 16, 4, 0xffff_fff0),
+                format!(
+                    "fatbin entry 1 (at byte {}) declares 4294967280 compressed bytes in a \
+                     536-byte payload",
+                    compressed[1]
+                ),
+            ),
+            (
+                patched_image(COMPRESSED_FATBIN, compressed[0] + 56, 8, 0),
+                "has flags 0x8011 (compressed) but an uncompressed size of 0".into(),
+            ),
+            (
+                // Flags saying uncompressed, with an uncompressed size: the cubin check would
+                // have been skipped.
+                patched_image(
+                    &patched_fatbin(cubin_at + 0x28, 8, 1 << 40),
+                    cubin + 56,
+                    8,
+                    1,
+                ),
+                format!(
+                    "fatbin entry 0 (at byte {cubin}) has flags 0x11 (not compressed) but an \
+                     uncompressed size of 1"
+                ),
+            ),
+            (
+                patched_fatbin(ptx + 20, 4, 0x7fff_fff0),
+                format!(
+                    "fatbin entry 1 (at byte {ptx}) has its options offset/size pair (8 bytes \
+                     at byte 2147483632 of the entry) past the entry's 1792 bytes"
+                ),
+            ),
+            (
+                patched_image(
+                    &patched_fatbin(ptx + 64, 4, 0x7fff_fff0),
+                    ptx + 68,
+                    4,
+                    1 << 28,
+                ),
+                "has its ptxas options (268435456 bytes at byte 2147483632".into(),
+            ),
+            (
+                patched_fatbin(ptx + 68, 4, 1721),
+                "has its ptxas options (1721 bytes at byte 72 of the entry) past the entry's \
+                 1792 bytes"
+                    .into(),
+            ),
+            (
+                patched_image(
+                    &patched_fatbin(cubin + 32, 4, 0x7fff_fff0),
+                    cubin + 36,
+                    4,
+                    4096,
+                ),
+                format!(
+                    "fatbin entry 0 (at byte {cubin}) has its object name (4096 bytes at byte \
+                     2147483632 of the entry) past the entry's 7816 bytes"
+                ),
+            ),
+            (
+                patched_fatbin(cubin + 36, 4, 7817),
+                "has its object name (7817 bytes at byte 0 of the entry)".into(),
+            ),
+            (
+                nested,
+                format!(
+                    "fatbin entry 0 (at byte {cubin}) is an uncompressed cubin entry (kind 2) \
+                     whose payload is not an ELF file (it starts with [50 ed 55 ba])"
+                ),
+            ),
+            (
+                flagged,
+                "fatbin entry 0 (a cubin for sm_90, bytes 80..7832): cubin image is corrupt: \
+                 the section-name table is section 99"
+                    .into(),
+            ),
+            (
+                concatenated,
+                format!(
+                    "fatbin image is {} bytes but the fatbin ends at byte {}",
+                    FATBIN.len() + 16,
+                    FATBIN.len()
+                ),
+            ),
+        ];
+        for (image, expected) in cases {
+            let e = validate_binary(&image).expect_err(&expected);
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(
+                e.message().contains(&expected),
+                "expected {expected:?}: {e}"
+            );
+        }
+        // A PTX entry with the cubin's kind: refused as not an ELF file; an ELF payload in a
+        // PTX entry with a corrupt ELF: refused by the cubin check.
+        let e = validate_binary(&patched_fatbin(ptx, 2, 2)).unwrap_err();
+        assert!(e.message().contains("is not an ELF file"), "{e}");
+        let kind_ptx = patched_image(&patched_fatbin(cubin, 2, 1), cubin_at + 0x3e, 2, 99);
+        let e = validate_binary(&kind_ptx).unwrap_err();
+        assert!(
+            e.message().contains("the section-name table is section 99"),
+            "{e}"
+        );
+        // Offsets within the entry pass: a PTX entry whose options string runs to the entry's
+        // end, a cubin entry naming itself with its payload's first byte.
+        validate_binary(&patched_fatbin(ptx + 68, 4, 1720)).unwrap();
+        validate_binary(&patched_image(
+            &patched_fatbin(cubin + 32, 4, 64),
+            cubin + 36,
+            4,
+            1,
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn cubin_headers_and_segments_are_checked() {
+        let phoff = le(CUBIN, 0x20, 8) as usize;
+        let segment = |n: usize| phoff + 56 * n;
+        let (shoff, len) = (le(CUBIN, 0x28, 8), CUBIN.len() as u64);
+        let cases: Vec<(Vec<u8>, String)> = vec![
+            (
+                patched(segment(2) + 0x20, 8, len),
+                format!(
+                    "segment 2 extends to byte {}",
+                    le(CUBIN, segment(2) + 8, 8) + len
+                ),
+            ),
+            (
+                patched(segment(4) + 8, 8, len - 100),
+                format!(
+                    "segment 4 extends to byte {}",
+                    len - 100 + le(CUBIN, segment(4) + 0x20, 8)
+                ),
+            ),
+            (
+                patched(0x20, 8, len - 56),
+                format!("program header table extends to byte {}", len - 56 + 5 * 56),
+            ),
+            (
+                patched(0x36, 2, 64),
+                "program headers are 64 bytes each".into(),
+            ),
+            (
+                patched(0x36, 2, 48),
+                "program headers are 48 bytes each".into(),
+            ),
+            (
+                patched(0x3a, 2, 72),
+                "section headers are 72 bytes each".into(),
+            ),
+            (
+                patched(0x38, 2, 0xffff),
+                "extended program-header numbering (e_phnum 0xffff)".into(),
+            ),
+            (
+                patched(0x3e, 2, 0),
+                "21 sections but no section-name table (e_shstrndx 0, SHN_UNDEF)".into(),
+            ),
+            (
+                // .nv.info.<kernel> names its kernel's code section through sh_info.
+                patched(header(CUBIN, 6) + 0x2c, 4, 100_000),
+                "section 6's info link (sh_info, flagged SHF_INFO_LINK) is section 100000, \
+                 but the image has 21 sections"
+                    .into(),
+            ),
+            (
+                patched(header(CUBIN, 17) + 0x2c, 4, 21),
+                "section 17's info link (sh_info, flagged SHF_INFO_LINK) is section 21".into(),
+            ),
+        ];
+        for (image, expected) in cases {
+            let e = validate_binary(&image).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+            assert!(e.message().contains("cubin image is"), "{e}");
+            assert!(
+                e.message().contains(&expected),
+                "expected {expected:?}: {e}"
+            );
+        }
+        assert!(shoff > 0);
+        // The review's image: no name table, and section 0 made a section whose name would
+        // be read from wherever.
+        let mut image = patched(0x3e, 2, 0);
+        let sh0 = header(CUBIN, 0);
+        image[sh0 + 4..sh0 + 8].copy_from_slice(&1u32.to_le_bytes());
+        image[sh0 + 0x18..sh0 + 0x20].copy_from_slice(&(len - 1).to_le_bytes());
+        image[sh0 + 0x20..sh0 + 0x28].copy_from_slice(&1u64.to_le_bytes());
+        let image = patched_image(&image, header(CUBIN, 5), 4, 0x7fff_0000);
+        validate_binary(&image).unwrap_err();
+        // The shared check refuses extended program-header numbering for every backend.
+        let e = halcyon::backend::elf::check_references(&patched(0x38, 2, 0xffff)).unwrap_err();
+        assert!(e.contains("e_phnum 0xffff"), "{e}");
+        // Every SHF_INFO_LINK section of the real cubin names a section that exists.
+        let linked: Vec<u64> = (0..le(CUBIN, 0x3c, 2))
+            .filter(|&i| le(CUBIN, header(CUBIN, i) + 8, 8) & 0x40 != 0)
+            .collect();
+        assert_eq!(linked, [6, 7, 8, 9, 11, 17, 18, 19, 20]);
     }
 }
