@@ -1538,9 +1538,9 @@ impl StreamApi for CudaApi {
         destroy_last(module)
     }
 
-    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+    fn get_function(&self, module_handle: ModuleHandle, name: &str) -> Result<FunctionHandle> {
         let _bound = self.bind()?;
-        let module = self.modules.get(module.0)?;
+        let module = self.modules.get(module_handle.0)?;
         let Some(signature) = module.signatures.get(name).copied() else {
             let mut names: Vec<&str> = module.signatures.keys().map(String::as_str).collect();
             names.sort_unstable();
@@ -1554,8 +1554,19 @@ impl StreamApi for CudaApi {
         };
         let function = self.function(module.raw(), name)?;
         let handle = FunctionHandle(function as usize as u64);
+        let held = module.clone();
         self.functions
             .insert(handle.0, Function::new(function, signature, module));
+        if !self
+            .modules
+            .get(module_handle.0)
+            .is_ok_and(|live| Arc::ptr_eq(&live, &held))
+        {
+            // An unload raced this call and dropped the module's functions before the insert:
+            // this one would keep the unloaded module alive until the API goes.
+            drop(self.functions.remove(handle.0));
+            return Err(self.modules.missing(module_handle.0));
+        }
         Ok(handle)
     }
 

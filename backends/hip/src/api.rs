@@ -1569,8 +1569,8 @@ impl StreamApi for HipStreamApi {
         Ok(())
     }
 
-    fn get_function(&self, module: ModuleHandle, name: &str) -> Result<FunctionHandle> {
-        let module = self.modules.get(module.0)?;
+    fn get_function(&self, module_handle: ModuleHandle, name: &str) -> Result<FunctionHandle> {
+        let module = self.modules.get(module_handle.0)?;
         let Some(index) = module.entry_points.iter().position(|e| e.name == name) else {
             return Err(Error::new(
                 StatusCode::NotFound,
@@ -1602,6 +1602,16 @@ impl StreamApi for HipStreamApi {
             module: module.clone(),
         };
         self.functions.insert(handle, function);
+        if !self
+            .modules
+            .get(module_handle.0)
+            .is_ok_and(|live| Arc::ptr_eq(&live, &module))
+        {
+            // An unload raced this call and dropped the module's functions before the insert:
+            // this one would keep the unloaded module alive until the API goes.
+            drop(self.functions.remove(handle));
+            return Err(self.modules.missing(module_handle.0));
+        }
         Ok(FunctionHandle(handle))
     }
 
