@@ -70,12 +70,13 @@
 //!
 //! * **PTX** is text: it does not start with the ELF magic (the driver would read it as a
 //!   cubin), and has no control bytes but tab, line feed and carriage return (no NUL, which
-//!   would end it early). It does not use the C preprocessor, which the driver runs on PTX:
-//!   no line whose first character outside comments and string literals is `#` (or its
-//!   digraph `%:` or trigraph `??=`), and no line continuation (a backslash ending a line)
-//!   except between two `//` comment lines; halcyon reads each kernel's `.param` list from the
-//!   text as written, and a `#define` or `#if` could make the kernel the driver compiles differ
-//!   from the one checked. Every entry point is an `.entry` whose parameters match the
+//!   would end it early). It does not use the C preprocessor: no line whose first character
+//!   outside comments and string literals is `#` (or its digraph `%:` or trigraph `??=`), and
+//!   no line continuation (a backslash ending a line) except between two `//` comment lines.
+//!   ptxas 12.8 refuses a `#define` line outright; whether some driver's JIT would preprocess
+//!   PTX is not documented, and halcyon reads each kernel's `.param` list from the text as
+//!   written, so a `#define` or `#if` that a preprocessor applied could make the kernel
+//!   compiled differ from the one checked. Every entry point is an `.entry` whose parameters match the
 //!   metadata (see **Kernel signature** and **Status word** above); array parameters are
 //!   sized with any spacing inside their brackets, and a size that overflows is refused.
 //! * A **cubin** is a 64-bit little-endian ELF whose header, program header table (56-byte
@@ -537,7 +538,7 @@ fn next_line(bytes: &[u8], at: usize) -> usize {
     }
 }
 
-/// `ptx` lexed as the C preprocessor the driver runs on PTX would: its `//` and `/* */`
+/// `ptx` lexed as a C preprocessor would (see the [module docs](self)): its `//` and `/* */`
 /// comments each replaced by a space (the line ends inside a block comment kept, so that line
 /// numbers stay), string and character literals kept whole (a `/*` in a `.file` name starts no
 /// comment). With it, the byte offset of the first line continuation (a backslash ending a
@@ -615,10 +616,9 @@ fn strip_ptx_comments(ptx: &str) -> String {
 
 /// Where `ptx` uses the C preprocessor, described for a message: a directive (a line whose
 /// first character outside comments is `#`, or the digraph `%:` or trigraph `??=` for it), or
-/// a line continuation that could change what is code (see [`lex_ptx`]). The driver runs
-/// PTX through the preprocessor before compiling it; halcyon reads the kernels' parameters
-/// from the text as written, so a `#define` or an `#if` could make the kernel the driver
-/// compiles differ from the one halcyon checked.
+/// a line continuation that could change what is code (see [`lex_ptx`]). halcyon reads the
+/// kernels' parameters from the text as written, so a `#define` or an `#if` that a
+/// preprocessor applied could make the kernel compiled differ from the one halcyon checked.
 fn ptx_preprocessor_use(ptx: &str) -> Option<String> {
     let (code, continuation) = lex_ptx(ptx);
     let line_of = |at: usize| ptx.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -760,10 +760,10 @@ fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
     }
     if let Some(what) = ptx_preprocessor_use(text) {
         return Err(invalid(format!(
-            "the PTX text uses the C preprocessor ({what}); halcyon reads the kernels' \
-             parameters from the PTX text as written and cannot follow preprocessor directives, \
-             so preprocess the PTX first (e.g. `cpp -P`, or emit it with the directives \
-             expanded)"
+            "the PTX text uses the C preprocessor ({what}), which ptxas does not run; halcyon \
+             reads the kernels' parameters from the PTX text as written and cannot follow \
+             preprocessor directives, so preprocess the PTX first (e.g. `cpp -P`, or emit it \
+             with the directives expanded)"
         )));
     }
     let entries = ptx_entries(text);
