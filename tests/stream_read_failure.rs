@@ -1,7 +1,8 @@
 //! A queue read whose device-to-host copy fails part way (a staged copy whose later chunk
 //! cannot be enqueued): the chunks already enqueued still write the read's host destination,
 //! so it must stay allocated until the stream has run them, and the read fails with the
-//! copy's error. The destination is watched through this binary's global allocator: the read's
+//! copy's error. Likewise when the backend panics after the copy was enqueued (its
+//! `record_event` here): the panic fails the read, and the destination stays allocated. The destination is watched through this binary's global allocator: the read's
 //! length is an odd size that nothing else here allocates, and a free of that size is
 //! recorded.
 
@@ -25,6 +26,8 @@ struct Watching;
 const READ_BYTES: usize = (3 << 20) + 4 * 17;
 static WATCHED: AtomicUsize = AtomicUsize::new(0);
 static FREED: AtomicBool = AtomicBool::new(false);
+/// Held by each test: the watch is one for the whole binary.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 // SAFETY: every call is passed to the system allocator unchanged; the bookkeeping only reads
 // the layout and stores to atomics (it allocates nothing).
@@ -61,6 +64,7 @@ static ALLOCATOR: Watching = Watching;
 
 #[test]
 fn a_read_whose_copy_fails_part_way_keeps_its_destination_until_the_stream_ran() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for strategy in STRATEGIES {
         let api = HostStreamApi::new();
         let device = device(&api, strategy)?;
@@ -94,6 +98,47 @@ fn a_read_whose_copy_fails_part_way_keeps_its_destination_until_the_stream_ran()
             FREED.load(Ordering::SeqCst)
         }))?;
         WATCHED.store(0, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_backend_panic_after_the_copy_was_enqueued_keeps_the_destination() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for strategy in STRATEGIES {
+        let api = HostStreamApi::new();
+        let device = device(&api, strategy)?;
+        let queue = device.queue(0)?;
+        let data: Vec<u8> = (0..READ_BYTES).map(|i| (i % 251) as u8).collect();
+        let buffer = block_on(upload(&queue, BufferParams::DEVICE, &data))?;
+
+        let hold = api.hold();
+        api.panic_in_next_record();
+        FREED.store(false, Ordering::SeqCst);
+        WATCHED.store(READ_BYTES, Ordering::SeqCst);
+        // The issue runs on this thread and panics inside; the panic fails the read.
+        let read = queue.read(Timepoints::default(), &buffer.whole());
+        assert!(
+            !FREED.load(Ordering::SeqCst),
+            "{strategy:?}: the read's destination was freed while its copy was still enqueued"
+        );
+        // Whatever reuses the memory now must not be written by the stale copy.
+        let victim = vec![0u8; READ_BYTES];
+        drop(hold);
+        // A fill on the same stream, after the held copy: once it completed, the copy ran.
+        let small = device.allocator().allocate(4, BufferParams::DEVICE)?;
+        block_on(done(
+            "fill",
+            queue.fill(Timepoints::default(), &small.whole(), &[0]),
+        ))?;
+        assert!(
+            victim.iter().all(|&b| b == 0),
+            "{strategy:?}: the stale copy wrote into memory reused after the panic"
+        );
+        let result = block_on(done("read", read));
+        assert_error(result.map(drop), StatusCode::Internal, &["panicked"]);
+        WATCHED.store(0, Ordering::SeqCst);
+        drop(victim);
     }
     Ok(())
 }

@@ -126,21 +126,41 @@ impl<A: StreamApi> Core<A> {
         Stats::bump(&self.stats.native_waits, events.len() as u64);
         drop(events); // the waits captured the records; the events may be recycled
         let mut timepoint = self.timepoints.acquire();
-        let enqueued = self.enqueue(queue, &work, &mut timepoint);
-        let event = self
-            .events
-            .acquire()
-            .and_then(|event| {
-                self.api
-                    .record_event(event.handle(), queue.stream)
-                    .map(|()| event)
-            })
-            .map_err(|error| {
-                error.context(format!(
-                    "{}: cannot record the completion event of a submission",
-                    self.name
-                ))
-            });
+        // A panic here (a `StreamApi` method of the backend panicking) would unwind through
+        // the timepoint and the work, dropping host memory, pinned leases and buffers that
+        // operations already enqueued still read or write. So it is caught: what the
+        // submission held is kept for the stream as when its event cannot be recorded and
+        // the stream cannot be synchronised (the API, which just panicked, is not called
+        // again), and the panic goes on.
+        let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let enqueued = self.enqueue(queue, &work, &mut timepoint);
+            let event = self
+                .events
+                .acquire()
+                .and_then(|event| {
+                    self.api
+                        .record_event(event.handle(), queue.stream)
+                        .map(|()| event)
+                })
+                .map_err(|error| {
+                    error.context(format!(
+                        "{}: cannot record the completion event of a submission",
+                        self.name
+                    ))
+                });
+            (enqueued, event)
+        }));
+        let (enqueued, event) = match recorded {
+            Ok(recorded) => recorded,
+            Err(panic) => {
+                if let Some(host) = timepoint.host.take() {
+                    host.orphan();
+                }
+                self.keep_for_stream(&mut timepoint, Some(work));
+                self.timepoints.release(timepoint);
+                std::panic::resume_unwind(panic);
+            }
+        };
         let event = match event {
             Ok(event) => event,
             Err(error) => {

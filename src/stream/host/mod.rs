@@ -132,6 +132,8 @@ pub(crate) struct Shared {
     /// Set by [`HostStreamApi::fail_next_read_after_enqueue`]; taken by the next
     /// device-to-host copy.
     pub(crate) fail_read_after_enqueue: AtomicBool,
+    /// Set by [`HostStreamApi::panic_in_next_record`]; taken by the next `record_event`.
+    pub(crate) panic_in_record: AtomicBool,
     /// Set by [`HostStreamApi::delay_frees`], in microseconds.
     pub(crate) free_delay_us: AtomicU64,
     /// Set by [`HostStreamApi::modules_take_memory`], in bytes.
@@ -260,6 +262,7 @@ impl HostStreamApi {
                     closing: AtomicBool::new(false),
                     refuse_pinned: AtomicBool::new(false),
                     fail_read_after_enqueue: AtomicBool::new(false),
+                    panic_in_record: AtomicBool::new(false),
                     invalidate_capture: AtomicBool::new(false),
                     free_delay_us: AtomicU64::new(0),
                     module_bytes: AtomicU64::new(0),
@@ -333,6 +336,12 @@ impl HostStreamApi {
         self.shared()
             .fail_read_after_enqueue
             .store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the next `record_event` panic, as a backend with a bug might, after the
+    /// operations before it were enqueued: the stream layer must keep what they use alive.
+    pub fn panic_in_next_record(&self) {
+        self.shared().panic_in_record.store(true, Ordering::Relaxed);
     }
 
     /// From now on makes every `free` take `delay` before it frees (a GPU free waits for the

@@ -86,6 +86,9 @@ impl StreamApi for HostStreamApi {
 
     fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()> {
         let shared = self.shared();
+        if shared.panic_in_record.swap(false, Ordering::Relaxed) {
+            panic!("host stream API: record_event panics (HostStreamApi::panic_in_next_record)");
+        }
         shared.control.check()?;
         self.not_capturing(stream, "an event record")?;
         let event = shared.event(event)?;
