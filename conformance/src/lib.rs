@@ -141,6 +141,7 @@ macro_rules! conformance_tests {
             fill_update_copy_round_trip,
             write_read_large_round_trip,
             queue_read_returns_bytes,
+            shared_write_and_read_into_round_trip,
             saxpy_dispatch,
             binding_table_replay,
             // random programs checked against a model

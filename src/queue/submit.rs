@@ -97,16 +97,61 @@ impl Timeline {
     }
 }
 
-/// Where a queue read delivers its bytes (the SPI side of [`Queue::read`]).
+/// Where a queue read delivers its bytes (the SPI side of [`Queue::read`] and
+/// [`Queue::read_into`]).
 #[derive(Clone, Default)]
 pub struct ReadSink {
     slot: Arc<Mutex<Option<Vec<u8>>>>,
+    /// The vector [`Queue::read_into`] was given, for the bytes ([`ReadSink::buffer`]).
+    spare: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl ReadSink {
+    /// A sink whose bytes go into `buffer` where the backend can put them there
+    /// ([`ReadSink::buffer`]).
+    fn with_buffer(buffer: Vec<u8>) -> ReadSink {
+        ReadSink {
+            spare: Arc::new(Mutex::new(Some(buffer))),
+            ..ReadSink::default()
+        }
+    }
+
     /// Hands over the bytes read. Call before signalling the operation's fence.
     pub fn deliver(&self, bytes: Vec<u8>) {
         *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+    }
+
+    /// The vector the reader supplied ([`Queue::read_into`]), made `len` bytes long (its
+    /// capacity reused, the bytes unspecified until written), for a backend to read into and
+    /// [`ReadSink::deliver`]; `None` if the reader supplied none (or it was taken already),
+    /// and the backend allocates its own. Memory a large read writes then needs no fresh pages:
+    /// touching a freshly mapped 64 MiB costs tens of milliseconds of page faults on some
+    /// hosts, more than the copy.
+    pub fn buffer(&self, len: usize) -> Option<Vec<u8>> {
+        let mut buffer = self
+            .spare
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        if buffer.len() > len {
+            buffer.truncate(len);
+        } else {
+            buffer.resize(len, 0);
+        }
+        Some(buffer)
+    }
+
+    /// Delivers a copy of `bytes`, in the reader's vector where one was supplied
+    /// ([`ReadSink::buffer`]).
+    pub fn deliver_copy(&self, bytes: &[u8]) {
+        let copy = match self.buffer(bytes.len()) {
+            Some(mut buffer) => {
+                buffer.copy_from_slice(bytes);
+                buffer
+            }
+            None => bytes.to_vec(),
+        };
+        self.deliver(copy);
     }
 
     fn take(&self) -> Option<Vec<u8>> {
@@ -415,6 +460,19 @@ impl Queue {
         data: &[u8],
         target: &BufferRef,
     ) -> Submission {
+        self.write_shared(timepoints, data.into(), target)
+    }
+
+    /// [`Queue::write`] of bytes the caller already holds in an `Arc<[u8]>`, which the
+    /// submission keeps until the device has copied them instead of copying them first. For
+    /// repeated large uploads of the same bytes this saves a copy and, above the allocator's
+    /// mapping threshold, the page faults of fresh memory on every write.
+    pub fn write_shared(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        data: Arc<[u8]>,
+        target: &BufferRef,
+    ) -> Submission {
         let timepoints = timepoints.into();
         if target.len() != data.len() as u64 {
             return Self::reject(
@@ -434,7 +492,7 @@ impl Queue {
         }
         let command = Command::Update {
             target: target.clone(),
-            data: data.into(),
+            data,
         };
         self.commands(timepoints, Arc::new([command]))
     }
@@ -445,14 +503,36 @@ impl Queue {
         timepoints: impl Into<Timepoints>,
         source: &BufferRef,
     ) -> Submission<Vec<u8>> {
-        let timepoints = timepoints.into();
+        self.read_with(timepoints.into(), source, ReadSink::default())
+    }
+
+    /// [`Queue::read`] into `buffer`, whose allocation is reused for the bytes where the
+    /// backend can (the stream backends, CUDA and HIP, for reads too large for their pinned
+    /// leases; the CPU backend), instead of a new vector each time: the submission completes
+    /// with `buffer`, `source.len()` bytes long. For repeated large reads, hand back the vector
+    /// the previous read returned: a fresh one costs the page faults of touching new memory,
+    /// which for 64 MiB can take longer than the copy itself.
+    pub fn read_into(
+        &self,
+        timepoints: impl Into<Timepoints>,
+        source: &BufferRef,
+        buffer: Vec<u8>,
+    ) -> Submission<Vec<u8>> {
+        self.read_with(timepoints.into(), source, ReadSink::with_buffer(buffer))
+    }
+
+    fn read_with(
+        &self,
+        timepoints: Timepoints,
+        source: &BufferRef,
+        sink: ReadSink,
+    ) -> Submission<Vec<u8>> {
         if !self.capabilities().contains(QueueCapabilities::TRANSFER) {
             return Self::reject(&timepoints, self.cannot_run(QueueCapabilities::TRANSFER));
         }
         if let Err(error) = check_usage(source, BufferUsage::TRANSFER_SOURCE, "read source") {
             return Self::reject(&timepoints, error);
         }
-        let sink = ReadSink::default();
         let mut touched = Touched::default();
         touched.add(source.buffer(), Access::Read);
         let taken = sink.clone();

@@ -75,6 +75,8 @@ unsafe impl Send for ReadInto {}
 pub(crate) struct HostBytes {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
+    /// The allocation's size: `len`, or a reused vector's capacity.
+    capacity: usize,
 }
 
 // SAFETY: it owns its allocation; who may touch the bytes, and when, is the read's contract.
@@ -85,15 +87,26 @@ impl HostBytes {
     /// (pages the OS hands out zeroed are not touched), as `vec![0; len]` is.
     pub(crate) fn zeroed(len: usize) -> Option<HostBytes> {
         if len == 0 {
-            return Some(HostBytes {
-                ptr: std::ptr::NonNull::dangling(),
-                len,
-            });
+            return Some(HostBytes::from_vec(Vec::new()));
         }
         let layout = std::alloc::Layout::array::<u8>(len).ok()?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        Some(HostBytes { ptr, len })
+        Some(HostBytes {
+            ptr,
+            len,
+            capacity: len,
+        })
+    }
+
+    /// The bytes of `vec` (its allocation taken over, to be written and handed back by
+    /// [`HostBytes::into_vec`]).
+    pub(crate) fn from_vec(vec: Vec<u8>) -> HostBytes {
+        let mut vec = std::mem::ManuallyDrop::new(vec);
+        let (len, capacity) = (vec.len(), vec.capacity());
+        // A vector's pointer is never null (dangling when it has no allocation).
+        let ptr = std::ptr::NonNull::new(vec.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling());
+        HostBytes { ptr, len, capacity }
     }
 
     /// Where the bytes start (valid for writes of `len` bytes while `self` lives).
@@ -104,23 +117,22 @@ impl HostBytes {
     /// The bytes, once nothing writes them any more.
     pub(crate) fn into_vec(self) -> Vec<u8> {
         let this = std::mem::ManuallyDrop::new(self);
-        if this.len == 0 {
+        if this.capacity == 0 {
             return Vec::new();
         }
-        // SAFETY: allocated by the global allocator with the layout of `len` bytes (align 1)
-        // in `zeroed`, all initialised (zeroed, then written), owned here and not freed
-        // (ManuallyDrop): handed to the vector once, with capacity `len`.
-        unsafe { Vec::from_raw_parts(this.ptr.as_ptr(), this.len, this.len) }
+        // SAFETY: allocated by the global allocator for `capacity` bytes (align 1): in
+        // `zeroed` with the layout of `len == capacity` bytes, or by a vector taken over in
+        // `from_vec`; its first `len` bytes initialised (zeroed or the vector's, then
+        // written); owned here and not freed (ManuallyDrop): handed to the vector once.
+        unsafe { Vec::from_raw_parts(this.ptr.as_ptr(), this.len, this.capacity) }
     }
 }
 
 impl Drop for HostBytes {
     fn drop(&mut self) {
-        if let Ok(layout) = std::alloc::Layout::array::<u8>(self.len) {
-            if self.len > 0 {
-                // SAFETY: allocated in `zeroed` with this layout, and freed once.
-                unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
-            }
+        if self.capacity > 0 {
+            // SAFETY: as in `into_vec`: the allocation of `capacity` bytes, freed once, here.
+            drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.capacity) });
         }
     }
 }

@@ -104,8 +104,7 @@ fn read(source: &BufferRef, sink: &ReadSink) -> Result<()> {
     let source = host(source)?;
     // SAFETY: `source` is live buffer memory of `len` bytes; the queue's semaphores order this
     // read after the work that writes it.
-    let bytes = unsafe { std::slice::from_raw_parts(source.ptr.as_ptr(), source.len) }.to_vec();
-    sink.deliver(bytes);
+    sink.deliver_copy(unsafe { std::slice::from_raw_parts(source.ptr.as_ptr(), source.len) });
     Ok(())
 }
 

@@ -55,13 +55,16 @@
 //! Group `cuda_read_64m`: the same three for 64 MiB, where halcyon's read goes through the API's
 //! pinned staging in 8 MiB chunks, a host function copying each out
 //! (`halcyon::stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
-//! comparison that matters.
+//! comparison that matters. Plus `completion_thread/read_into_block_on`: `queue.read_into`
+//! handed the vector the previous read returned, so that no read touches fresh memory (a
+//! fresh 64 MiB vector costs tens of milliseconds of page faults on some hosts).
 //!
 //! Group `cuda_write_64m` (64 MiB from a `Vec` to device memory, submitted and awaited):
 //! `raw/pinned_async_stream_sync` (`cuMemcpyHtoDAsync` from pinned memory, the floor),
 //! `raw/pageable_sync` (`cuMemcpyHtoD` from the `Vec`) and `completion_thread/write_block_on`
 //! (`queue.write`: the first chunk copied into staging at submission, the rest by host
-//! functions between the chunks' copies).
+//! functions between the chunks' copies), and `completion_thread/write_shared_block_on`
+//! (`queue.write_shared` of one `Arc<[u8]>`: no copy of the bytes at submission).
 
 use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
@@ -359,6 +362,16 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
             assert_eq!(read[bytes - 1], 7);
         })
     });
+    let mut reused = Some(Vec::new());
+    group.bench_function("completion_thread/read_into_block_on", |b| {
+        b.iter(|| {
+            let buffer_in = reused.take().expect("the last read's vector");
+            let read = block_on(queue.read_into(timeline.next(), &buffer.whole(), buffer_in))
+                .expect("read");
+            assert_eq!(read[bytes - 1], 7);
+            reused = Some(read);
+        })
+    });
     println!(
         "{name} completion_thread/read_block_on: {} submissions leased pinned memory",
         device
@@ -388,6 +401,13 @@ fn write(c: &mut Criterion, raw: &Raw) {
     let (_device, queue, timeline, buffer) = transfer_queue(BYTES);
     group.bench_function("completion_thread/write_block_on", |b| {
         b.iter(|| block_on(queue.write(timeline.next(), &data, &buffer.whole())).expect("write"))
+    });
+    let shared: std::sync::Arc<[u8]> = data.as_slice().into();
+    group.bench_function("completion_thread/write_shared_block_on", |b| {
+        b.iter(|| {
+            block_on(queue.write_shared(timeline.next(), shared.clone(), &buffer.whole()))
+                .expect("write")
+        })
     });
     group.finish();
 }

@@ -305,9 +305,9 @@ impl Recording {
                     })?;
                     // SAFETY: the staging buffer is mapped, holds `len` bytes the GPU finished
                     // writing (the queue timeline passed this submission) and was invalidated.
-                    let bytes =
-                        unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len as usize) }.to_vec();
-                    sink.deliver(bytes);
+                    sink.deliver_copy(unsafe {
+                        std::slice::from_raw_parts(ptr.as_ptr(), len as usize)
+                    });
                     Ok(())
                 }));
             }

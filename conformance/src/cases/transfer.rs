@@ -91,6 +91,68 @@ pub fn queue_read_returns_bytes(device: &Device, _: &dyn Kernels) -> Result<()> 
     })
 }
 
+/// `Queue::write_shared` uploads the caller's `Arc<[u8]>` as is, and `Queue::read_into` puts
+/// the bytes in the caller's vector, reusing its allocation (a read larger than a pinned
+/// lease, 3 MiB, and a small one into a longer vector): the bytes round-trip, and the vector
+/// handed back is the one handed in, now the source's length.
+pub fn shared_write_and_read_into_round_trip(device: &Device, _: &dyn Kernels) -> Result<()> {
+    use std::sync::Arc;
+    const LARGE: usize = 3 << 20;
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device
+            .allocator()
+            .allocate(LARGE as u64, BufferParams::DEVICE)?;
+        let data: Arc<[u8]> = pattern_bytes(LARGE, 41).into();
+        done(
+            "shared write",
+            queue.write_shared(Timepoints::default(), data.clone(), &buffer.whole()),
+        )
+        .await?;
+        let mut reused = Vec::with_capacity(LARGE);
+        reused.push(9u8);
+        let at = reused.as_ptr();
+        let back = done(
+            "read_into",
+            queue.read_into(Timepoints::default(), &buffer.whole(), reused),
+        )
+        .await?;
+        assert_eq!(back.len(), LARGE, "read_into returns the source's length");
+        assert!(
+            back == *data,
+            "read_into returned other bytes than were written"
+        );
+        assert_eq!(
+            back.as_ptr(),
+            at,
+            "read_into did not reuse the vector it was given"
+        );
+        let small = done(
+            "small read_into",
+            queue.read_into(Timepoints::default(), &buffer.slice(16..32)?, back),
+        )
+        .await?;
+        assert_eq!(
+            small,
+            data[16..32],
+            "a small read_into returned other bytes"
+        );
+        assert_eq!(
+            small.as_ptr(),
+            at,
+            "a small read_into did not reuse the vector"
+        );
+        // A length mismatch is refused as for `write`.
+        let short: Arc<[u8]> = data[..8].into();
+        let refused = queue.write_shared(Timepoints::default(), short, &buffer.whole());
+        assert!(
+            refused.await.is_err(),
+            "a shared write of the wrong length was accepted"
+        );
+        Ok(())
+    })
+}
+
 /// `y = a * x + y` on 1000 elements (not a multiple of the workgroup size) with values whose
 /// products and sums are exact, so every element is checked exactly; `x` is left untouched and
 /// the element past `n` too.

@@ -250,15 +250,19 @@ impl<A: StreamApi> Core<A> {
                         })?;
                         ReadInto::Pinned(dst, len)
                     }
-                    None => ReadInto::Staging(HostBytes::zeroed(len).ok_or_else(|| {
-                        Error::new(
-                            StatusCode::ResourceExhausted,
-                            format!(
-                                "{}: cannot allocate {len} bytes of host memory for a read",
-                                self.name
-                            ),
-                        )
-                    })?),
+                    // The reader's vector, where it supplied one (`Queue::read_into`).
+                    None => ReadInto::Staging(match sink.buffer(len) {
+                        Some(buffer) => HostBytes::from_vec(buffer),
+                        None => HostBytes::zeroed(len).ok_or_else(|| {
+                            Error::new(
+                                StatusCode::ResourceExhausted,
+                                format!(
+                                    "{}: cannot allocate {len} bytes of host memory for a read",
+                                    self.name
+                                ),
+                            )
+                        })?,
+                    }),
                 };
                 let dst = match &into {
                     ReadInto::Pinned(dst, _) => dst.as_ptr(),

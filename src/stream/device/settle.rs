@@ -101,15 +101,14 @@ impl<A: StreamApi> Core<A> {
         }
         if result.is_ok() {
             if let Some((sink, into)) = timepoint.read.take() {
-                let bytes = match into {
-                    ReadInto::Staging(bytes) => bytes.into_vec(),
+                match into {
+                    ReadInto::Staging(bytes) => sink.deliver(bytes.into_vec()),
                     // SAFETY: `len` bytes of the submission's pinned lease, which the timepoint
                     // still holds; the device's copy into them completed with the event.
                     ReadInto::Pinned(ptr, len) => {
-                        unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec()
+                        sink.deliver_copy(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) })
                     }
-                };
-                sink.deliver(bytes);
+                }
             }
         }
         let by = match via {
