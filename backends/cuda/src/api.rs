@@ -90,7 +90,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
@@ -222,6 +222,28 @@ pub struct CudaApi {
     /// The streams capturing a graph now, counted by the device's [`CaptureGate`], with the
     /// thread that began each capture.
     capturing: Mutex<HashMap<u64, std::thread::ThreadId>>,
+    /// Held shared by every call that enqueues on a stream (from its capture check to its
+    /// driver call), exclusively by `cuStreamBeginCapture` and `cuStreamEndCapture`: the
+    /// driver crashes (a segfault in `cuMemsetD8Async` or `cuLaunchHostFunc`, seen on an
+    /// H200) when a capture begins or ends on a stream while another thread enqueues on it, and
+    /// a capture beginning between an enqueue's capture check and its driver call would take
+    /// in an operation the check refused for captures.
+    capture_transitions: RwLock<()>,
+}
+
+/// A stream held for an enqueue: the stream, and the shared side of
+/// [`CudaApi::capture_transitions`] until the call's driver calls are made.
+struct EnqueueStream<'a> {
+    stream: Arc<Stream>,
+    _no_capture_transition: RwLockReadGuard<'a, ()>,
+}
+
+impl std::ops::Deref for EnqueueStream<'_> {
+    type Target = Stream;
+
+    fn deref(&self) -> &Stream {
+        &self.stream
+    }
 }
 
 /// Which allocator made an allocation, and so which call frees it.
@@ -341,6 +363,7 @@ impl CudaApi {
             memory: Allocations::new("CUDA"),
             host_funcs: AtomicU64::new(0),
             capturing: Mutex::default(),
+            capture_transitions: RwLock::new(()),
         };
         // Fails early (e.g. the context cannot be created) rather than on first use, and keeps
         // the context current while the pool is made.
@@ -461,6 +484,20 @@ impl CudaApi {
     /// bound the context first, so that the stream is released while it is bound.
     fn live_stream(&self, s: StreamHandle) -> Result<Arc<Stream>> {
         self.streams.get(s.0)
+    }
+
+    /// [`Self::live_stream`] for a call that enqueues on it: no capture begins or ends on any
+    /// of this API's streams until the returned guard drops (see
+    /// [`CudaApi::capture_transitions`]). Never held across a wait for the device.
+    fn enqueue_stream(&self, s: StreamHandle) -> Result<EnqueueStream<'_>> {
+        let guard = self
+            .capture_transitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(EnqueueStream {
+            stream: self.live_stream(s)?,
+            _no_capture_transition: guard,
+        })
     }
 
     /// Event `e` of this API, held for the caller's driver calls (see [`Self::live_stream`]).
@@ -997,7 +1034,7 @@ impl StreamApi for CudaApi {
 
     fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let (event, live) = (self.live_event(e)?, self.live_stream(s)?);
+        let (event, live) = (self.live_event(e)?, self.enqueue_stream(s)?);
         // SAFETY: a live event and stream of this context, held for the call.
         check(
             unsafe { raw::cuEventRecord(event.raw(), live.raw()) },
@@ -1028,7 +1065,7 @@ impl StreamApi for CudaApi {
 
     fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let (live, event) = (self.live_stream(s)?, self.live_event(e)?);
+        let (live, event) = (self.enqueue_stream(s)?, self.live_event(e)?);
         // SAFETY: a live stream and event of this context, held for the call; flags 0
         // (CU_EVENT_WAIT_DEFAULT).
         check(
@@ -1041,7 +1078,7 @@ impl StreamApi for CudaApi {
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         self.refuse_capture(s, &live, "a host function")?;
         self.enqueue_host_func(s, &live, func)
     }
@@ -1135,7 +1172,7 @@ impl StreamApi for CudaApi {
         }
         let bytes = usize_len(size, "an allocation")?;
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         let mut ptr: CUdeviceptr = 0;
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
@@ -1159,7 +1196,7 @@ impl StreamApi for CudaApi {
 
     fn free_async(&self, ptr: DevicePtr, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         let (len, kind) = self.memory.remove(ptr.0, |kind| match kind {
             AllocKind::StreamOrdered => Ok(()),
             other => Err(Error::new(
@@ -1196,7 +1233,7 @@ impl StreamApi for CudaApi {
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "copy to the device")?;
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         // Checked whether or not GRAPHS is advertised: the staged path below enqueues a host
         // function, which a capture would turn into a one-shot host node (see refuse_capture).
         if self.capturing(s, &live)? {
@@ -1251,7 +1288,7 @@ impl StreamApi for CudaApi {
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _src = self.memory.check(src, len, "copy from the device")?;
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         // Checked before anything is enqueued (the copy into staging would be captured too).
         self.refuse_capture(s, &live, "a device-to-host copy")?;
         if self.pinned_range(dst as usize as u64, len) {
@@ -1303,7 +1340,7 @@ impl StreamApi for CudaApi {
         let _dst = self.memory.check(dst, len, "device copy destination")?;
         let _src = self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
         // host memory.
         check(
@@ -1337,7 +1374,7 @@ impl StreamApi for CudaApi {
         // Held live until the fill is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "fill")?;
         let _bound = self.bind()?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         let (d, st) = (dst.0, live.raw());
         // SAFETY: a live stream, held for the call; device addresses only, aligned for the element width (checked above).
         let (r, call) = unsafe {
@@ -1588,7 +1625,7 @@ impl StreamApi for CudaApi {
                 ),
             )
         })?;
-        let live = self.live_stream(s)?;
+        let live = self.enqueue_stream(s)?;
         let signature = f.signature;
         if (
             params.bindings.len(),
@@ -1742,11 +1779,18 @@ impl StreamApi for CudaApi {
             // Already capturing: the driver refuses below, and the first capture stays counted.
             CaptureGate::get().end(self.device, true);
         }
+        // No enqueue on any of this API's streams meanwhile (see `capture_transitions`); taken
+        // after the capture gate, which may wait for a module load.
+        let transition = self
+            .capture_transitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live stream of this context, held for the call.
         let began = check(
             unsafe { raw::cuStreamBeginCapture_v2(live.raw(), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
         );
+        drop(transition);
         if began.is_err() && previous.is_none() {
             self.capture_ended(s);
         }
@@ -1757,9 +1801,14 @@ impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         let live = self.live_stream(s)?;
         let mut graph: CUgraph = std::ptr::null_mut();
+        let transition = self
+            .capture_transitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live stream, held for the call (a stream not capturing is the driver's
         // error); valid out-pointer.
         let ended = unsafe { raw::cuStreamEndCapture(live.raw(), &mut graph) };
+        drop(transition);
         // The stream no longer captures, whatever the result.
         self.capture_ended(s);
         check(ended, || format!("cuStreamEndCapture({s:?})"))?;
@@ -1776,7 +1825,7 @@ impl StreamApi for CudaApi {
 
     fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
-        let (graph, live) = (self.graphs.get(graph.0)?, self.live_stream(s)?);
+        let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);
         // SAFETY: an executable graph of this API and a live stream, both held for the call.
         check(
             unsafe { raw::cuGraphLaunch(graph.raw(), live.raw()) },

@@ -981,3 +981,67 @@ fn device_dispatch_and_mapping() {
         .enumerate()
         .all(|(i, &v)| v == i as u32 * 3 + 1));
 }
+
+/// One thread begins and ends captures on a stream while another enqueues fills and host
+/// functions on it: the driver crashed in `cuMemsetD8Async` or `cuLaunchHostFunc` within half
+/// a second on an H200 when a capture began or ended under such an enqueue, and a capture
+/// beginning between a host function's capture check and its `cuLaunchHostFunc` took the
+/// one-shot function into the graph. Each enqueue now either reaches the stream outside any
+/// capture or into one it is allowed in, or is refused (`FailedPrecondition`, a host function
+/// during a capture); every host function enqueued runs or is counted as captured.
+#[test]
+fn captures_and_enqueues_on_one_stream_from_two_threads() {
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+    let Some(mut api) = api_or_skip("captures_and_enqueues_on_one_stream_from_two_threads") else {
+        return;
+    };
+    api.enable_graphs();
+    let api = Arc::new(api);
+    let s = api.create_stream().unwrap();
+    let len = 4096u64;
+    let d = api.allocate(len, MemoryPlacement::Device).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturer = {
+        let (api, stop) = (api.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut captures = 0;
+            while !stop.load(Ordering::Relaxed) {
+                api.begin_capture(s).unwrap();
+                std::thread::yield_now();
+                let graph = api.end_capture(s).unwrap();
+                api.destroy_graph(graph).unwrap();
+                captures += 1;
+            }
+            captures
+        })
+    };
+    let ran = Arc::new(AtomicU32::new(0));
+    let (mut fills, mut funcs, mut refused) = (0u32, 0u32, 0u32);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(800) {
+        api.memset_async(d, 1, 1, len, s).unwrap();
+        fills += 1;
+        let counter = ran.clone();
+        match api.launch_host_func(
+            s,
+            Box::new(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }),
+        ) {
+            Ok(()) => funcs += 1,
+            Err(e) if e.code() == StatusCode::FailedPrecondition => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let captures = capturer.join().unwrap();
+    api.synchronize_stream(s).unwrap();
+    // Host functions accepted were enqueued outside every capture: they all ran.
+    assert_eq!(ran.load(Ordering::SeqCst), funcs, "refused {refused}");
+    println!(
+        "{fills} fills, {funcs} host functions ({refused} refused) beside {captures} captures"
+    );
+    api.free(d).unwrap();
+    api.destroy_stream(s).unwrap();
+}
