@@ -465,7 +465,14 @@ pub trait StreamApi: Send + Sync + 'static {
     }
 
     /// Enqueues one run of `graph` on `stream`. Optional.
-    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+    ///
+    /// # Safety
+    /// A graph replays the operations captured into it with the addresses they had then: the
+    /// copies, fills and kernels captured read and write memory the API checked at capture
+    /// time, which must still be allocated (not freed, nor freed and allocated again) and
+    /// untouched by the host until this run completes, as for the work when it was captured.
+    /// The stream layer holds every buffer a graph's command list uses for each launch.
+    unsafe fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
         let _ = (graph, stream);
         Err(unimplemented(&self.info().driver, "graph launch"))
     }

@@ -1823,7 +1823,7 @@ impl StreamApi for CudaApi {
         Ok(GraphHandle(exec as usize as u64))
     }
 
-    fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
+    unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);
         // SAFETY: an executable graph of this API and a live stream, both held for the call.

@@ -322,7 +322,9 @@ impl<A: StreamApi> Core<A> {
                     });
                 }
                 resolved?;
-                self.api.launch_graph(graph, stream)?;
+                // SAFETY: the graph replays this command list, whose buffers the timepoint holds
+                // (resolved above, as for a direct issue) until the run completed.
+                unsafe { self.api.launch_graph(graph, stream) }?;
                 Stats::bump(&self.stats.graph_launches, 1);
                 Ok(())
             }
@@ -359,7 +361,9 @@ impl<A: StreamApi> Core<A> {
                 };
                 let kept = queue.graphs.captured(commands, graph);
                 Stats::bump(&self.stats.graph_captures, 1);
-                let launched = self.api.launch_graph(graph, stream);
+                // SAFETY: the graph was captured from this command list just now, whose buffers
+                // the timepoint holds until the run completed.
+                let launched = unsafe { self.api.launch_graph(graph, stream) };
                 if launched.is_err() || !kept {
                     // Destroying a launched graph is deferred by the API until its runs end.
                     queue.graphs.forget(commands);

@@ -498,7 +498,7 @@ impl StreamApi for HostStreamApi {
         Ok(GraphHandle(id))
     }
 
-    fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+    unsafe fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
         let shared = self.shared();
         shared.control.check()?;
         self.not_capturing(stream, "a graph launch")?;

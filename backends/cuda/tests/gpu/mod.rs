@@ -125,8 +125,11 @@ fn translation_table_round_trip() {
     let err = api.launch_host_func(s, Box::new(|| {})).unwrap_err();
     assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
     let graph = api.end_capture(s).unwrap();
-    api.launch_graph(graph, s).unwrap();
-    api.launch_graph(graph, s).unwrap();
+    // SAFETY: the graph's kernels use `buf`, live until after the stream is synchronised.
+    unsafe {
+        api.launch_graph(graph, s).unwrap();
+        api.launch_graph(graph, s).unwrap();
+    }
 
     let ran = Arc::new(AtomicU32::new(0));
     let flag = ran.clone();
@@ -288,7 +291,8 @@ fn stale_made_up_and_foreign_handles_are_refused() {
         ),
         (
             "a made-up graph",
-            api.launch_graph(GraphHandle(0xdead_0100), s),
+            // SAFETY: a made-up graph is refused before anything runs.
+            unsafe { api.launch_graph(GraphHandle(0xdead_0100), s) },
         ),
         ("capture", api.begin_capture(foreign_s)),
         ("end of a capture", api.end_capture(bogus_s).map(drop)),
@@ -306,7 +310,8 @@ fn stale_made_up_and_foreign_handles_are_refused() {
 
     // Destroyed handles, each after its destroy succeeded.
     api.destroy_graph(graph).unwrap();
-    refused(api.launch_graph(graph, s), "a destroyed graph");
+    // SAFETY: a destroyed graph is refused before anything runs.
+    refused(unsafe { api.launch_graph(graph, s) }, "a destroyed graph");
     refused(api.destroy_graph(graph), "a graph destroyed twice");
     api.unload_module(loaded.module).unwrap();
     refused(
