@@ -193,9 +193,11 @@ pub struct CudaApi {
     /// may use): see [`CudaApi::set_shared_memory`].
     max_shared_memory: u32,
     staging: Arc<StagingPool>,
-    /// Pinned copies of host data captured into graphs (see [`CudaApi::enable_graphs`]); freed
-    /// with the API.
-    captured: Mutex<Vec<Pinned>>,
+    /// Pinned copies of host data captured into graphs (see [`CudaApi::enable_graphs`]): while
+    /// a capture runs, by its stream; once it made a graph, by the graph; once that graph was
+    /// destroyed (or the capture failed), retired, and freed where the API may wait
+    /// ([`Self::free_retired`]) or with the API.
+    captured: Mutex<CapturedCopies>,
     /// Streams created and not destroyed. A destroyed `CUstream` must never reach the driver;
     /// the stream layer may free stream-ordered memory after the stream is gone and relies on
     /// an error then (it falls back to `free`). Like the registries below, see
@@ -229,6 +231,14 @@ pub struct CudaApi {
     /// a capture beginning between an enqueue's capture check and its driver call would take
     /// in an operation the check refused for captures.
     capture_transitions: RwLock<()>,
+}
+
+/// Pinned copies of captured host-to-device data (see [`CudaApi::captured`]).
+#[derive(Default)]
+struct CapturedCopies {
+    by_stream: HashMap<u64, Vec<Pinned>>,
+    by_graph: HashMap<u64, Vec<Pinned>>,
+    retired: Vec<Pinned>,
 }
 
 /// A stream held for an enqueue: the stream, and the shared side of
@@ -429,12 +439,12 @@ impl CudaApi {
     /// submitted again as a CUDA graph (captured with `cuStreamBeginCapture` in relaxed mode,
     /// then `cuGraphLaunch`) instead of enqueueing its commands one by one.
     ///
-    /// Off by default, for two reasons. It has not yet been exercised on a GPU. And a graph's
-    /// memcpy nodes read their host source at every launch, so a captured host-to-device update
-    /// is taken from a pinned copy made at capture time (stream capture does not take pageable
-    /// host memory), which lives until this API is dropped: an application that keeps capturing
-    /// new command buffers with updates keeps that memory. The graph methods themselves work
-    /// either way.
+    /// A graph's memcpy nodes read their host source at every launch, so a captured
+    /// host-to-device update is taken from a pinned copy made at capture time (stream capture
+    /// does not take pageable host memory), which lives as long as the graph: once the graph is
+    /// destroyed it is freed at the next `free`, `synchronize_stream` or drop of the API
+    /// (`cuMemFreeHost` may wait for the device, which those calls may). The graph methods
+    /// themselves work either way.
     pub fn enable_graphs(&mut self) {
         self.info.capabilities |= Capabilities::GRAPHS;
     }
@@ -577,6 +587,17 @@ impl CudaApi {
     /// are dropped with the API).
     pub fn pending_host_funcs(&self) -> usize {
         callback::pending_count(self.id)
+    }
+
+    /// Bytes of pinned memory held for captured host-to-device copies (see
+    /// [`CudaApi::enable_graphs`]): of captures under way, of graphs alive, and of graphs
+    /// destroyed whose copies a later `free`, `synchronize_stream` or drop frees.
+    pub fn captured_copy_bytes(&self) -> usize {
+        let captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = |copies: &Vec<Pinned>| copies.iter().map(|p| p.capacity).sum::<usize>();
+        captured.by_stream.values().map(bytes).sum::<usize>()
+            + captured.by_graph.values().map(bytes).sum::<usize>()
+            + bytes(&captured.retired)
     }
 
     /// Host functions enqueued on this API's streams so far (`cuLaunchHostFunc` calls that
@@ -751,6 +772,24 @@ impl CudaApi {
     /// on the copy paths (the issuing thread) or in event waits (completion threads).
     fn free_retired(&self) {
         self.free_pinned(self.staging.take_retired());
+        let captured = std::mem::take(
+            &mut self
+                .captured
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retired,
+        );
+        self.free_pinned(captured);
+    }
+
+    /// Moves the pinned copies of capture `from` (a stream's) to graph `to`, or retires them.
+    fn captured_copies(&self, from: u64, to: Option<u64>) {
+        let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+        let copies = captured.by_stream.remove(&from).unwrap_or_default();
+        match to {
+            Some(graph) => captured.by_graph.entry(graph).or_default().extend(copies),
+            None => captured.retired.extend(copies),
+        }
     }
 
     /// A pinned staging buffer of at least `len` bytes: an unused one (idle, or retired and not
@@ -839,8 +878,8 @@ impl CudaApi {
 
     /// A host-to-device copy on a stream captured into a graph. The graph's memcpy node reads
     /// its source at every launch, and capture does not take pageable memory: the bytes are
-    /// copied now into pinned memory kept with the API until it is dropped (see
-    /// [`CudaApi::enable_graphs`]). No host function is involved (it would run once only).
+    /// copied now into pinned memory kept with the graph (see [`CudaApi::captured`]). No host
+    /// function is involved (it would run once only).
     ///
     /// # Safety
     /// `src..src+bytes` must be readable.
@@ -853,6 +892,7 @@ impl CudaApi {
         live: &Stream,
     ) -> Result<()> {
         let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+        let copies = captured.by_stream.entry(s.0).or_default();
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
         check(unsafe { raw::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
@@ -871,9 +911,10 @@ impl CudaApi {
         // SAFETY: the caller guarantees `src..src+bytes` is readable; the new pinned buffer
         // holds `bytes` bytes and overlaps nothing.
         unsafe { pinned.fill_from(src, bytes) };
-        captured.push(pinned);
-        // SAFETY: a pinned copy kept until the API is dropped, which outlives the graph's use
-        // of it (graphs are this API's).
+        copies.push(pinned);
+        drop(captured);
+        // SAFETY: a pinned copy kept with the capture, then its graph, and freed only after the
+        // graph was destroyed, by a call that waits for the device's work.
         check(
             unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, live.raw()) },
             || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
@@ -910,7 +951,19 @@ impl Drop for CudaApi {
             self.free_pinned(self.staging.drain());
             let captured =
                 std::mem::take(&mut *self.captured.lock().unwrap_or_else(|p| p.into_inner()));
-            self.free_pinned(captured);
+            let CapturedCopies {
+                by_stream,
+                by_graph,
+                retired,
+            } = captured;
+            self.free_pinned(
+                by_stream
+                    .into_values()
+                    .chain(by_graph.into_values())
+                    .flatten()
+                    .chain(retired)
+                    .collect(),
+            );
             let _no_captures = self.no_captures();
             for (base, _, kind) in self.memory.drain() {
                 // SAFETY: an allocation of this API nobody freed, forgotten by the drain, so
@@ -989,6 +1042,8 @@ impl StreamApi for CudaApi {
         // Only one destroy finds it; no call looks it up any more.
         let s = self.streams.remove(handle.0)?;
         self.capture_ended(handle);
+        // A capture it ended here made no graph: its copies are retired.
+        self.captured_copies(handle.0, None);
         // cuStreamDestroy here, or when the last call using the stream returns; enqueued work
         // still completes (the driver releases the stream's resources once it is done).
         destroy_last(s)
@@ -1811,16 +1866,25 @@ impl StreamApi for CudaApi {
         drop(transition);
         // The stream no longer captures, whatever the result.
         self.capture_ended(s);
-        check(ended, || format!("cuStreamEndCapture({s:?})"))?;
+        if let Err(e) = check(ended, || format!("cuStreamEndCapture({s:?})")) {
+            // No graph: nothing will read the capture's copies.
+            self.captured_copies(s.0, None);
+            return Err(e);
+        }
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
         let r = self
             .trimming_on_oom(|| unsafe { raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
         // SAFETY: the executable graph does not depend on the graph it was instantiated from.
         let _ = unsafe { raw::cuGraphDestroy(graph) };
-        check(r, || "cuGraphInstantiateWithFlags".into())?;
-        self.graphs.insert(exec as usize as u64, Graph::new(exec));
-        Ok(GraphHandle(exec as usize as u64))
+        if let Err(e) = check(r, || "cuGraphInstantiateWithFlags".into()) {
+            self.captured_copies(s.0, None);
+            return Err(e);
+        }
+        let handle = exec as usize as u64;
+        self.captured_copies(s.0, Some(handle));
+        self.graphs.insert(handle, Graph::new(exec));
+        Ok(GraphHandle(handle))
     }
 
     unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
@@ -1835,9 +1899,17 @@ impl StreamApi for CudaApi {
 
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
         let _bound = self.bind()?;
+        let held = self.graphs.remove(graph.0)?;
+        // Its pinned copies are retired: freed by a later call that waits for the device, so
+        // after the runs in flight that read them.
+        {
+            let mut captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
+            let copies = captured.by_graph.remove(&graph.0).unwrap_or_default();
+            captured.retired.extend(copies);
+        }
         // cuGraphExecDestroy here, or when a launch under way returns; runs in flight finish
         // first (CUDA frees it asynchronously on completion).
-        destroy_last(self.graphs.remove(graph.0)?)
+        destroy_last(held)
     }
 }
 

@@ -218,8 +218,10 @@ pub struct CudaDeviceOptions {
     /// Default 10 ms.
     pub probe_interval: Duration,
     /// Replay a reusable command buffer submitted again as a CUDA graph (stream capture, then
-    /// `cuGraphLaunch`: one call per submission instead of one per command). Default off: see
-    /// [`CudaApi::enable_graphs`] for why.
+    /// `cuGraphLaunch`: one call per submission instead of one per command). Default on: on an
+    /// H200, 100 empty dispatches replayed as a graph took 130 µs from submission to completion
+    /// against 393 µs enqueued one by one (`cuda_replay_100`). A captured host-to-device update
+    /// keeps a pinned copy as long as its graph (see [`CudaApi::enable_graphs`]).
     pub graphs: bool,
     /// With completion threads: how long a queue's thread polls (for the next submission,
     /// then `cuEventQuery` on its event) before it sleeps in the driver. Default zero (never
@@ -238,7 +240,7 @@ impl Default for CudaDeviceOptions {
             queue_count: 2,
             completion: CompletionStrategy::CompletionThread,
             probe_interval: Duration::from_millis(10),
-            graphs: false,
+            graphs: true,
             completion_spin: Duration::ZERO,
             pool_release_threshold: u64::MAX,
         }

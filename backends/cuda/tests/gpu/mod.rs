@@ -1050,3 +1050,75 @@ fn captures_and_enqueues_on_one_stream_from_two_threads() {
     api.free(d).unwrap();
     api.destroy_stream(s).unwrap();
 }
+
+/// The pinned copy a captured host-to-device update needs lives as long as its graph: the
+/// graph replays it (twice here, after the source changed), and once the graph is destroyed
+/// the next call that may wait for the device (`synchronize_stream`) frees it. A capture that
+/// ends with its stream destroyed gives its copies back the same way.
+#[test]
+fn captured_update_copies_live_as_long_as_their_graph() {
+    let Some(mut api) = api_or_skip("captured_update_copies_live_as_long_as_their_graph") else {
+        return;
+    };
+    api.enable_graphs();
+    let s = api.create_stream().unwrap();
+    const BYTES: usize = 4096;
+    let d = api.allocate(BYTES as u64, MemoryPlacement::Device).unwrap();
+    let mut source = vec![3u8; BYTES];
+    api.begin_capture(s).unwrap();
+    // SAFETY: `source` is readable for the call (the captured copy takes a pinned copy of it).
+    unsafe {
+        api.copy_host_to_device_async(d, source.as_ptr(), BYTES as u64, s)
+            .unwrap()
+    };
+    let graph = api.end_capture(s).unwrap();
+    assert_eq!(api.captured_copy_bytes(), BYTES);
+    // The graph replays the bytes as captured, not the source's later contents.
+    source.fill(9);
+    api.memset_async(d, 0, 1, BYTES as u64, s).unwrap();
+    // SAFETY: the graph writes `d`, live until it is freed below after a synchronisation.
+    unsafe { api.launch_graph(graph, s).unwrap() };
+    let mut back = vec![0u8; BYTES];
+    // SAFETY: `back` outlives the copy (synchronised below).
+    unsafe {
+        api.copy_device_to_host_async(back.as_mut_ptr(), d, BYTES as u64, s)
+            .unwrap()
+    };
+    api.synchronize_stream(s).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 3),
+        "the graph replays the captured bytes"
+    );
+    assert_eq!(
+        api.captured_copy_bytes(),
+        BYTES,
+        "kept while the graph lives"
+    );
+    api.destroy_graph(graph).unwrap();
+    assert_eq!(api.captured_copy_bytes(), BYTES, "retired, not yet freed");
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(
+        api.captured_copy_bytes(),
+        0,
+        "freed by a call that may wait"
+    );
+
+    // A capture cut short by destroying its stream makes no graph.
+    let t = api.create_stream().unwrap();
+    api.begin_capture(t).unwrap();
+    // SAFETY: as above.
+    unsafe {
+        api.copy_host_to_device_async(d, source.as_ptr(), BYTES as u64, t)
+            .unwrap()
+    };
+    assert_eq!(api.captured_copy_bytes(), BYTES);
+    let _ = api.destroy_stream(t);
+    api.synchronize_stream(s).unwrap();
+    assert_eq!(
+        api.captured_copy_bytes(),
+        0,
+        "an unfinished capture's copies are freed"
+    );
+    api.free(d).unwrap();
+    api.destroy_stream(s).unwrap();
+}
