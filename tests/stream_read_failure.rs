@@ -62,20 +62,38 @@ unsafe impl GlobalAlloc for Watching {
 #[global_allocator]
 static ALLOCATOR: Watching = Watching;
 
+/// A device over a fresh host API with `strategy`, its queue 0 and a buffer of [`READ_BYTES`]
+/// uploaded: the setup both tests share.
+fn read_setup(
+    strategy: halcyon::stream::CompletionStrategy,
+) -> Result<(
+    HostStreamApi,
+    halcyon::Device,
+    halcyon::Queue,
+    halcyon::Buffer,
+)> {
+    let api = HostStreamApi::new();
+    let device = device(&api, strategy)?;
+    let queue = device.queue(0)?;
+    let data: Vec<u8> = (0..READ_BYTES).map(|i| (i % 251) as u8).collect();
+    let buffer = block_on(upload(&queue, BufferParams::DEVICE, &data))?;
+    Ok((api, device, queue, buffer))
+}
+
+/// Starts watching frees of [`READ_BYTES`]-byte blocks.
+fn watch_reads() {
+    FREED.store(false, Ordering::SeqCst);
+    WATCHED.store(READ_BYTES, Ordering::SeqCst);
+}
+
 #[test]
 fn a_read_whose_copy_fails_part_way_keeps_its_destination_until_the_stream_ran() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for strategy in STRATEGIES {
-        let api = HostStreamApi::new();
-        let device = device(&api, strategy)?;
-        let queue = device.queue(0)?;
-        let data: Vec<u8> = (0..READ_BYTES).map(|i| (i % 251) as u8).collect();
-        let buffer = block_on(upload(&queue, BufferParams::DEVICE, &data))?;
-
+        let (api, device, queue, buffer) = read_setup(strategy)?;
         let hold = api.hold();
         api.fail_next_read_after_enqueue();
-        FREED.store(false, Ordering::SeqCst);
-        WATCHED.store(READ_BYTES, Ordering::SeqCst);
+        watch_reads();
         let read = queue.read(Timepoints::default(), &buffer.whole());
         // The read was issued (its copy enqueued, then failed) and the stream has not run it:
         // its destination must still be allocated.
@@ -106,16 +124,10 @@ fn a_read_whose_copy_fails_part_way_keeps_its_destination_until_the_stream_ran()
 fn a_backend_panic_after_the_copy_was_enqueued_keeps_the_destination() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for strategy in STRATEGIES {
-        let api = HostStreamApi::new();
-        let device = device(&api, strategy)?;
-        let queue = device.queue(0)?;
-        let data: Vec<u8> = (0..READ_BYTES).map(|i| (i % 251) as u8).collect();
-        let buffer = block_on(upload(&queue, BufferParams::DEVICE, &data))?;
-
+        let (api, device, queue, buffer) = read_setup(strategy)?;
         let hold = api.hold();
         api.panic_in_next_record();
-        FREED.store(false, Ordering::SeqCst);
-        WATCHED.store(READ_BYTES, Ordering::SeqCst);
+        watch_reads();
         // The issue runs on this thread and panics inside; the panic fails the read.
         let read = queue.read(Timepoints::default(), &buffer.whole());
         assert!(
