@@ -754,7 +754,7 @@ impl CudaApi {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&s.0);
         if let Some(thread) = began {
-            CaptureGate::get().end(self.device, thread == std::thread::current().id());
+            CaptureGate::get().end(self.device, thread);
         }
     }
 
@@ -1832,7 +1832,7 @@ impl StreamApi for CudaApi {
         };
         if previous.is_some() {
             // Already capturing: the driver refuses below, and the first capture stays counted.
-            CaptureGate::get().end(self.device, true);
+            CaptureGate::get().end(self.device, std::thread::current().id());
         }
         // No enqueue on any of this API's streams meanwhile (see `capture_transitions`); taken
         // after the capture gate, which may wait for a module load.

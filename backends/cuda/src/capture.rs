@@ -25,6 +25,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 use cudarc::driver::sys::CUdevice;
 
@@ -43,16 +44,20 @@ struct Device {
 pub(crate) struct CaptureGate {
     devices: Mutex<BTreeMap<CUdevice, Device>>,
     changed: Condvar,
+    /// Captures begun and not ended, by device and the thread that began them. Shared, not
+    /// thread-local: a capture may be ended on another thread than the one that began it, and
+    /// the beginning thread must count it closed then.
+    /// (Few entries: one per thread with a capture open.)
+    open: Mutex<Vec<(CUdevice, ThreadId, usize)>>,
 }
 
 static GATE: CaptureGate = CaptureGate {
     devices: Mutex::new(BTreeMap::new()),
     changed: Condvar::new(),
+    open: Mutex::new(Vec::new()),
 };
 
 thread_local! {
-    /// Captures the calling thread began and has not ended, per device.
-    static OPEN_HERE: RefCell<BTreeMap<CUdevice, usize>> = const { RefCell::new(BTreeMap::new()) };
     /// Context-synchronising calls under way on the calling thread ([`SyncCall`]s alive), per
     /// device.
     static SYNCS_HERE: RefCell<BTreeMap<CUdevice, usize>> = const { RefCell::new(BTreeMap::new()) };
@@ -72,11 +77,6 @@ fn count_here(
             counts.remove(&device);
         }
     });
-}
-
-/// Counts a capture on `device` begun (`+1`) or ended (`-1`) on the calling thread.
-fn open_here(device: CUdevice, change: isize) {
-    count_here(&OPEN_HERE, device, change);
 }
 
 /// Whether the calling thread's `counts` has `device`.
@@ -160,16 +160,40 @@ impl CaptureGate {
                 d.captures += 1;
             },
         );
-        open_here(device, 1);
+        self.count_open(device, std::thread::current().id(), 1);
     }
 
-    /// A capture on `device` that [`CaptureGate::begin`] counted has ended (or failed to
-    /// begin); `here` when it began on the calling thread.
-    pub(crate) fn end(&self, device: CUdevice, here: bool) {
-        self.update(device, |d| d.captures = d.captures.saturating_sub(1));
-        if here {
-            open_here(device, -1);
+    /// Adds `change` to the captures open on `device` that `thread` began.
+    fn count_open(&self, device: CUdevice, thread: ThreadId, change: isize) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let at = match open
+            .iter()
+            .position(|&(d, t, _)| (d, t) == (device, thread))
+        {
+            Some(at) => at,
+            None => {
+                open.push((device, thread, 0));
+                open.len() - 1
+            }
+        };
+        open[at].2 = open[at].2.saturating_add_signed(change);
+        if open[at].2 == 0 {
+            open.swap_remove(at);
         }
+    }
+
+    /// Whether the calling thread began a capture on `device` that is still open.
+    fn open_here(&self, device: CUdevice) -> bool {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let here = std::thread::current().id();
+        open.iter().any(|&(d, t, _)| (d, t) == (device, here))
+    }
+
+    /// A capture on `device` that [`CaptureGate::begin`] counted, begun by thread `began_by`,
+    /// has ended (or failed to begin), on whichever thread.
+    pub(crate) fn end(&self, device: CUdevice, began_by: ThreadId) {
+        self.update(device, |d| d.captures = d.captures.saturating_sub(1));
+        self.count_open(device, began_by, -1);
     }
 
     /// A call that may synchronise `device`'s context is about to be made: waits until no
@@ -182,7 +206,7 @@ impl CaptureGate {
             here: None,
             _not_send: std::marker::PhantomData,
         };
-        if here_on(&OPEN_HERE, device) {
+        if self.open_here(device) {
             return call;
         }
         if !here_on(&SYNCS_HERE, device) {
@@ -246,9 +270,52 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert!(!done.load(Ordering::SeqCst), "waits while the capture runs");
         assert_eq!(gate.state(device), (1, 0, 0));
-        gate.end(device, true);
+        gate.end(device, std::thread::current().id());
         caller.join().unwrap();
         assert!(done.load(Ordering::SeqCst));
+        assert_eq!(gate.state(device), (0, 0, 0));
+    }
+
+    /// A capture begun on this thread but ended on another (`end_capture` or `destroy_stream`
+    /// there) no longer counts as this thread's: its later calls wait for other captures again.
+    #[test]
+    fn a_capture_ended_elsewhere_stops_counting_as_the_beginning_thread_s() {
+        let gate = CaptureGate::get();
+        let device: CUdevice = 4000;
+        gate.begin(device);
+        let began_by = std::thread::current().id();
+        std::thread::spawn(move || gate.end(device, began_by))
+            .join()
+            .unwrap();
+        assert_eq!(gate.state(device), (0, 0, 0));
+        // Another thread's capture runs now; this thread's call must wait for it.
+        let (to_capture, ending) = std::sync::mpsc::channel::<()>();
+        let capture = std::thread::spawn(move || {
+            gate.begin(device);
+            ending.recv().unwrap();
+            gate.end(device, std::thread::current().id());
+        });
+        until(gate, device, (1, 0, 0));
+        let done = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let done = done.clone();
+            // The call is made on the thread that began (and did not end) the first capture:
+            // here, so run it on this thread after a delay releases the capture instead.
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                let was_done = done.load(Ordering::SeqCst);
+                to_capture.send(()).unwrap();
+                was_done
+            })
+        };
+        let sync = gate.sync(device);
+        done.store(true, Ordering::SeqCst);
+        drop(sync);
+        assert!(
+            !caller.join().unwrap(),
+            "a call on the thread that began a capture ended elsewhere did not wait"
+        );
+        capture.join().unwrap();
         assert_eq!(gate.state(device), (0, 0, 0));
     }
 
@@ -260,7 +327,7 @@ mod tests {
         let capture = std::thread::spawn(move || {
             gate.begin(device);
             std::thread::sleep(Duration::from_millis(20));
-            gate.end(device, true);
+            gate.end(device, std::thread::current().id());
         });
         until(gate, device, (0, 1, 1));
         // A call arriving while a capture waits waits for it too.
@@ -302,7 +369,7 @@ mod tests {
         assert_eq!(step(), "outer");
         let capture = std::thread::spawn(move || {
             gate.begin(device);
-            gate.end(device, true);
+            gate.end(device, std::thread::current().id());
         });
         until(gate, device, (0, 1, 1));
         to_caller.send(()).unwrap();
