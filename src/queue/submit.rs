@@ -506,10 +506,10 @@ impl Queue {
         self.read_with(timepoints.into(), source, ReadSink::default())
     }
 
-    /// [`Queue::read`] into `buffer`, whose allocation is reused for the bytes where the
-    /// backend can (the stream backends, CUDA and HIP, for reads too large for their pinned
-    /// leases; the CPU backend), instead of a new vector each time: the submission completes
-    /// with `buffer`, `source.len()` bytes long. For repeated large reads, hand back the vector
+    /// [`Queue::read`] into `buffer`, whose allocation is reused for the bytes (by every
+    /// backend here: the stream backends read large reads straight into it and copy small
+    /// ones from their pinned leases into it; CPU and Vulkan copy into it) instead of a new
+    /// vector each time: the submission completes with `buffer`, `source.len()` bytes long. For repeated large reads, hand back the vector
     /// the previous read returned: a fresh one costs the page faults of touching new memory,
     /// which for 64 MiB can take longer than the copy itself.
     pub fn read_into(
