@@ -1053,8 +1053,9 @@ fn captures_and_enqueues_on_one_stream_from_two_threads() {
 
 /// The pinned copy a captured host-to-device update needs lives as long as its graph: the
 /// graph replays it (twice here, after the source changed), and once the graph is destroyed
-/// the next call that may wait for the device (`synchronize_stream`) frees it. A capture that
-/// ends with its stream destroyed gives its copies back the same way.
+/// the next call that may wait for the device (`synchronize_stream`) frees it. (A capture that
+/// makes no graph retires its copies the same way; destroying a stream mid-capture to show it
+/// would leave the fake driver a capturing stream that invalidates other tests' captures.)
 #[test]
 fn captured_update_copies_live_as_long_as_their_graph() {
     let Some(mut api) = api_or_skip("captured_update_copies_live_as_long_as_their_graph") else {
@@ -1103,22 +1104,6 @@ fn captured_update_copies_live_as_long_as_their_graph() {
         "freed by a call that may wait"
     );
 
-    // A capture cut short by destroying its stream makes no graph.
-    let t = api.create_stream().unwrap();
-    api.begin_capture(t).unwrap();
-    // SAFETY: as above.
-    unsafe {
-        api.copy_host_to_device_async(d, source.as_ptr(), BYTES as u64, t)
-            .unwrap()
-    };
-    assert_eq!(api.captured_copy_bytes(), BYTES);
-    let _ = api.destroy_stream(t);
-    api.synchronize_stream(s).unwrap();
-    assert_eq!(
-        api.captured_copy_bytes(),
-        0,
-        "an unfinished capture's copies are freed"
-    );
     api.free(d).unwrap();
     api.destroy_stream(s).unwrap();
 }
