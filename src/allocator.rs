@@ -71,7 +71,10 @@ struct Tracked {
     params: BufferParams,
 }
 
-impl BufferMemory for Tracked {
+// SAFETY: every method forwards to the backend's memory, which upholds the contract; a
+// `Tracked` is the only wrapper of its block while a buffer holds it (the pool hands a block to
+// one buffer at a time, and takes it back only when that buffer's memory is dropped).
+unsafe impl BufferMemory for Tracked {
     fn len(&self) -> u64 {
         self.counted().memory.len()
     }
@@ -136,15 +139,15 @@ impl Allocator {
     pub fn allocate(&self, size: u64, params: BufferParams) -> Result<Buffer> {
         validate(size, &params)?;
         let memory = self.backend_allocate(size, params)?;
-        Ok(Buffer::from_memory(
-            Arc::new(Tracked {
+        Buffer::from_memory(
+            Tracked {
                 block: Some(memory),
                 pool: None,
                 params,
-            }),
+            },
             size,
             params,
-        ))
+        )
     }
 
     /// Allocates from the pool (reusing a returned block of the same size class and params if
@@ -156,15 +159,15 @@ impl Allocator {
             Some(block) => block,
             None => self.backend_allocate(class, params)?,
         };
-        Ok(Buffer::from_memory(
-            Arc::new(Tracked {
+        Buffer::from_memory(
+            Tracked {
                 block: Some(block),
                 pool: Some(Arc::downgrade(&self.pool.inner)),
                 params,
-            }),
+            },
             size,
             params,
-        ))
+        )
     }
 
     /// Memory for a queue `alloca` on `queue`: queue-ordered backend memory where the backend
@@ -187,15 +190,15 @@ impl Allocator {
             memory,
             counters: self.counters.clone(),
         };
-        Ok(Buffer::from_memory(
-            Arc::new(Tracked {
+        Buffer::from_memory(
+            Tracked {
                 block: Some(block),
                 pool: None,
                 params,
-            }),
+            },
             size,
             params,
-        ))
+        )
     }
 
     fn backend_allocate(&self, size: u64, params: BufferParams) -> Result<Counted> {

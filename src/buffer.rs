@@ -104,7 +104,20 @@ impl BufferParams {
 }
 
 /// Backend memory behind a buffer (the SPI): what a device's allocator hands out.
-pub trait BufferMemory: Send + Sync + 'static {
+///
+/// # Safety
+///
+/// Host mappings dereference [`BufferMemory::host_ptr`] without further checks, so an
+/// implementation promises:
+///
+/// * [`BufferMemory::len`] returns the same value for the memory's whole life;
+/// * [`BufferMemory::host_ptr`], where it is `Some`, returns the same pointer on every call, and
+///   that pointer is valid for reads and writes of `len()` bytes until the memory is dropped;
+/// * nothing but halcyon accesses those bytes on the host while the memory belongs to a
+///   [`Buffer`] (device work does so only as the queue operations that touch the buffer order
+///   it), so the buffer's mapping guards are the only host references to them;
+/// * `flush` and `invalidate` accept any range within `len()` without undefined behaviour.
+pub unsafe trait BufferMemory: Send + Sync + 'static {
     /// The usable size in bytes.
     fn len(&self) -> u64;
 
@@ -193,9 +206,32 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Wraps backend memory (the SPI; users allocate through a device's allocator).
-    pub fn from_memory(memory: Arc<dyn BufferMemory>, size: u64, params: BufferParams) -> Self {
-        Buffer {
+    /// Wraps backend memory in a buffer of `size` bytes (the SPI; users allocate through a
+    /// device's allocator).
+    ///
+    /// The buffer owns the memory: its mapping state and in-flight tracking live with it, and no
+    /// other buffer can be made over the same memory (the memory is taken by value, and the
+    /// handle [`Buffer::memory`] gives back is not a [`BufferMemory`] of its own), so two
+    /// buffers never hand out conflicting mappings of the same bytes. `InvalidArgument` if
+    /// `size` is larger than the memory, or the params are incoherent.
+    pub fn from_memory<M: BufferMemory>(
+        memory: M,
+        size: u64,
+        params: BufferParams,
+    ) -> Result<Self> {
+        params.validate()?;
+        if size > memory.len() {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "a buffer of {size} bytes cannot be made over {} bytes of memory; the \
+                     backend's allocation must be at least as large as the buffer",
+                    memory.len()
+                ),
+            ));
+        }
+        let memory: Arc<dyn BufferMemory> = Arc::new(memory);
+        Ok(Buffer {
             inner: Arc::new(Inner {
                 id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
                 size,
@@ -208,7 +244,7 @@ impl Buffer {
                     host_writer: false,
                 }),
             }),
-        }
+        })
     }
 
     /// Size in bytes.
@@ -231,7 +267,8 @@ impl Buffer {
         self.inner.id
     }
 
-    /// The backend memory (the SPI). `FailedPrecondition` after a queue `dealloca` released it.
+    /// The backend memory (the SPI), for a backend to reach its own type through
+    /// [`BufferMemory::as_any`]. `FailedPrecondition` after a queue `dealloca` released it.
     pub fn memory(&self) -> Result<Arc<dyn BufferMemory>> {
         self.lock()
             .memory

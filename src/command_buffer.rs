@@ -648,7 +648,8 @@ mod tests {
     /// Memory with no host mapping: enough to build a `BufferRef`.
     struct NoMemory;
 
-    impl BufferMemory for NoMemory {
+    // SAFETY: no host pointer; a fixed length.
+    unsafe impl BufferMemory for NoMemory {
         fn len(&self) -> u64 {
             16
         }
@@ -674,7 +675,9 @@ mod tests {
         let error = BindingTable::new()
             .set(
                 MAX_BINDING_SLOTS,
-                Buffer::from_memory(Arc::new(NoMemory), 16, BufferParams::DEVICE).whole(),
+                Buffer::from_memory(NoMemory, 16, BufferParams::DEVICE)
+                    .unwrap()
+                    .whole(),
             )
             .unwrap_err();
         assert_eq!(error.code(), StatusCode::OutOfRange);

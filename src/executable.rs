@@ -47,29 +47,71 @@ impl fmt::Debug for ExecutableSource {
 }
 
 /// What to load: a format and its source.
+///
+/// # The trust boundary
+///
+/// A spec made by [`ExecutableSpec::bytes`] or [`ExecutableSpec::native`] is *checked*: a
+/// device loads it only if the backend can validate it completely (itself, through a
+/// well-kept crate such as naga, or through a driver that reports bad input as an error, as
+/// CUDA's PTX JIT does), and refuses it otherwise with `InvalidArgument` naming the unsafe
+/// path. Formats a driver or the dynamic loader consumes unchecked (CUDA cubins and fatbins,
+/// HIP code objects, shared libraries, raw SPIR-V) load only from a spec made by the `unsafe`
+/// [`ExecutableSpec::bytes_unchecked`], whose caller vouches for the bytes, as
+/// `wgpu::Device::create_shader_module_spirv` and `libloading::Library::new` make theirs do.
 #[derive(Clone, Debug)]
 pub struct ExecutableSpec {
     /// The format name, for example `"cpu-rust"`, `"cpu-c-abi-v1"`, `"spirv"`.
     pub format: String,
     /// The code.
     pub source: ExecutableSource,
+    /// Whether the caller vouched for the bytes ([`ExecutableSpec::bytes_unchecked`]).
+    unchecked: bool,
 }
 
 impl ExecutableSpec {
-    /// A spec from bytes.
+    /// A checked spec from bytes: the device validates them completely or refuses them.
     pub fn bytes(format: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
         ExecutableSpec {
             format: format.into(),
             source: ExecutableSource::Bytes(bytes.into()),
+            unchecked: false,
         }
     }
 
-    /// A spec from an in-process object.
+    /// A spec from bytes the device may hand its driver or loader without validating them
+    /// completely (it still makes the cheap checks that catch honest mistakes: magic numbers,
+    /// header extents, entry points present).
+    ///
+    /// # Safety
+    ///
+    /// The bytes must be what the format's own toolchain produced, unmodified, for the
+    /// device's architecture: `ptxas`/`fatbinary`/`nvcc` output for CUDA binaries, `clang`/
+    /// `hipcc` output for HIP code objects and bundles, SPIR-V valid under the Vulkan
+    /// environment's rules for raw SPIR-V, a shared library built against the CPU backend's C
+    /// ABI whose initialisers and kernels are sound to run. Any metadata the format carries
+    /// (entry-point tables, shared-memory sizes) must agree with the code. A driver or loader
+    /// given anything else may read or write out of bounds or run arbitrary code.
+    pub unsafe fn bytes_unchecked(format: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+        ExecutableSpec {
+            unchecked: true,
+            ..ExecutableSpec::bytes(format, bytes)
+        }
+    }
+
+    /// A spec from an in-process object (a module type a backend defines; such a type carries
+    /// its own trust, made by a safe constructor that validated it or an unsafe one).
     pub fn native(format: impl Into<String>, object: Arc<dyn Any + Send + Sync>) -> Self {
         ExecutableSpec {
             format: format.into(),
             source: ExecutableSource::Native(object),
+            unchecked: false,
         }
+    }
+
+    /// Whether the spec was made by [`ExecutableSpec::bytes_unchecked`]: a backend may then
+    /// load formats it cannot validate completely.
+    pub fn is_unchecked(&self) -> bool {
+        self.unchecked
     }
 }
 
@@ -190,7 +232,9 @@ impl fmt::Debug for Executable {
 
 #[derive(PartialEq, Eq, Hash)]
 enum Key {
-    Bytes(String, u64, usize),
+    /// Format, content hash, length, and whether the spec was unchecked (a checked spec never
+    /// finds what an unchecked one loaded, so the same bytes fail the same way every time).
+    Bytes(String, u64, usize, bool),
     Native(String, usize),
 }
 
@@ -215,7 +259,12 @@ impl ExecutableCache {
             ExecutableSource::Bytes(bytes) => {
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
                 bytes.hash(&mut hasher);
-                Key::Bytes(spec.format.clone(), hasher.finish(), bytes.len())
+                Key::Bytes(
+                    spec.format.clone(),
+                    hasher.finish(),
+                    bytes.len(),
+                    spec.unchecked,
+                )
             }
             ExecutableSource::Native(object) => Key::Native(
                 spec.format.clone(),

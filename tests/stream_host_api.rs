@@ -294,7 +294,8 @@ fn dropping_the_api_during_a_hold_does_not_hang() -> Result<()> {
 fn host_callbacks_need_host_functions() {
     struct NoHostFunc(HostStreamApi);
     // Delegate everything but the capability (and so `launch_host_func` keeps its default).
-    impl StreamApi for NoHostFunc {
+    // SAFETY: see the trait's contract; every method forwards to a `HostStreamApi`.
+    unsafe impl StreamApi for NoHostFunc {
         fn info(&self) -> halcyon::stream::ApiInfo {
             let mut info = self.0.info();
             info.capabilities -= halcyon::stream::Capabilities::HOST_FUNC;

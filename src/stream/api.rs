@@ -266,7 +266,18 @@ pub fn unimplemented(api: &str, what: &str) -> Error {
 /// **Ordering.** Work enqueued on one stream runs in enqueue order, each operation after the
 /// previous one completed and its writes are visible. Streams are independent except through
 /// [`StreamApi::stream_wait_event`].
-pub trait StreamApi: Send + Sync + 'static {
+///
+/// # Safety
+///
+/// The stream layer hands what this table returns to safe code unchecked, so an implementation
+/// promises: [`StreamApi::host_pointer`], where it is `Some`, is the host address of the whole
+/// allocation, valid for reads and writes of its size until [`StreamApi::free`] (or
+/// [`StreamApi::free_async`]'s completion) of it; [`StreamApi::allocate`] returns at least
+/// `size` bytes that nothing else uses until freed; copies, fills and launches touch only the
+/// ranges they are given; and every method is sound for any handle or pointer argument (a
+/// stale, foreign or made-up one is an error, not undefined behaviour), except where a method
+/// is itself `unsafe` and says otherwise.
+pub unsafe trait StreamApi: Send + Sync + 'static {
     /// Identity and capabilities. Cheap; called when a device is created.
     fn info(&self) -> ApiInfo;
 

@@ -38,7 +38,9 @@ impl HostMemory {
     }
 }
 
-impl BufferMemory for HostMemory {
+// SAFETY: `ptr` is this value's own allocation of `layout.size()` bytes, fixed for its life and
+// freed only on drop; the host touches it only through the buffer that owns it.
+unsafe impl BufferMemory for HostMemory {
     fn len(&self) -> u64 {
         self.layout.size() as u64
     }

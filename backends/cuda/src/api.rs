@@ -1017,7 +1017,9 @@ fn usize_len(len: u64, what: &str) -> Result<usize> {
     })
 }
 
-impl StreamApi for CudaApi {
+// SAFETY: see the trait's contract; every handle and pointer is checked against the objects
+// and allocations this API made (`Registry`, `Allocations`) before it reaches CUDA.
+unsafe impl StreamApi for CudaApi {
     fn info(&self) -> ApiInfo {
         self.info.clone()
     }

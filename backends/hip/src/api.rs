@@ -1068,7 +1068,9 @@ impl Drop for HipStreamApi {
     }
 }
 
-impl StreamApi for HipStreamApi {
+// SAFETY: see the trait's contract; every handle and pointer is checked against the objects
+// and allocations this API made (`Registry`, `Allocations`) before it reaches HIP.
+unsafe impl StreamApi for HipStreamApi {
     fn info(&self) -> ApiInfo {
         self.info.clone()
     }

@@ -244,7 +244,9 @@ impl VulkanMemory {
     }
 }
 
-impl BufferMemory for VulkanMemory {
+// SAFETY: `ptr` is the persistent mapping of this allocation's `size` bytes (unmapped only when
+// the allocation is freed on drop); flush and invalidate check their range.
+unsafe impl BufferMemory for VulkanMemory {
     fn len(&self) -> u64 {
         self.size
     }

@@ -273,7 +273,9 @@ impl<A: StreamApi> Core<A> {
     }
 }
 
-impl<A: StreamApi> BufferMemory for StreamMemory<A> {
+// SAFETY: `host` is the API's host address of this allocation (valid for `len` bytes until it is
+// freed on drop, by the `StreamApi` contract), and the allocation belongs to this value alone.
+unsafe impl<A: StreamApi> BufferMemory for StreamMemory<A> {
     fn len(&self) -> u64 {
         self.len
     }

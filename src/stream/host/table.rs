@@ -20,7 +20,9 @@ use crate::stream::host::{
     FORMAT_HOST_KERNELS,
 };
 
-impl StreamApi for HostStreamApi {
+// SAFETY: see the trait's contract; host memory from the global allocator, handles checked
+// against the table's own maps.
+unsafe impl StreamApi for HostStreamApi {
     fn info(&self) -> ApiInfo {
         ApiInfo {
             driver: DRIVER_ID.into(),
