@@ -104,8 +104,8 @@ pub trait SemaphoreExt {
     /// The smallest value a registered waiter awaits: the value a reactor should watch.
     fn min_awaited(&self) -> Option<u64>;
 
-    /// The failure, if the semaphore failed before reaching `value`: work the device ran after
-    /// a native wait for `value` must fail with it. A failure after `value` was reached (a later
+    /// The failure, if the semaphore failed before reaching `value`, as [inherited](Error::inherited)
+    /// by work the device ran after a native wait for `value`, which must fail with it. A failure after `value` was reached (a later
     /// operation's) is `None`: the work's input was complete.
     fn failure_before(&self, value: u64) -> Option<Error>;
 }
@@ -128,7 +128,9 @@ impl SemaphoreExt for Semaphore {
     }
 
     fn failure_before(&self, value: u64) -> Option<Error> {
-        Semaphore::failure_before(self, value)
+        Semaphore::failure_before(self, value).map(|error| {
+            error.inherited(format_args!("waits on a failed semaphore (value {value})"))
+        })
     }
 }
 

@@ -108,6 +108,10 @@ impl Binding {
             Binding::Slot { offset, .. } => *offset,
         }
     }
+
+    fn is_slot(&self) -> bool {
+        matches!(self, Binding::Slot { .. })
+    }
 }
 
 /// A dispatch: run `workgroups` workgroups of an executable's entry point.
@@ -347,24 +351,47 @@ impl CommandBuffer {
                 })
             })
             .collect::<Result<_>>()?;
-        // Copies through binding-table slots are checked for overlap once the table says which
-        // buffers they address (direct ones were checked when recorded).
+        // Commands through binding-table slots get the rules direct ones got when recorded,
+        // once the table says which bytes they address: copies must not overlap, fills and
+        // updates must be aligned in the buffer (not only within the slot's range).
         for (recorded, resolved) in self.inner.commands.iter().zip(&commands) {
-            if let (
-                Command::Copy { source, target },
-                Command::Copy {
-                    source: s,
-                    target: t,
-                },
-            ) = (recorded, resolved)
-            {
-                if matches!(source, Binding::Slot { .. }) || matches!(target, Binding::Slot { .. })
-                {
-                    check_no_overlap(s, t)?;
+            match (recorded, resolved) {
+                (
+                    Command::Copy { source, target },
+                    Command::Copy {
+                        source: s,
+                        target: t,
+                    },
+                ) if source.is_slot() || target.is_slot() => check_no_overlap(s, t)?,
+                (
+                    Command::Fill { target, .. },
+                    Command::Fill {
+                        target: t,
+                        pattern_len,
+                        ..
+                    },
+                ) if target.is_slot() => {
+                    check_aligned(t.offset(), t.len(), u64::from(*pattern_len), "fill")
+                        .map_err(|e| e.context(slot_context(target)))?
                 }
+                (Command::Update { target, .. }, Command::Update { target: t, .. })
+                    if target.is_slot() =>
+                {
+                    check_aligned(t.offset(), t.len(), 4, "update")
+                        .map_err(|e| e.context(slot_context(target)))?
+                }
+                _ => {}
             }
         }
         Ok(commands.into())
+    }
+}
+
+/// What a resolution error of a slot binding is prefixed with.
+fn slot_context(binding: &Binding) -> String {
+    match binding {
+        Binding::Slot { slot, .. } => format!("through binding table slot {slot}"),
+        Binding::Buffer(_) => "directly".into(),
     }
 }
 
@@ -408,8 +435,10 @@ pub(crate) fn check_usage(range: &BufferRef, usage: BufferUsage, what: &str) -> 
     }
 }
 
-fn check_aligned(binding: &Binding, alignment: u64, what: &str) -> Result<()> {
-    let (offset, length) = (binding.offset(), binding.length());
+/// `InvalidArgument` unless `offset` and `length` are multiples of `alignment`. Checked when a
+/// command is recorded (for a slot binding, relative to its slot) and again, for slot bindings,
+/// on the resolved range: where the binding table's range starts decides the bytes' alignment.
+fn check_aligned(offset: u64, length: u64, alignment: u64, what: &str) -> Result<()> {
     if offset % alignment == 0 && length % alignment == 0 {
         Ok(())
     } else {
@@ -420,10 +449,27 @@ fn check_aligned(binding: &Binding, alignment: u64, what: &str) -> Result<()> {
     }
 }
 
+/// What a slot binding needs of the range a binding table puts in its slot: that many bytes,
+/// that usage, and offsets aligned to `alignment` once resolved.
+#[derive(Clone, Copy)]
+struct SlotNeed {
+    slot: u32,
+    end: u64,
+    usage: BufferUsage,
+}
+
 impl CommandBufferBuilder {
-    fn binding(&mut self, binding: &Binding, usage: BufferUsage, what: &str) -> Result<()> {
+    /// Checks one binding of a command being recorded; a slot binding's needs are returned,
+    /// to be recorded with [`CommandBufferBuilder::push`] once the whole command is accepted
+    /// (so a refused command leaves nothing behind, not even a raised slot count).
+    fn binding(
+        &self,
+        binding: &Binding,
+        usage: BufferUsage,
+        what: &str,
+    ) -> Result<Option<SlotNeed>> {
         match binding {
-            Binding::Buffer(range) => check_usage(range, usage, what),
+            Binding::Buffer(range) => check_usage(range, usage, what).map(|()| None),
             Binding::Slot {
                 slot,
                 offset,
@@ -445,16 +491,31 @@ impl CommandBufferBuilder {
                         format!("{what}: offset + length overflows"),
                     )
                 })?;
-                let slot = *slot as usize;
-                if self.slots.len() <= slot {
-                    self.slots.resize(slot + 1, None);
-                }
-                let need = self.slots[slot].get_or_insert((0, BufferUsage::empty()));
-                need.0 = need.0.max(end);
-                need.1 |= usage;
-                Ok(())
+                Ok(Some(SlotNeed {
+                    slot: *slot,
+                    end,
+                    usage,
+                }))
             }
         }
+    }
+
+    /// Records an accepted command and the slot needs of its bindings.
+    fn push(
+        &mut self,
+        command: Command<Binding>,
+        needs: impl IntoIterator<Item = Option<SlotNeed>>,
+    ) {
+        for need in needs.into_iter().flatten() {
+            let slot = need.slot as usize;
+            if self.slots.len() <= slot {
+                self.slots.resize(slot + 1, None);
+            }
+            let have = self.slots[slot].get_or_insert((0, BufferUsage::empty()));
+            have.0 = have.0.max(need.end);
+            have.1 |= need.usage;
+        }
+        self.commands.push(command);
     }
 
     /// Fills `target` with `pattern` (1, 2 or 4 bytes, repeated). Offset and length must be
@@ -468,15 +529,16 @@ impl CommandBufferBuilder {
                 format!("fill pattern must be 1, 2 or 4 bytes long, not {pattern_len}"),
             ));
         }
-        check_aligned(&target, pattern_len as u64, "fill")?;
-        self.binding(&target, BufferUsage::TRANSFER_TARGET, "fill target")?;
+        check_aligned(target.offset(), target.length(), pattern_len as u64, "fill")?;
+        let need = self.binding(&target, BufferUsage::TRANSFER_TARGET, "fill target")?;
         let mut bytes = [0u8; 4];
         bytes[..pattern_len].copy_from_slice(pattern);
-        self.commands.push(Command::Fill {
+        let command = Command::Fill {
             target,
             pattern: u32::from_le_bytes(bytes),
             pattern_len: pattern_len as u8,
-        });
+        };
+        self.push(command, [need]);
         Ok(self)
     }
 
@@ -504,12 +566,13 @@ impl CommandBufferBuilder {
                 ),
             ));
         }
-        check_aligned(&target, 4, "update")?;
-        self.binding(&target, BufferUsage::TRANSFER_TARGET, "update target")?;
-        self.commands.push(Command::Update {
+        check_aligned(target.offset(), target.length(), 4, "update")?;
+        let need = self.binding(&target, BufferUsage::TRANSFER_TARGET, "update target")?;
+        let command = Command::Update {
             target,
             data: data.into(),
-        });
+        };
+        self.push(command, [need]);
         Ok(self)
     }
 
@@ -534,9 +597,11 @@ impl CommandBufferBuilder {
         if let (Binding::Buffer(s), Binding::Buffer(t)) = (&source, &target) {
             check_no_overlap(s, t)?;
         }
-        self.binding(&source, BufferUsage::TRANSFER_SOURCE, "copy source")?;
-        self.binding(&target, BufferUsage::TRANSFER_TARGET, "copy target")?;
-        self.commands.push(Command::Copy { source, target });
+        let needs = [
+            self.binding(&source, BufferUsage::TRANSFER_SOURCE, "copy source")?,
+            self.binding(&target, BufferUsage::TRANSFER_TARGET, "copy target")?,
+        ];
+        self.push(Command::Copy { source, target }, needs);
         Ok(self)
     }
 
@@ -586,21 +651,25 @@ impl CommandBufferBuilder {
                 ),
             ));
         }
-        let name = entry.name.clone();
-        for (i, binding) in bindings.iter().enumerate() {
-            self.binding(
-                binding,
-                BufferUsage::DISPATCH_STORAGE,
-                &format!("binding {i} of dispatch '{name}'"),
-            )?;
-        }
-        self.commands.push(Command::Dispatch(Dispatch {
+        let needs = bindings
+            .iter()
+            .enumerate()
+            .map(|(i, binding)| {
+                self.binding(
+                    binding,
+                    BufferUsage::DISPATCH_STORAGE,
+                    &format!("binding {i} of dispatch '{}'", entry.name),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let command = Command::Dispatch(Dispatch {
             executable: executable.clone(),
             entry_point,
             workgroups,
             constants: constants.into(),
             bindings,
-        }));
+        });
+        self.push(command, needs);
         Ok(self)
     }
 
@@ -715,5 +784,94 @@ mod tests {
         assert!(builder
             .dispatch(&executable, 0, [65536, 65535, 1], &[], [])
             .is_ok());
+    }
+
+    fn buffer(size: u64) -> Buffer {
+        struct Sized(u64);
+        // SAFETY: no host pointer; a fixed length.
+        unsafe impl BufferMemory for Sized {
+            fn len(&self) -> u64 {
+                self.0
+            }
+            fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
+                None
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+        Buffer::from_memory(Sized(size), size, BufferParams::DEVICE).unwrap()
+    }
+
+    #[test]
+    fn a_refused_command_leaves_the_slot_count_alone() {
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        // Unequal lengths: refused before either slot is looked at.
+        assert!(builder
+            .copy(Binding::slot(0, 0, 4), Binding::slot(1, 0, 8))
+            .is_err());
+        // The source is fine, the target's offset overflows: slot 0 must not be recorded.
+        assert!(builder
+            .copy(Binding::slot(0, 0, 4), Binding::slot(1, u64::MAX, 4))
+            .is_err());
+        let entry = crate::EntryPoint {
+            name: "k".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 2,
+            constant_count: 0,
+        };
+        let executable =
+            Executable::from_backend("test", "test://0", Box::new(OneEntry(vec![entry])));
+        // A dispatch naming slot 7 whose other binding lacks the usage.
+        let source_only = Buffer::from_memory(
+            NoMemory,
+            16,
+            BufferParams {
+                memory: crate::MemoryType::DEVICE_LOCAL,
+                usage: BufferUsage::TRANSFER_SOURCE,
+            },
+        )
+        .unwrap();
+        assert!(builder
+            .dispatch(
+                &executable,
+                0,
+                [1, 1, 1],
+                &[],
+                [Binding::slot(7, 0, 4), Binding::from(source_only.whole())],
+            )
+            .is_err());
+        let commands = builder.finish();
+        assert_eq!(commands.slot_count(), 0);
+        assert!(commands.commands().is_empty());
+        assert!(commands.resolve(None).is_ok());
+    }
+
+    #[test]
+    fn slot_bindings_are_aligned_in_the_buffer_they_resolve_to() {
+        let target = buffer(64);
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.fill(Binding::slot(0, 0, 4), &[1, 2, 3, 4]).unwrap();
+        builder.update(Binding::slot(1, 4, 4), &[5; 4]).unwrap();
+        let commands = builder.finish();
+        let table = |fill_at: u64, update_at: u64| {
+            let mut table = BindingTable::new();
+            table
+                .set(0, target.slice(fill_at..fill_at + 8).unwrap())
+                .unwrap();
+            table
+                .set(1, target.slice(update_at..update_at + 8).unwrap())
+                .unwrap();
+            table
+        };
+        assert!(commands.resolve(Some(&table(8, 16))).is_ok());
+        for (fill_at, update_at, what) in [(2, 16, "fill"), (8, 1, "update")] {
+            let error = commands
+                .resolve(Some(&table(fill_at, update_at)))
+                .unwrap_err();
+            assert_eq!(error.code(), StatusCode::InvalidArgument);
+            assert!(error.message().contains(what), "{error}");
+            assert!(error.message().contains("binding table slot"), "{error}");
+        }
     }
 }

@@ -77,6 +77,8 @@ struct Inner {
     code: StatusCode,
     message: String,
     source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The failure this one was inherited from ([`Error::inherited`]); then also the source.
+    origin: Option<Error>,
 }
 
 /// A failure: a [`StatusCode`], a message for people, and optionally the error that caused it.
@@ -105,6 +107,7 @@ impl Error {
                 code,
                 message: message.into(),
                 source: None,
+                origin: None,
             }),
         }
     }
@@ -120,6 +123,7 @@ impl Error {
                 code,
                 message: message.into(),
                 source: Some(Arc::new(source)),
+                origin: None,
             }),
         }
     }
@@ -142,6 +146,7 @@ impl Error {
                 code: self.inner.code,
                 message: format!("{context}: {}", self.inner.message),
                 source: self.inner.source.clone(),
+                origin: self.inner.origin.clone(),
             }),
         }
     }
@@ -150,12 +155,63 @@ impl Error {
     pub fn same_as(&self, other: &Error) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+
+    /// This failure as work that did not run because of it reports it: work that waited on a
+    /// semaphore this error failed (`what` says which, for example "waits on a failed
+    /// semaphore (value 3)"). The result keeps the code, reads "`what`: <original message>",
+    /// and has the original failure as its [`source`](std::error::Error::source) and
+    /// [`Error::origin`]. Inheriting an inherited error names the same origin (no nesting), so
+    /// everything downstream of one failure shares it.
+    ///
+    /// ```
+    /// use halcyon::{Error, StatusCode};
+    ///
+    /// let original = Error::new(StatusCode::InvalidArgument, "fill pattern must be 1, 2 or 4 bytes");
+    /// let inherited = original.inherited("waits on a failed semaphore (value 1)");
+    /// assert_eq!(inherited.code(), StatusCode::InvalidArgument);
+    /// assert!(inherited.is_inherited() && inherited.origin().same_as(&original));
+    /// assert_eq!(
+    ///     inherited.to_string(),
+    ///     "INVALID_ARGUMENT: waits on a failed semaphore (value 1): fill pattern must be 1, 2 or 4 bytes"
+    /// );
+    /// let source = std::error::Error::source(&inherited).unwrap();
+    /// assert_eq!(source.to_string(), original.to_string());
+    /// let again = inherited.inherited("waits on a failed semaphore (value 2)");
+    /// assert!(again.origin().same_as(&original));
+    /// ```
+    pub fn inherited(&self, what: impl fmt::Display) -> Error {
+        let origin = self.origin().clone();
+        Error {
+            inner: Arc::new(Inner {
+                code: origin.code(),
+                message: format!("{what}: {}", origin.message()),
+                source: None,
+                origin: Some(origin),
+            }),
+        }
+    }
+
+    /// The failure this error was [inherited](Error::inherited) from; the error itself if it
+    /// was not inherited.
+    pub fn origin(&self) -> &Error {
+        self.inner.origin.as_ref().unwrap_or(self)
+    }
+
+    /// Whether this error was [inherited](Error::inherited) from an earlier failure.
+    pub fn is_inherited(&self) -> bool {
+        self.inner.origin.is_some()
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.inner.code, self.inner.message)?;
-        let mut source = std::error::Error::source(self);
+        // An inherited error's message already holds its origin's: go on with the origin's
+        // sources.
+        let mut source = match &self.inner.origin {
+            Some(origin) => std::error::Error::source(origin),
+            None => std::error::Error::source(self),
+        };
         while let Some(s) = source {
             write!(f, ": {s}")?;
             source = s.source();
@@ -172,12 +228,18 @@ impl fmt::Debug for Error {
         if let Some(source) = &self.inner.source {
             d.field("source", source);
         }
+        if let Some(origin) = &self.inner.origin {
+            d.field("origin", origin);
+        }
         d.finish()
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        if let Some(origin) = &self.inner.origin {
+            return Some(origin);
+        }
         self.inner
             .source
             .as_deref()

@@ -73,5 +73,5 @@ pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec};
 pub use fence::{Fence, WaitAll, WaitAny};
-pub use queue::{Queue, Submission, Timeline, Timepoints};
+pub use queue::{Queue, Submission, Timeline, TimelineStep, Timepoints};
 pub use semaphore::{Semaphore, Wait};

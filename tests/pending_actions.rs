@@ -151,9 +151,23 @@ fn failure_propagates_through_the_chain() {
     let err = Error::new(StatusCode::DataLoss, "upload failed");
     sems[0].fail(err.clone());
     let got = recv(&end, "end of chain").unwrap_err();
-    assert!(got.same_as(&err), "the end of the chain got {got}");
+    // Downstream work reports the failure it inherited: the code, a message saying so, and
+    // the original as its source and origin (one origin, however long the chain).
+    assert!(got.origin().same_as(&err), "the end of the chain got {got}");
+    assert!(
+        got.is_inherited() && got.code() == StatusCode::DataLoss,
+        "{got}"
+    );
+    assert!(
+        got.to_string()
+            .starts_with("DATA_LOSS: waits on a failed semaphore (value 1): upload failed"),
+        "{got}"
+    );
+    let source = std::error::Error::source(&got).expect("an inherited error has a source");
+    assert_eq!(source.to_string(), err.to_string());
+    assert!(sems[0].query().unwrap_err().same_as(&err));
     for (i, sem) in sems.iter().enumerate() {
-        assert!(sem.query().unwrap_err().same_as(&err), "S_{i}");
+        assert!(sem.query().unwrap_err().origin().same_as(&err), "S_{i}");
     }
     assert_eq!(issued.load(Ordering::SeqCst), 0);
     wait_until("chain finished", || queue.pending() == 0);
@@ -165,7 +179,7 @@ fn failure_propagates_through_the_chain() {
         Fence::at(&out, 1),
         Box::new(|_: &Fence| panic!("must not issue")),
     );
-    assert!(out.query().unwrap_err().same_as(&err));
+    assert!(out.query().unwrap_err().origin().same_as(&err));
 }
 
 /// A failed entry of a multi-entry wait fence fails the action even if the others are reached.
@@ -190,8 +204,8 @@ fn failure_of_one_of_several_waits() {
     let err = Error::new(StatusCode::Cancelled, "b cancelled");
     b.fail(err.clone());
     out2.wait_blocking(5, Some(HANG)).unwrap_err();
-    assert!(out1.query().unwrap_err().same_as(&err));
-    assert!(out2.query().unwrap_err().same_as(&err));
+    assert!(out1.query().unwrap_err().origin().same_as(&err));
+    assert!(out2.query().unwrap_err().origin().same_as(&err));
 }
 
 /// An action with several waits signalled from several threads issues once, after the last.
@@ -261,7 +275,8 @@ fn issue_error_fails_the_signal_fence() {
             input.signal(1).unwrap();
         }
         let got = downstream.wait_blocking(1, Some(HANG)).unwrap_err();
-        assert!(got.same_as(&err), "inline={inline}: {got}");
+        assert!(got.origin().same_as(&err), "inline={inline}: {got}");
+        assert!(got.is_inherited(), "inline={inline}: {got}");
         assert!(out.query().unwrap_err().same_as(&err));
         wait_until("actions finished", || queue.pending() == 0);
     }

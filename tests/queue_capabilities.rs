@@ -1,5 +1,6 @@
 //! Queue capabilities: a transfer-only queue is found through `Device::queue_affinity` and
-//! refuses dispatches before they reach the backend, failing the signal fence; transfers run.
+//! refuses dispatches before they reach the backend, failing the signal fence in order (through
+//! a failing host call); transfers run.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,8 @@ use halcyon_cpu::{CpuDeviceOptions, RustKernels};
 struct TransferQueue {
     cpu: Arc<dyn DeviceBackend>,
     submits: AtomicU32,
+    /// Submissions that were not host calls: work that reached the device.
+    device_work: AtomicU32,
 }
 
 impl DeviceBackend for TransferQueue {
@@ -44,6 +47,9 @@ impl DeviceBackend for TransferQueue {
     }
     fn submit(&self, _queue: u32, wait: Fence, signal: Fence, work: Work) {
         self.submits.fetch_add(1, Ordering::SeqCst);
+        if !matches!(work, Work::HostCall(_)) {
+            self.device_work.fetch_add(1, Ordering::SeqCst);
+        }
         self.cpu.submit(0, wait, signal, work)
     }
 }
@@ -53,6 +59,7 @@ fn device() -> (Device, Arc<TransferQueue>) {
     let backend = Arc::new(TransferQueue {
         cpu: cpu.backend().clone(),
         submits: AtomicU32::new(0),
+        device_work: AtomicU32::new(0),
     });
     (Device::from_backend(backend.clone()), backend)
 }
@@ -113,9 +120,14 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             StatusCode::InvalidArgument
         );
         assert_eq!(
-            backend.submits.load(Ordering::SeqCst),
+            backend.device_work.load(Ordering::SeqCst),
             0,
-            "reached the backend"
+            "the dispatch reached the backend"
+        );
+        assert_eq!(
+            backend.submits.load(Ordering::SeqCst),
+            1,
+            "no failing host call"
         );
         transfer
             .fill(Timepoints::default(), &buffer.whole(), &[7])
@@ -140,5 +152,6 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             .await
             .unwrap();
     });
-    assert_eq!(backend.submits.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.submits.load(Ordering::SeqCst), 4);
+    assert_eq!(backend.device_work.load(Ordering::SeqCst), 3);
 }

@@ -73,9 +73,14 @@ pub fn assert_error<T: Debug>(result: Result<T>, code: StatusCode, mentions: &[&
 }
 
 /// Asserts that `semaphore` has failed with `code` and a message containing `message`.
+///
+/// A refused operation fails its signal in order (after its waits and the earlier work on its
+/// timelines), perhaps on another thread: this waits for the failure, up to the suite's hang
+/// timeout.
 #[track_caller]
 pub fn assert_failed(semaphore: &Semaphore, code: StatusCode, message: &str) {
-    assert_error(semaphore.query(), code, &[message]);
+    let settled = semaphore.wait_blocking(Semaphore::MAX_VALUE, Some(HANG));
+    assert_error(settled, code, &[message]);
 }
 
 /// Timepoints waiting on nothing and signalling `semaphore` to `value`.

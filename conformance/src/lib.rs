@@ -123,6 +123,8 @@ macro_rules! conformance_tests {
             host_call_in_queue_order,
             barrier_waits_for_every_semaphore,
             command_buffer_barrier_orders_commands,
+            refusal_fails_in_order,
+            dropped_timeline_step_does_not_stall,
             // failure propagation
             failing_dispatch_fails_the_chain,
             failed_wait_semaphore_fails_the_chain,

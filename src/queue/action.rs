@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::{Fence, WaitAll};
-use crate::queue::ordered::{fail_in_order, failure_order};
+use crate::queue::ordered::{fail_in_order, failure_order, inherited};
 use crate::reactor::ReactorHandle;
 use crate::sync::{lock, Arc, Mutex};
 
@@ -74,6 +74,7 @@ impl Release {
                 issue_now(reactor, action.issue, &action.order, action.signal)
             }
             Release::Fail(action, error) => {
+                let error = inherited(&action.wait, &error);
                 fail_in_order(reactor, &action.order, action.signal, error)
             }
         }
@@ -117,6 +118,7 @@ impl ActionQueue {
                 }
                 Err(error) => {
                     drop(pending);
+                    let error = inherited(&park, &error);
                     return fail_in_order(&self.reactor, &order, signal, error);
                 }
                 Ok(false) => {}

@@ -40,4 +40,4 @@ pub use action::{ActionQueue, Issue};
 pub use ordered::{fail_in_order, failure_order};
 mod submit;
 
-pub use submit::{Queue, ReadSink, Submission, Timeline, Timepoints};
+pub use submit::{Queue, ReadSink, Submission, Timeline, TimelineStep, Timepoints};

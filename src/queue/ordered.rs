@@ -23,6 +23,17 @@ use crate::fence::Fence;
 use crate::reactor::ReactorHandle;
 use crate::semaphore::{Semaphore, Wait};
 
+/// `error`, a failure of one of the semaphores `wait` waits on, as the work that waited
+/// reports it ([`Error::inherited`]): naming the first failed entry of `wait`.
+pub(crate) fn inherited(wait: &Fence, error: &Error) -> Error {
+    match wait.iter().find(|(s, _)| s.is_failed()) {
+        Some((_, value)) => {
+            error.inherited(format_args!("waits on a failed semaphore (value {value})"))
+        }
+        None => error.inherited("waits on a failed semaphore"),
+    }
+}
+
 /// The entries of `wait` on semaphores that `signal` also signals: what a failure of an action
 /// with these timepoints waits for (its *order*, see [`super::ActionQueue::submit_parked`]).
 pub fn failure_order(wait: &Fence, signal: &Fence) -> Fence {

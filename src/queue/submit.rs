@@ -7,10 +7,42 @@
 //! [`Timeline`] ([`Queue::timeline`]): each [`Timeline::next`] waits for the previous operation
 //! and signals the next value, like tinygrad's queue timelines.
 //!
-//! Failure: invalid arguments (ranges, usage, counts, a buffer mapped on the host) fail the
-//! operation before it is submitted; the error is returned through the [`Submission`] and the
-//! signal fence is failed with it, so nothing downstream hangs. A failed wait or a failed
-//! execution likewise fails the signal fence. Dropping a [`Submission`] never cancels the work.
+//! Failure: invalid arguments (ranges, usage, counts, a buffer mapped on the host) refuse the
+//! operation: nothing of it reaches the device, the [`Submission`] completes with the error,
+//! and the signal fence is failed with it **in order**, as a failure of the work itself would
+//! be: after the operation's waits, once every earlier value on its timelines has settled with
+//! its own outcome, so a refusal never overtakes (and never fails) earlier work. A failed wait
+//! or a failed execution likewise fails the signal fence; an operation whose wait failed
+//! reports the failure it inherited ([`crate::Error::inherited`]). Dropping a [`Submission`]
+//! never cancels the work.
+//!
+//! # Cancelling queued work
+//!
+//! Work that has not started is cancelled by failing a semaphore it waits on: it then never
+//! runs, and its signal fence (and everything downstream) fails with that error.
+//!
+//! ```
+//! # fn demo(queue: &halcyon::Queue, buffer: &halcyon::Buffer) -> halcyon::Result<()> {
+//! use halcyon::{Error, Fence, StatusCode, Timepoints};
+//!
+//! let go = queue.device().create_semaphore(0)?;
+//! let done = queue.device().create_semaphore(0)?;
+//! let fill = queue.fill(
+//!     Timepoints::new(Fence::at(&go, 1), Fence::at(&done, 1)),
+//!     &buffer.whole(),
+//!     &[7],
+//! );
+//! // Changed our mind before `go` was signalled: the fill never runs.
+//! go.fail(Error::new(StatusCode::Cancelled, "the user pressed stop"));
+//! let error = futures::executor::block_on(fill).unwrap_err();
+//! assert_eq!(error.code(), StatusCode::Cancelled);
+//! # Ok(()) }
+//! # let device = halcyon_cpu::default_device().unwrap();
+//! # let buffer = device.allocator().allocate(4, halcyon::BufferParams::HOST).unwrap();
+//! # demo(&device.queue(0).unwrap(), &buffer).unwrap();
+//! ```
+//!
+//! Work already issued to the device runs to completion; halcyon cannot stop a running kernel.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,6 +64,7 @@ use crate::semaphore::{Semaphore, Wait};
 
 /// The wait and signal fences of one queue operation.
 #[derive(Clone, Debug, Default)]
+#[must_use = "timepoints do nothing until a queue operation is submitted with them"]
 pub struct Timepoints {
     /// Reached before the operation starts.
     pub wait: Fence,
@@ -70,19 +103,32 @@ impl From<(&Fence, &Fence)> for Timepoints {
 /// let read = queue.read(timeline.next(), &buffer.whole());      // waits 1, signals 2
 /// # Ok(()) }
 /// ```
+///
+/// Every value [`Timeline::next`] hands out is signalled in order, even one whose step is never
+/// submitted: a [`TimelineStep`] dropped unsubmitted (the ordinary case: `q.fill(t.next(),
+/// &buf.slice(0..1000)?, &[1])`, where `next()` runs and then `?` returns early) becomes a
+/// [`Queue::barrier`] on the timeline's queue, a no-op that passes its value on, so later
+/// operations do not wait for it forever. The caller already got the error that kept the
+/// step from being submitted; the timeline itself carries on.
 #[derive(Clone, Debug)]
 pub struct Timeline {
     semaphore: Semaphore,
     next: Arc<AtomicU64>,
+    queue: Queue,
 }
 
 impl Timeline {
-    /// Timepoints for the next operation: wait for the previous one, signal one more.
-    pub fn next(&self) -> Timepoints {
+    /// The step for the next operation: wait for the previous one, signal one more. Pass it
+    /// to a queue operation (which takes `impl Into<Timepoints>`); dropped unsubmitted, it
+    /// becomes a barrier (see the type docs).
+    pub fn next(&self) -> TimelineStep {
         let n = self.next.fetch_add(1, Ordering::AcqRel);
-        Timepoints {
-            wait: Fence::at(&self.semaphore, n),
-            signal: Fence::at(&self.semaphore, n + 1),
+        TimelineStep {
+            timepoints: Some(Timepoints {
+                wait: Fence::at(&self.semaphore, n),
+                signal: Fence::at(&self.semaphore, n + 1),
+            }),
+            queue: self.queue.clone(),
         }
     }
 
@@ -94,6 +140,63 @@ impl Timeline {
     /// The value the last operation handed out will signal.
     pub fn last(&self) -> u64 {
         self.next.load(Ordering::Acquire)
+    }
+}
+
+/// The timepoints of one operation on a [`Timeline`] ([`Timeline::next`]), not yet submitted.
+///
+/// It derefs to its [`Timepoints`], so more waits can be added (`step.wait.insert(..)`), and
+/// converts into them when a queue operation takes it. Dropped without being converted, it
+/// submits a [`Queue::barrier`] with its timepoints, so its value is still signalled in order
+/// (after its waits, including any added) and the timeline does not stall. Converting it by
+/// hand (`Timepoints::from(step)`) hands that duty to the caller.
+#[must_use = "a timeline step does nothing until a queue operation is submitted with it \
+              (dropped, it becomes a barrier)"]
+pub struct TimelineStep {
+    /// `None` once converted.
+    timepoints: Option<Timepoints>,
+    queue: Queue,
+}
+
+impl fmt::Debug for TimelineStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TimelineStep")
+            .field(&self.timepoints)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for TimelineStep {
+    type Target = Timepoints;
+    fn deref(&self) -> &Timepoints {
+        self.timepoints
+            .as_ref()
+            .expect("a step holds its timepoints until converted")
+    }
+}
+
+impl std::ops::DerefMut for TimelineStep {
+    fn deref_mut(&mut self) -> &mut Timepoints {
+        self.timepoints
+            .as_mut()
+            .expect("a step holds its timepoints until converted")
+    }
+}
+
+impl From<TimelineStep> for Timepoints {
+    fn from(mut step: TimelineStep) -> Timepoints {
+        step.timepoints
+            .take()
+            .expect("a step holds its timepoints until converted")
+    }
+}
+
+impl Drop for TimelineStep {
+    fn drop(&mut self) {
+        if let Some(timepoints) = self.timepoints.take() {
+            // Its outcome is the outcome of the waits; whoever awaits the timeline sees it.
+            drop(self.queue.barrier(timepoints));
+        }
     }
 }
 
@@ -174,6 +277,9 @@ pub struct Submission<T = ()> {
     /// Waits on the signal fence's entries not yet settled.
     unsettled: Vec<Wait>,
     failed: Option<Error>,
+    /// The error of an operation refused at submission: reported once its signal settled
+    /// (failed in order, see [`Queue::reject`]), whatever the signal failed with.
+    rejected: Option<Error>,
     output: Option<Output<T>>,
 }
 
@@ -186,10 +292,13 @@ impl<T> fmt::Debug for Submission<T> {
 }
 
 impl<T> Submission<T> {
-    fn failed(error: Error) -> Self {
+    /// The submission of an operation refused before it was submitted: completes with
+    /// `error` once `signalled` (the operation's own signal, failed in order) has settled.
+    fn rejected(signalled: Submission<()>, error: Error) -> Self {
         Submission {
-            unsettled: Vec::new(),
-            failed: Some(error),
+            unsettled: signalled.unsettled,
+            failed: None,
+            rejected: Some(error),
             output: None,
         }
     }
@@ -215,6 +324,10 @@ impl<T> Future for Submission<T> {
                 Poll::Ready(Err(error)) => this.failed = Some(error),
             }
             this.unsettled.pop();
+        }
+        if let Some(error) = this.rejected.take() {
+            this.failed = None;
+            return Poll::Ready(Err(error));
         }
         if let Some(error) = this.failed.take() {
             this.output = None;
@@ -287,6 +400,7 @@ impl Queue {
         Ok(Timeline {
             semaphore: self.device.create_semaphore(0)?,
             next: Arc::new(AtomicU64::new(0)),
+            queue: self.clone(),
         })
     }
 
@@ -303,9 +417,9 @@ impl Queue {
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.0.values() {
             if let Err(error) = buffer.track(&done_fence, *access) {
-                signal.fail(error.clone());
+                // Settles what the buffers tracked so far; the operation is refused in order.
                 done.fail(error.clone());
-                return Submission::failed(error);
+                return self.reject(Timepoints { wait, signal }, error);
             }
         }
         // Later failures on these timelines wait for this work (see `crate::queue`).
@@ -320,6 +434,7 @@ impl Queue {
         Submission {
             unsettled,
             failed: None,
+            rejected: None,
             output: Some(output),
         }
     }
@@ -338,9 +453,21 @@ impl Queue {
         )
     }
 
-    fn reject<T>(timepoints: &Timepoints, error: Error) -> Submission<T> {
-        timepoints.signal.fail(error.clone());
-        Submission::failed(error)
+    /// Refuses an operation (a bad argument, a conflicting host mapping, a failed allocation)
+    /// without letting the failure overtake earlier work: the operation is submitted as a host
+    /// call that fails with `error`, so its signal fence fails in order, as a failure of the
+    /// work itself would (see [`crate::queue`]): after its waits, and after every earlier value
+    /// on its timelines has settled with its own outcome. The submission completes with `error`
+    /// once the signal fence has settled.
+    fn reject<T>(&self, timepoints: Timepoints, error: Error) -> Submission<T> {
+        let failure = error.clone();
+        let signalled = self.submit(
+            timepoints,
+            Touched::default(),
+            Work::HostCall(Box::new(move || Err(failure))),
+            Box::new(|| Ok(())),
+        );
+        Submission::rejected(signalled, error)
     }
 
     fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
@@ -356,7 +483,7 @@ impl Queue {
                 .fold(QueueCapabilities::empty(), |m, c| m | needs(c))
                 - capabilities;
             if !missing.is_empty() {
-                return Self::reject(&timepoints, self.cannot_run(missing));
+                return self.reject(timepoints, self.cannot_run(missing));
             }
         }
         let mut touched = Touched::default();
@@ -378,11 +505,11 @@ impl Queue {
     ) -> Submission {
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         if let Err(error) = record(&mut builder) {
-            return Self::reject(&timepoints, error);
+            return self.reject(timepoints, error);
         }
         match builder.finish().resolve(None) {
             Ok(commands) => self.commands(timepoints, commands),
-            Err(error) => Self::reject(&timepoints, error),
+            Err(error) => self.reject(timepoints, error),
         }
     }
 
@@ -396,7 +523,7 @@ impl Queue {
         let timepoints = timepoints.into();
         match command_buffer.resolve(table) {
             Ok(commands) => self.commands(timepoints, commands),
-            Err(error) => Self::reject(&timepoints, error),
+            Err(error) => self.reject(timepoints, error),
         }
     }
 
@@ -475,8 +602,8 @@ impl Queue {
     ) -> Submission {
         let timepoints = timepoints.into();
         if target.len() != data.len() as u64 {
-            return Self::reject(
-                &timepoints,
+            return self.reject(
+                timepoints,
                 Error::new(
                     StatusCode::InvalidArgument,
                     format!(
@@ -488,7 +615,7 @@ impl Queue {
             );
         }
         if let Err(error) = check_usage(target, BufferUsage::TRANSFER_TARGET, "write target") {
-            return Self::reject(&timepoints, error);
+            return self.reject(timepoints, error);
         }
         let command = Command::Update {
             target: target.clone(),
@@ -528,10 +655,10 @@ impl Queue {
         sink: ReadSink,
     ) -> Submission<Vec<u8>> {
         if !self.capabilities().contains(QueueCapabilities::TRANSFER) {
-            return Self::reject(&timepoints, self.cannot_run(QueueCapabilities::TRANSFER));
+            return self.reject(timepoints, self.cannot_run(QueueCapabilities::TRANSFER));
         }
         if let Err(error) = check_usage(source, BufferUsage::TRANSFER_SOURCE, "read source") {
-            return Self::reject(&timepoints, error);
+            return self.reject(timepoints, error);
         }
         let mut touched = Touched::default();
         touched.add(source.buffer(), Access::Read);
@@ -572,7 +699,8 @@ impl Queue {
         {
             Ok(buffer) => buffer,
             Err(error) => {
-                timepoints.signal.fail(error.clone());
+                // The signal fails in order; the caller has the error now.
+                drop(self.reject::<()>(timepoints, error.clone()));
                 return Err(error);
             }
         };

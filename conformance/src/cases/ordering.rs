@@ -374,3 +374,63 @@ pub fn command_buffer_barrier_orders_commands(
         Ok(())
     })
 }
+
+/// An operation refused at submission (a fill misaligned for its pattern) fails its signal in
+/// order: while the operation before it on the same timeline is still waiting, the timeline is
+/// not failed and the refusal has not completed; once that operation has run, it reports its
+/// own success, the refusal reports its own error, and only then does the timeline fail.
+pub fn refusal_fails_in_order(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(256, BufferParams::DEVICE)?;
+        let gate = device.create_semaphore(0)?;
+        let timeline = queue.timeline()?;
+        let mut first = timeline.next();
+        first.wait.insert(&gate, 1);
+        let fill = queue.fill(first, &buffer.whole(), &7u32.to_le_bytes());
+        let mut refused = queue.fill(timeline.next(), &buffer.slice(2..6)?, &1u32.to_le_bytes());
+        assert!(
+            poll!(&mut refused).is_pending(),
+            "a refused operation completed before the operation before it on its timeline"
+        );
+        assert_eq!(
+            timeline.semaphore().query()?,
+            0,
+            "a refusal moved or failed its timeline while earlier work was pending"
+        );
+
+        let thread = signal_from_thread(&gate, 1);
+        done("the fill before the refusal", fill).await?;
+        let error = refused.await.unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+        assert!(error.message().contains("multiples of 4"), "{error}");
+        let failure = timeline.semaphore().wait(2).await.unwrap_err();
+        assert_eq!(failure.code(), StatusCode::InvalidArgument, "{failure}");
+        join(thread)?;
+        let values = download_u32(&queue, Fence::new(), &buffer.whole()).await?;
+        assert!(values.iter().all(|&v| v == 7), "{:?}", &values[..4]);
+        Ok(())
+    })
+}
+
+/// A timeline step dropped unsubmitted (its operation's arguments failed with `?` after
+/// `next()` ran) does not stall the timeline: its value is passed on in order, so the next
+/// operation on the timeline runs.
+pub fn dropped_timeline_step_does_not_stall(device: &Device, _: &dyn Kernels) -> Result<()> {
+    block_on(async {
+        let queue = device.queue(0)?;
+        let buffer = device.allocator().allocate(16, BufferParams::DEVICE)?;
+        let timeline = queue.timeline()?;
+        let attempt = || -> Result<halcyon::Submission> {
+            Ok(queue.fill(timeline.next(), &buffer.slice(0..1000)?, &[1]))
+        };
+        let error = attempt().unwrap_err();
+        assert_eq!(error.code(), StatusCode::OutOfRange, "{error}");
+        let fill = queue.fill(timeline.next(), &buffer.whole(), &[9]);
+        done("a fill after a dropped timeline step", fill).await?;
+        assert_eq!(timeline.semaphore().query()?, 2);
+        let values = download(&queue, Fence::new(), &buffer.whole()).await?;
+        assert_eq!(values, vec![9; 16]);
+        Ok(())
+    })
+}

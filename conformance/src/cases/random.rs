@@ -806,8 +806,9 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
     }
 }
 
-/// Whether `error` is the error of one of `roots`.
+/// Whether `error` is the error of one of `roots`, itself or inherited from it.
 fn matches(error: &Error, roots: &Roots, sides: &[Side]) -> bool {
+    let error = error.origin();
     roots.iter().any(|root| match root {
         Root::Injected(k) => {
             let expected = injected(*k);
