@@ -66,6 +66,14 @@ pub mod keys {
     pub const CONCURRENCY: &str = "device.concurrency";
     /// Minimum alignment of buffer offsets for dispatch bindings, in bytes.
     pub const BINDING_ALIGNMENT: &str = "buffer.binding_alignment";
+    /// The most workgroups a dispatch may have in x (Vulkan's `maxComputeWorkGroupCount[0]`,
+    /// CUDA's and HIP's grid limit); a device that does not answer has no limit below
+    /// `u32::MAX`. Dispatches beyond it are refused at submission.
+    pub const MAX_WORKGROUP_COUNT_X: &str = "dispatch.max_workgroup_count.x";
+    /// As [`MAX_WORKGROUP_COUNT_X`], in y.
+    pub const MAX_WORKGROUP_COUNT_Y: &str = "dispatch.max_workgroup_count.y";
+    /// As [`MAX_WORKGROUP_COUNT_X`], in z.
+    pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
 }
 
 /// Work a backend runs once a submission's waits are reached.
@@ -159,6 +167,8 @@ struct Inner {
     backend: Arc<dyn DeviceBackend>,
     allocator: Allocator,
     executables: ExecutableCache,
+    /// The device's workgroup-count limits ([`keys::MAX_WORKGROUP_COUNT_X`] ..), read once.
+    max_workgroup_count: [u32; 3],
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -175,8 +185,19 @@ pub struct Device {
 impl Device {
     /// Wraps a backend (the SPI; users get devices from a driver registry).
     pub fn from_backend(backend: Arc<dyn DeviceBackend>) -> Device {
+        let limit = |key| {
+            backend
+                .query(key)
+                .map_or(u32::MAX, |v| v.clamp(0, i64::from(u32::MAX)) as u32)
+        };
+        let max_workgroup_count = [
+            limit(keys::MAX_WORKGROUP_COUNT_X),
+            limit(keys::MAX_WORKGROUP_COUNT_Y),
+            limit(keys::MAX_WORKGROUP_COUNT_Z),
+        ];
         Device {
             inner: Arc::new(Inner {
+                max_workgroup_count,
                 allocator: Allocator::new(backend.clone()),
                 backend,
                 executables: ExecutableCache::default(),
@@ -200,6 +221,12 @@ impl Device {
                 format!("device {} does not answer query '{key}'", self.info().id),
             )
         })
+    }
+
+    /// The most workgroups a dispatch may have in x, y and z on this device (its
+    /// [`keys::MAX_WORKGROUP_COUNT_X`] .. answers; `u32::MAX` where it has no limit).
+    pub fn max_workgroup_count(&self) -> [u32; 3] {
+        self.inner.max_workgroup_count
     }
 
     /// The device's allocator.

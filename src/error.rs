@@ -42,6 +42,10 @@ pub enum StatusCode {
     Unavailable,
     /// Unrecoverable data loss or corruption.
     DataLoss,
+    /// A kernel reported that it failed: a Rust kernel returned `Err`, a C kernel returned
+    /// nonzero, a GPU kernel set its status word. The kernel's own outcome, not a fault of
+    /// halcyon, a driver or the caller's use of the API.
+    KernelFailed,
 }
 
 impl StatusCode {
@@ -63,6 +67,7 @@ impl StatusCode {
             StatusCode::Internal => "INTERNAL",
             StatusCode::Unavailable => "UNAVAILABLE",
             StatusCode::DataLoss => "DATA_LOSS",
+            StatusCode::KernelFailed => "KERNEL_FAILED",
         }
     }
 }

@@ -14,6 +14,12 @@
 //!   woken waiters awaited different values). Wakers run after the internal lock is released.
 //! * **Cancellation.** A [`Wait`] future registers its waker on first poll and removes it when
 //!   dropped, so abandoned waits (a lost `select!` branch, a timeout) leave nothing behind.
+//! * **Abandonment.** A wait never hangs on a semaphore nothing can signal any more. Every
+//!   [`Semaphore`] handle (a clone, one held in a [`crate::Fence`] by pending work) could
+//!   signal it; a [`Wait`] does not count. Once the last handle is dropped with the value not
+//!   reached, the semaphore fails with [`StatusCode::Aborted`] ("abandoned"), as a tokio
+//!   `oneshot` receiver errors once its sender is gone: waits present then and any polled later
+//!   complete with that error.
 //!
 //! Device backends can back a semaphore with a native object (a Vulkan timeline semaphore, an
 //! event timeline on a GPU stream) through [`crate::backend::NativeSemaphore`]; the waiters stay
@@ -37,7 +43,8 @@ const FAILED: u64 = u64::MAX;
 /// common "wake one or two" case free of allocation and the "wake many" case `O(k + log N)`.
 const POP_BEFORE_SPLIT: usize = 8;
 
-/// A timeline semaphore. Cloning gives another handle to the same timeline.
+/// A timeline semaphore. Cloning gives another handle to the same timeline; dropping the last
+/// one while a [`Wait`] is pending fails it (see the [module docs](self), "Abandonment").
 ///
 /// ```
 /// # futures::executor::block_on(async {
@@ -52,12 +59,34 @@ const POP_BEFORE_SPLIT: usize = 8;
 /// # Ok::<(), halcyon::Error>(())
 /// # }).unwrap();
 /// ```
-#[derive(Clone)]
 pub struct Semaphore {
     shared: Arc<Shared>,
+    /// Whether this handle counts in [`Shared::handles`]: every handle but the one inside a
+    /// [`Wait`].
+    counted: bool,
+}
+
+impl Clone for Semaphore {
+    fn clone(&self) -> Self {
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
+        Semaphore {
+            shared: self.shared.clone(),
+            counted: true,
+        }
+    }
+}
+
+impl Drop for Semaphore {
+    fn drop(&mut self) {
+        if self.counted && self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.abandoned();
+        }
+    }
 }
 
 struct Shared {
+    /// Live counted handles: what could still signal the semaphore.
+    handles: AtomicU64,
     /// The payload, or [`FAILED`]. Written only with `state` locked; read without it.
     value: AtomicU64,
     state: Mutex<State>,
@@ -95,7 +124,9 @@ impl Semaphore {
 
     pub(crate) fn build(initial_value: u64, native: Option<Box<dyn NativeSemaphore>>) -> Self {
         Semaphore {
+            counted: true,
             shared: Arc::new(Shared {
+                handles: AtomicU64::new(1),
                 value: AtomicU64::new(initial_value.min(Self::MAX_VALUE)),
                 state: Mutex::new(State {
                     failure: None,
@@ -300,7 +331,10 @@ impl Semaphore {
     /// that reaches `value`, and cancel-safe: dropping it removes its waiter.
     pub fn wait(&self, value: u64) -> Wait {
         Wait {
-            semaphore: self.clone(),
+            semaphore: Semaphore {
+                shared: self.shared.clone(),
+                counted: false,
+            },
             value,
             registered: None,
         }
@@ -347,6 +381,36 @@ impl Semaphore {
 
     pub(crate) fn native(&self) -> Option<&dyn NativeSemaphore> {
         self.shared.native.as_deref()
+    }
+
+    /// Whether some handle that could signal the semaphore is alive (a [`Wait`]'s does not
+    /// count).
+    fn signallable(&self) -> bool {
+        self.shared.handles.load(Ordering::Acquire) > 0
+    }
+
+    /// The last counted handle went: fails the semaphore if a waiter waits for a value it has
+    /// not reached (a wait polled later fails it then, see [`Wait::poll`]).
+    fn abandoned(&self) {
+        let waiting = lock(&self.shared.state)
+            .waiters
+            .keys()
+            .next_back()
+            .map(|k| k.value);
+        if let Some(value) = waiting {
+            self.fail_abandoned(value);
+        }
+    }
+
+    fn fail_abandoned(&self, value: u64) {
+        let current = self.shared.value.load(Ordering::Acquire);
+        self.fail(Error::new(
+            StatusCode::Aborted,
+            format!(
+                "semaphore abandoned at {current}: every handle that could signal it was \
+                 dropped while a wait for {value} was pending, so nothing can reach it any more"
+            ),
+        ));
     }
 }
 
@@ -554,6 +618,13 @@ impl Future for Wait {
         );
         drop(state);
         this.registered = Some((id, cx.waker().clone()));
+        // Registered before this check: a last handle dropped after it sees the waiter and
+        // fails the semaphore, one dropped before it is seen here.
+        if !this.semaphore.signallable() {
+            this.semaphore.fail_abandoned(this.value);
+            this.registered = None;
+            return Poll::Ready(Err(this.semaphore.failure()));
+        }
         if first_registration {
             if let Some(native) = &shared.native {
                 native.watch(this.value);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
+use halcyon::device::keys;
 use halcyon::{
     BufferParams, Device, DeviceInfo, EntryPoint, ExecutableSpec, Fence, QueueCapabilities, Result,
     Semaphore, StatusCode, Timepoints,
@@ -25,7 +26,11 @@ impl DeviceBackend for TransferQueue {
         self.cpu.info()
     }
     fn query(&self, key: &str) -> Option<i64> {
-        self.cpu.query(key)
+        match key {
+            // Vulkan's smallest maxComputeWorkGroupCount (lavapipe's) in x and z.
+            keys::MAX_WORKGROUP_COUNT_X | keys::MAX_WORKGROUP_COUNT_Z => Some(65535),
+            _ => self.cpu.query(key),
+        }
     }
     fn queue_count(&self) -> u32 {
         2
@@ -154,4 +159,46 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
     });
     assert_eq!(backend.submits.load(Ordering::SeqCst), 4);
     assert_eq!(backend.device_work.load(Ordering::SeqCst), 3);
+}
+
+/// A dispatch with more workgroups in one dimension than the device allows is refused at
+/// submission (`InvalidArgument` naming the dimension, the count and the limit), before the
+/// backend sees it; one at the limit runs.
+#[test]
+fn workgroup_counts_are_checked_against_the_device_limits() {
+    let (device, backend) = device();
+    assert_eq!(device.max_workgroup_count(), [65535, u32::MAX, 65535]);
+    let entry = EntryPoint {
+        name: "noop".into(),
+        workgroup_size: [1, 1, 1],
+        binding_count: 0,
+        constant_count: 0,
+    };
+    let spec = RustKernels::new().entry(entry, |_| Ok(())).spec();
+    let executable = device.load_executable(&spec).unwrap();
+    let queue = device.queue(0).unwrap();
+    futures::executor::block_on(async {
+        for workgroups in [[70_000, 1, 1], [1, 1, 65536]] {
+            let error = queue
+                .dispatch(Timepoints::default(), &executable, 0, workgroups, &[], &[])
+                .await
+                .unwrap_err();
+            assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+            let message = error.to_string();
+            assert!(message.contains("at most 65535"), "{message}");
+            assert!(message.contains("'noop'"), "{message}");
+        }
+        assert_eq!(backend.device_work.load(Ordering::SeqCst), 0);
+        queue
+            .dispatch(
+                Timepoints::default(),
+                &executable,
+                0,
+                [65535, 2, 1],
+                &[],
+                &[],
+            )
+            .await
+            .unwrap();
+    });
 }

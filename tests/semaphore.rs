@@ -3,9 +3,10 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use common::{poll_once, recv, spawn_thread, wait_until_async, within, CountingWaker, HANG};
 use halcyon::{Error, Semaphore, StatusCode};
@@ -439,4 +440,38 @@ fn signal_wakes_in_registration_order() {
     assert_eq!(*log.lock().unwrap(), expected);
     waits.clear();
     assert_eq!(sem.waiter_count(), 0);
+}
+
+/// A wait on a semaphore nothing can signal any more ends with `Aborted` instead of hanging:
+/// a pending wait when the last handle goes, a wait first polled after it went; a wait whose
+/// value was reached still succeeds, and a live clone keeps the semaphore signallable.
+#[test]
+fn waits_on_an_abandoned_semaphore_fail() {
+    let sem = Semaphore::new(0);
+    let clone = sem.clone();
+    let mut pending = Box::pin(sem.wait(1));
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(pending.as_mut().poll(&mut cx).is_pending());
+    drop(sem);
+    assert!(
+        pending.as_mut().poll(&mut cx).is_pending(),
+        "a clone still lives: the semaphore can be signalled"
+    );
+    let late = clone.wait(2);
+    drop(clone);
+    let error = futures::executor::block_on(pending).unwrap_err();
+    assert_eq!(error.code(), StatusCode::Aborted, "{error}");
+    assert!(error.message().contains("abandoned"), "{error}");
+    assert!(error.message().contains("wait for"), "{error}");
+    let error = futures::executor::block_on(late).unwrap_err();
+    assert_eq!(error.code(), StatusCode::Aborted, "{error}");
+
+    // Never polled before the last handle went: fails on its first poll.
+    let sem = Semaphore::new(3);
+    let (reached, unreached) = (sem.wait(3), sem.wait(4));
+    drop(sem);
+    futures::executor::block_on(reached).expect("a reached value needs no signaller");
+    let error = futures::executor::block_on(unreached).unwrap_err();
+    assert_eq!(error.code(), StatusCode::Aborted, "{error}");
 }

@@ -105,7 +105,7 @@ impl Kernels {
     }
 }
 
-/// A dispatch that sets its status word fails its submission with `Internal`, naming the
+/// A dispatch that sets its status word fails its submission with `KernelFailed`, naming the
 /// device, the entry point and the value; its signal semaphore fails with the same error. With
 /// two status-word dispatches in one submission, each has its own word: the error names the
 /// one that set it, and a word left at zero fails nothing.
@@ -134,7 +134,7 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
             let outcome = within("the failing dispatch", failing).await?;
             let error = assert_error(
                 outcome,
-                StatusCode::Internal,
+                StatusCode::KernelFailed,
                 &["'check_a'", &id, "status word", "to 42"],
             );
             assert_eq!(
@@ -144,7 +144,7 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
                 ),
                 "{strategy:?}"
             );
-            assert_failed(&signal, StatusCode::Internal, error.message());
+            assert_failed(&signal, StatusCode::KernelFailed, error.message());
 
             let passing = queue.dispatch(
                 Timepoints::default(),
@@ -178,7 +178,7 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
                 queue.execute(Timepoints::default(), &both, None),
             )
             .await?;
-            let error = assert_error(outcome, StatusCode::Internal, &["'check_b'", "to 9"]);
+            let error = assert_error(outcome, StatusCode::KernelFailed, &["'check_b'", "to 9"]);
             assert!(!error.message().contains("check_a"), "{error}");
             assert!(!error.message().contains("more"), "{error}");
 
@@ -206,7 +206,7 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
             .await?;
             assert_error(
                 outcome,
-                StatusCode::Internal,
+                StatusCode::KernelFailed,
                 &[
                     "'check_b'",
                     "to 9 (1 more of the submission's dispatches set theirs too)",
@@ -274,9 +274,10 @@ fn dependents_on_another_queue_wait_for_the_check() -> Result<()> {
                     let bytes = download(&q1, Fence::new(), &data.whole()).await?;
                     assert_eq!(bytes_u32(&bytes)?, [11; 4], "{strategy:?}");
                 } else {
-                    let error = assert_error(outcome, StatusCode::Internal, &["'check_a'", "to 5"]);
-                    assert_error(dependent, StatusCode::Internal, &[error.message()]);
-                    assert_failed(&b, StatusCode::Internal, error.message());
+                    let error =
+                        assert_error(outcome, StatusCode::KernelFailed, &["'check_a'", "to 5"]);
+                    assert_error(dependent, StatusCode::KernelFailed, &[error.message()]);
+                    assert_failed(&b, StatusCode::KernelFailed, error.message());
                     assert_eq!(
                         kernels.add_one_runs.load(Ordering::SeqCst),
                         0,
@@ -349,7 +350,7 @@ fn reusable_lists_with_status_words_are_replayed_not_captured() -> Result<()> {
                 } else {
                     assert_error(
                         outcome,
-                        StatusCode::Internal,
+                        StatusCode::KernelFailed,
                         &["'check_a'", &format!("to {value}")],
                     );
                 }

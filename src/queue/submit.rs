@@ -486,6 +486,9 @@ impl Queue {
                 return self.reject(timepoints, self.cannot_run(missing));
             }
         }
+        if let Err(error) = self.check_limits(&commands) {
+            return self.reject(timepoints, error);
+        }
         let mut touched = Touched::default();
         for command in commands.iter() {
             command.for_each_binding(|range, access| touched.add(range.buffer(), access));
@@ -496,6 +499,40 @@ impl Queue {
             Work::Commands(commands),
             Box::new(|| Ok(())),
         )
+    }
+
+    /// `InvalidArgument` for a dispatch with more workgroups in some dimension than the device
+    /// allows ([`Device::max_workgroup_count`]), before the driver sees it.
+    fn check_limits(&self, commands: &[Command]) -> Result<()> {
+        let limits = self.device.max_workgroup_count();
+        if limits == [u32::MAX; 3] {
+            return Ok(());
+        }
+        for command in commands {
+            let Command::Dispatch(dispatch) = command else {
+                continue;
+            };
+            for (axis, (&count, &limit)) in dispatch.workgroups.iter().zip(&limits).enumerate() {
+                if count > limit {
+                    let name = dispatch
+                        .executable
+                        .entry_point(dispatch.entry_point)
+                        .map_or("?", |e| e.name.as_str());
+                    return Err(Error::new(
+                        StatusCode::InvalidArgument,
+                        format!(
+                            "dispatch of '{name}' asks for {count} workgroups in {}, but {} \
+                             allows at most {limit} (workgroups {:?}, limits {limits:?}); split \
+                             the dispatch or move work into another dimension",
+                            ["x", "y", "z"][axis],
+                            self.device.info().id,
+                            dispatch.workgroups,
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn one(

@@ -288,6 +288,12 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
     /// here for good instead. Default: nothing.
     fn adopt_thread(&self) {}
 
+    /// The most blocks a launch may have in x, y and z (CUDA's `maxGridDim`); launches beyond
+    /// them are refused before they reach the API. Default: no limit below `u32::MAX`.
+    fn max_grid(&self) -> [u32; 3] {
+        [u32::MAX; 3]
+    }
+
     // ---------------------------------------------------------------- streams
 
     /// Creates a stream that does not synchronise with the legacy default stream

@@ -1024,6 +1024,10 @@ unsafe impl StreamApi for CudaApi {
         self.info.clone()
     }
 
+    fn max_grid(&self) -> [u32; 3] {
+        crate::module::MAX_GRID_DIM
+    }
+
     // ---------------------------------------------------------------- streams
 
     fn create_stream(&self) -> Result<StreamHandle> {

@@ -134,6 +134,9 @@ pub const MAX_PARAM_BYTES: u32 = 4096;
 pub const MAX_BLOCK_THREADS: u32 = 1024;
 /// Block size limits in x, y, z.
 pub const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
+/// Grid size limits in x, y, z on every CUDA device since compute capability 3.0
+/// ([CUDA C++ Programming Guide, technical specifications](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#features-and-technical-specifications)).
+pub const MAX_GRID_DIM: [u32; 3] = [(1 << 31) - 1, 65535, 65535];
 
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -398,13 +401,14 @@ fn validate_entry_point(entry: &EntryPoint) -> Result<()> {
         )));
     }
     let [x, y, z] = entry.workgroup_size;
-    let threads = u64::from(x) * u64::from(y) * u64::from(z);
+    // Three u32s multiply to at most 2^96: u128 cannot overflow.
+    let threads = u128::from(x) * u128::from(y) * u128::from(z);
     let fits = entry
         .workgroup_size
         .iter()
         .zip(MAX_BLOCK_DIM)
         .all(|(&v, max)| (1..=max).contains(&v));
-    if !fits || threads > u64::from(MAX_BLOCK_THREADS) {
+    if !fits || threads > u128::from(MAX_BLOCK_THREADS) {
         return Err(invalid(format!(
             "CUDA entry point '{name}' has workgroup size {:?}; a CUDA block needs every \
              dimension at least 1, at most {MAX_BLOCK_DIM:?}, and at most {MAX_BLOCK_THREADS} \
@@ -412,6 +416,7 @@ fn validate_entry_point(entry: &EntryPoint) -> Result<()> {
             entry.workgroup_size
         )));
     }
+    // At most 2^35 + 2^34: no overflow in u64.
     let bytes = u64::from(entry.binding_count) * 8 + u64::from(entry.constant_count) * 4;
     if bytes > u64::from(MAX_PARAM_BYTES) {
         return Err(invalid(format!(

@@ -1075,6 +1075,10 @@ unsafe impl StreamApi for HipStreamApi {
         self.info.clone()
     }
 
+    fn max_grid(&self) -> [u32; 3] {
+        self.max_grid
+    }
+
     fn adopt_thread(&self) {
         // Only halcyon's work runs here: the device may stay current for good.
         if self.hip.set_device(self.device).is_ok() {

@@ -788,8 +788,9 @@ impl CodeObject {
                 entry.workgroup_size
             )));
         }
-        let threads = u64::from(x) * u64::from(y) * u64::from(z);
-        if threads > u64::from(kernel.max_flat_workgroup_size) {
+        // Three u32s multiply to at most 2^96: u128 cannot overflow.
+        let threads = u128::from(x) * u128::from(y) * u128::from(z);
+        if threads > u128::from(kernel.max_flat_workgroup_size) {
             return Err(invalid(format!(
                 "entry point '{name}' has workgroup size {:?} ({threads} threads), but kernel \
                  '{name}' was compiled for at most {} threads per workgroup (raise it with \

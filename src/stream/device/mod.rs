@@ -361,6 +361,9 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         Some(match key {
             device_keys::CONCURRENCY => i64::from(core.api.info().concurrency),
             device_keys::BINDING_ALIGNMENT => core.api.info().binding_alignment as i64,
+            device_keys::MAX_WORKGROUP_COUNT_X => i64::from(core.api.max_grid()[0]),
+            device_keys::MAX_WORKGROUP_COUNT_Y => i64::from(core.api.max_grid()[1]),
+            device_keys::MAX_WORKGROUP_COUNT_Z => i64::from(core.api.max_grid()[2]),
             keys::NATIVE_WAITS => stat(&stats.native_waits),
             keys::HOST_WAITS => stat(&stats.host_waits),
             keys::DEFERRED_WAITS => stat(&stats.deferred_waits),

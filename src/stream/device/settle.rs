@@ -176,7 +176,7 @@ impl<A: StreamApi> Core<A> {
     }
 
     /// After the submission's event completed successfully (so its kernels' writes to their
-    /// status words, at `words`, are visible): an `Internal` error naming the device, the entry
+    /// status words, at `words`, are visible): a `KernelFailed` error naming the device, the entry
     /// point and the value if one of its dispatches set its status word.
     fn check_status(&self, status: &StatusWords, words: Option<*mut u8>) -> Result<()> {
         if status.entries.is_empty() {
@@ -208,7 +208,7 @@ impl<A: StreamApi> Core<A> {
             n => format!(" ({n} more of the submission's dispatches set theirs too)"),
         };
         Err(Error::new(
-            StatusCode::Internal,
+            StatusCode::KernelFailed,
             format!(
                 "a dispatch of kernel '{entry}' on {} failed: it set its status word to \
                  {value}{more}",
