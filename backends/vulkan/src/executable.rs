@@ -144,6 +144,7 @@ impl SpirvModule {
     /// cannot express.
     pub fn from_spirv(words: &[u32]) -> Result<SpirvModule> {
         check_header(words)?;
+        check_id_bound(words)?;
         guarded("SPIR-V module", || {
             let options = naga::front::spv::Options {
                 adjust_coordinate_space: false,
@@ -384,6 +385,57 @@ fn check_header(words: &[u32]) -> Result<()> {
             "not SPIR-V: magic number {:#010x}, expected {SPIRV_MAGIC:#010x}",
             words[0]
         )));
+    }
+    Ok(())
+}
+
+/// The most ids a SPIR-V module may have (the "Result <id> bound" universal limit).
+const MAX_ID_BOUND: u32 = 0x3F_FFFF;
+
+/// Checks the header's id bound, which naga's front end ignores (and naga's output carries its
+/// own): at most [`MAX_ID_BOUND`], and above the ids of the declarations, decorations and
+/// definitions that sit at fixed operand positions (types, constants, variables, functions,
+/// labels, names, decorations, entry points). Drivers size tables by the bound, so a false one
+/// marks a corrupted module; instructions are checked to lie within the words as they go.
+fn check_id_bound(words: &[u32]) -> Result<()> {
+    let bound = words[3];
+    if bound == 0 || bound > MAX_ID_BOUND {
+        return Err(invalid(format!(
+            "malformed SPIR-V: the header's id bound is {bound}; SPIR-V allows 1 to \
+             {MAX_ID_BOUND}"
+        )));
+    }
+    let mut i = 5;
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        let opcode = words[i] & 0xffff;
+        if count == 0 || count > words.len() - i {
+            return Err(invalid(format!(
+                "malformed SPIR-V: instruction at word {i} has length {count}, and the module \
+                 has {} words",
+                words.len()
+            )));
+        }
+        let operands = &words[i + 1..i + count];
+        // The operand holding the instruction's result id, or the id it names.
+        let at = match opcode {
+            // OpString, OpExtInstImport, OpName, OpMemberName, OpExecutionMode, OpType*,
+            // OpTypeForwardPointer, OpDecorate, OpMemberDecorate, OpLabel.
+            7 | 11 | 5 | 6 | 16 | 19..=39 | 71 | 72 | 248 => Some(0),
+            // OpEntryPoint, OpConstant*, OpSpecConstant*, OpFunction, OpFunctionParameter,
+            // OpVariable.
+            15 | 41..=46 | 48..=52 | 54 | 55 | 59 => Some(1),
+            _ => None,
+        };
+        if let Some(id) = at.and_then(|at| operands.get(at)) {
+            if *id >= bound {
+                return Err(invalid(format!(
+                    "malformed SPIR-V: instruction at word {i} (opcode {opcode}) uses id {id}, \
+                     but the header's id bound is {bound}"
+                )));
+            }
+        }
+        i += count;
     }
     Ok(())
 }
