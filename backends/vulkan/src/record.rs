@@ -609,7 +609,12 @@ impl Recording {
                     *b = bytes[i % n];
                 }
                 let (start, end) = (target.offset(), target.end());
-                let (middle_start, middle_end) = (start.div_ceil(4) * 4, end / 4 * 4);
+                let middle_start = start.checked_next_multiple_of(4).ok_or_else(|| {
+                    internal(format!(
+                        "fill of {target:?} starts past the last 4-byte word"
+                    ))
+                })?;
+                let middle_end = end / 4 * 4;
                 if middle_start < middle_end {
                     // SAFETY: recording into our command buffer; the range is 4-byte aligned
                     // and lies within the live buffer.

@@ -172,6 +172,16 @@ fn mapping_and_flush_paths() {
         halcyon_vulkan::atom_range(4000, 96, 64, 4096),
         (3968, ash_whole_size())
     );
+    // Ends past u64::MAX (offset + len, or rounding up to the atom) reach the end: checked
+    // arithmetic, not a panic or a wrapped, tiny range.
+    assert_eq!(
+        halcyon_vulkan::atom_range(u64::MAX - 10, 64, 64, u64::MAX),
+        (u64::MAX / 64 * 64, ash_whole_size())
+    );
+    assert_eq!(
+        halcyon_vulkan::atom_range(u64::MAX - 100, 90, 64, u64::MAX),
+        (u64::MAX / 64 * 64 - 64, ash_whole_size())
+    );
     let Some(device) = device_or_skip("mapping_and_flush_paths") else {
         return;
     };
