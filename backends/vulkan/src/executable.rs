@@ -1,45 +1,5 @@
-//! Compute executables: WGSL or SPIR-V checked and reflected by naga, or raw SPIR-V vouched
-//! for by the caller; compute pipelines.
-//!
-//! **Safe path.** [`SpirvModule::from_wgsl`] and [`SpirvModule::from_spirv`] parse with naga,
-//! validate with every check (`naga::valid::Validator`, capabilities limited to push
-//! constants), and hand the driver SPIR-V that naga's `spv-out` writes from the validated
-//! module (never the caller's words), with bounds checks on every index (`Restrict`). The
-//! entry-point metadata is reflected, not written by hand:
-//!
-//! * every entry point must be `@compute`; its workgroup size is the declared one (pipeline
-//!   overrides are refused);
-//! * `var<storage>` at `@group(0) @binding(i)` is dispatch binding `i`; the binding count is the
-//!   highest binding the entry point uses plus one (unused numbers below it still take a
-//!   buffer); a binding must be at least as long as the variable's fixed-size part;
-//! * `var<storage>` at `@group(1) @binding(0)` is the status word (below), 4 bytes;
-//! * the `var<push_constant>` block, a multiple of 4 bytes and at most 128, is
-//!   `size / 4` `u32` constants at offsets `0, 4, ...`;
-//! * anything else an entry point uses from outside (uniform buffers, textures, samplers,
-//!   other groups or bindings) is refused with `InvalidArgument`.
-//!
-//! Specs: [`SpirvModule::spec`] (native), or checked bytes: format `"wgsl"` (UTF-8 text) or
-//! `"spirv"` (SPIR-V words, little-endian), both through the safe path.
-//!
-//! **Unsafe path.** [`SpirvModule::from_words_unchecked`] takes SPIR-V words and hand-written
-//! [`EntryPoint`]s and makes only cheap checks (magic, length, entry points present); its
-//! byte form [`SpirvModule::to_unchecked_bytes`] (`b"HLCNSPV1"`, the entry points, the words)
-//! loads only from an [`ExecutableSpec::bytes_unchecked`] spec.
-//!
-//! **Failing a dispatch.** A compute shader has no return code, so a kernel reports failure
-//! through a status word: a `uint` storage buffer at descriptor set 1, binding 0
-//! ([`STATUS_SET`], [`STATUS_BINDING`]). halcyon binds a zeroed word there for every dispatch of
-//! an entry point that uses it; a nonzero value when the submission completes fails the
-//! submission (`StatusCode::Internal`, naming the entry point and the value), and with it
-//! everything waiting on its signal. Such submissions signal their semaphores from the host
-//! after the check, never on the device, so work waiting on them cannot start before the check
-//! (their dependents wait on the host). Entry points that do not use the word keep the fully
-//! device-side path. In WGSL:
-//!
-//! ```text
-//! @group(1) @binding(0) var<storage, read_write> status: atomic<u32>;
-//! // ... on an error: atomicMax(&status, 1u);
-//! ```
+//! Compute executables: [`SpirvModule`] (WGSL or SPIR-V checked and reflected by naga, or raw
+//! SPIR-V vouched for by the caller), its byte forms, and the compute pipelines made from it.
 
 use std::any::Any;
 use std::ffi::CString;
@@ -85,9 +45,50 @@ struct Reflected {
 
 /// A compute module: SPIR-V words and the entry points to expose, in dispatch index order.
 ///
-/// Made safely from WGSL or SPIR-V, validated and reflected by naga ([`SpirvModule::from_wgsl`],
-/// [`SpirvModule::from_spirv`]), or unsafely from words and hand-written metadata
-/// ([`SpirvModule::from_words_unchecked`]).
+/// **Safe path.** [`SpirvModule::from_wgsl`] and [`SpirvModule::from_spirv`] parse with naga,
+/// validate with every check (`naga::valid::Validator`, capabilities limited to push
+/// constants), and hand the driver SPIR-V that naga's `spv-out` writes from the validated
+/// module (never the caller's words), with bounds checks on every index (`Restrict`). The
+/// entry-point metadata is reflected, not written by hand:
+///
+/// * every entry point must be `@compute`; its workgroup size is the declared one (pipeline
+///   overrides are refused);
+/// * `var<storage>` at `@group(0) @binding(i)` is dispatch binding `i`; the binding count is
+///   the highest binding the entry point uses plus one (unused numbers below it still take a
+///   buffer); a bound range must be at least as long as the variable's fixed-size part;
+/// * `var<storage>` at `@group(1) @binding(0)` ([`STATUS_SET`], [`STATUS_BINDING`]) is the
+///   status word, 4 bytes: halcyon binds a zeroed word there for each dispatch of an entry
+///   point that uses it, and a nonzero value when the submission completes fails the
+///   submission (`StatusCode::Internal`, naming the entry point and the value); such
+///   submissions signal their semaphores from the host after the check;
+/// * the `var<push_constant>` block the entry point uses, a multiple of 4 bytes and at most
+///   128, is `size / 4` `u32` constants at offsets `0, 4, ...`;
+/// * anything else an entry point uses from outside (uniform buffers, textures, samplers,
+///   other groups or bindings) is refused with `InvalidArgument`.
+///
+/// Loading also checks each entry point against the device's limits (workgroup size and
+/// invocations, workgroup memory, storage buffers, push constants). Checked byte specs go
+/// through the same path: format `"wgsl"` (UTF-8 text) or `"spirv"` (SPIR-V words,
+/// little-endian, as [`SpirvModule::to_bytes`] writes them).
+///
+/// **Unsafe path.** [`SpirvModule::from_words_unchecked`] takes SPIR-V words and hand-written
+/// [`EntryPoint`]s and makes only cheap checks; its byte form
+/// ([`SpirvModule::to_unchecked_bytes`]: `b"HLCNSPV1"`, the entry points, the words) loads
+/// only from an [`ExecutableSpec::bytes_unchecked`] spec.
+///
+/// ```
+/// let module = halcyon_vulkan::SpirvModule::from_wgsl(
+///     "@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+///      @group(1) @binding(0) var<storage, read_write> status: atomic<u32>;
+///      @compute @workgroup_size(64) fn add_one(@builtin(global_invocation_id) id: vec3<u32>) {
+///          if (id.x >= arrayLength(&x)) { atomicMax(&status, 1u); return; }
+///          x[id.x] = x[id.x] + 1u;
+///      }",
+/// )?;
+/// let entry = &module.entry_points()[0];
+/// assert_eq!((entry.binding_count, entry.constant_count), (1, 0));
+/// # Ok::<(), halcyon::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpirvModule {
     words: Vec<u32>,
@@ -124,7 +125,7 @@ fn guarded<T>(what: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
 
 impl SpirvModule {
     /// Compiles WGSL through naga: parsed, validated with every check, its compute entry points
-    /// reflected (see the [module docs](self) for the binding rules), and SPIR-V written by
+    /// reflected (see [`SpirvModule`] for the binding rules), and SPIR-V written by
     /// naga with bounds checks. `InvalidArgument` with naga's diagnostic for a shader naga
     /// refuses, or naming what halcyon's pipeline layout cannot express.
     pub fn from_wgsl(source: &str) -> Result<SpirvModule> {
@@ -137,7 +138,7 @@ impl SpirvModule {
     }
 
     /// Checks SPIR-V words through naga: parsed by its SPIR-V front end, validated with every
-    /// check, its compute entry points reflected (see the [module docs](self)), and SPIR-V
+    /// check, its compute entry points reflected (see [`SpirvModule`]), and SPIR-V
     /// **re-written** by naga from the validated module, which is what the driver gets (naga's
     /// front end accepts some input its validator does not cover, so the caller's words never
     /// reach the driver). `InvalidArgument` for input naga refuses or the pipeline layout

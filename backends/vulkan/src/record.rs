@@ -76,7 +76,7 @@ pub(crate) struct Cached {
 }
 
 /// The status word bound to the dispatches of entry points that can fail (see
-/// [`crate::executable`]): zeroed before each submission, checked on completion.
+/// [`crate::SpirvModule`]): zeroed before each submission, checked on completion.
 pub(crate) struct StatusWord {
     memory: VulkanMemory,
     /// The entry points bound to it, for the error message.
