@@ -58,18 +58,6 @@ fn add_one(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 "#;
 
-fn spirv() -> Vec<u32> {
-    let module = naga::front::wgsl::parse_str(WGSL).expect("WGSL parses");
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::PUSH_CONSTANT,
-    )
-    .validate(&module)
-    .expect("WGSL validates");
-    naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
-        .expect("SPIR-V output")
-}
-
 /// The halcyon side: device, queue, executable, one host-visible buffer.
 struct Halcyon {
     device: Device,
@@ -79,16 +67,16 @@ struct Halcyon {
 }
 
 impl Halcyon {
-    fn new(device: Device, words: Vec<u32>) -> Halcyon {
+    fn new(device: Device, module: SpirvModule) -> Halcyon {
         let queue = device.queue(0).expect("queue 0");
-        let module = SpirvModule::new(
-            words,
-            vec![EntryPoint {
+        assert_eq!(
+            module.entry_points(),
+            [EntryPoint {
                 name: "add_one".into(),
                 workgroup_size: [WORKGROUP, 1, 1],
                 binding_count: 1,
                 constant_count: 1,
-            }],
+            }]
         );
         let executable = device
             .load_executable(&module.spec())
@@ -635,8 +623,9 @@ fn main() {
         }
         Err(error) => panic!("cannot create vulkan://0: {error}"),
     };
-    let words = spirv();
-    let mut raw = match Raw::new(&words) {
+    // Both sides run the SPIR-V naga writes for halcyon's checked path.
+    let module = SpirvModule::from_wgsl(WGSL).expect("WGSL compiles");
+    let mut raw = match Raw::new(module.words()) {
         Ok(raw) => raw,
         Err(why) => {
             println!("vulkan bench skipped: raw ash setup failed: {why}");
@@ -644,7 +633,7 @@ fn main() {
         }
     };
     println!("device: {}", device.info().name);
-    let halcyon = Halcyon::new(device, words);
+    let halcyon = Halcyon::new(device, module);
     let output = PathBuf::from(std::env::var_os("CARGO_TARGET_DIR").unwrap_or("target".into()))
         .join("criterion");
     let mut c = Criterion::default()

@@ -31,7 +31,7 @@ use halcyon::{
 };
 
 use crate::context::Context;
-use crate::executable::{VulkanExecutable, FORMAT_SPIRV};
+use crate::executable::{VulkanExecutable, FORMAT_SPIRV, FORMAT_WGSL};
 use crate::instance::vk_fail;
 use crate::memory::{vk_properties, VulkanMemory};
 use crate::options::VulkanDeviceOptions;
@@ -720,7 +720,7 @@ impl DeviceBackend for VulkanDevice {
     }
 
     fn executable_formats(&self) -> Vec<String> {
-        vec![FORMAT_SPIRV.into()]
+        vec![FORMAT_SPIRV.into(), FORMAT_WGSL.into()]
     }
 
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>> {

@@ -12,8 +12,10 @@
 //! * Driver failures fail what they affect, with the `VkResult` named: a failed
 //!   `vkQueueSubmit` fails that submission; a lost device fails everything in flight and every
 //!   later submission ([`FaultInjector`] simulates both, for testing).
-//! * Kernels are SPIR-V compute shaders ([`SpirvModule`], format `"spirv"`): storage buffers in
-//!   set 0 (binding `i` = dispatch binding `i`) and `u32` push constants.
+//! * Kernels are compute shaders ([`SpirvModule`], formats `"spirv"` and `"wgsl"`): WGSL or
+//!   SPIR-V validated and reflected by naga, which writes the SPIR-V the driver gets (raw
+//!   SPIR-V with hand-written metadata only through `unsafe`); storage buffers in set 0
+//!   (binding `i` = dispatch binding `i`) and `u32` push constants.
 //!
 //! ```no_run
 //! let registry = halcyon::DriverRegistry::new();
@@ -37,7 +39,9 @@ use std::sync::Arc;
 
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
-pub use executable::{SpirvModule, FORMAT_SPIRV, STATUS_BINDING, STATUS_SET};
+pub use executable::{
+    SpirvModule, FORMAT_SPIRV, FORMAT_WGSL, MAX_BINDINGS, STATUS_BINDING, STATUS_SET,
+};
 pub use memory::atom_range;
 pub use options::{FaultInjector, VulkanDeviceOptions};
 

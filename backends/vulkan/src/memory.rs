@@ -63,15 +63,17 @@ pub(crate) fn choose_type(
 }
 
 /// The range to flush or invalidate for `[offset, offset + len)`: widened to `atom` multiples
-/// and clamped to the allocation (`VK_WHOLE_SIZE` when it reaches the end).
+/// and clamped to the allocation (`VK_WHOLE_SIZE` when it reaches the end, or when the end
+/// does not fit in a `u64`).
 pub fn atom_range(offset: u64, len: u64, atom: u64, allocation: u64) -> (u64, u64) {
     let atom = atom.max(1);
     let start = offset / atom * atom;
-    let end = (offset + len).div_ceil(atom) * atom;
-    if end >= allocation {
-        (start, vk::WHOLE_SIZE)
-    } else {
-        (start, end - start)
+    let end = offset
+        .checked_add(len)
+        .and_then(|end| end.div_ceil(atom).checked_mul(atom));
+    match end {
+        Some(end) if end < allocation => (start, end - start),
+        _ => (start, vk::WHOLE_SIZE),
     }
 }
 
@@ -168,7 +170,12 @@ impl VulkanMemory {
             // Whole atoms: flushes and invalidates of this range never touch a neighbour's.
             let atom = context.limits.non_coherent_atom_size.max(1);
             alignment = lcm(alignment, atom);
-            reserve = reserve.div_ceil(atom) * atom;
+            reserve = reserve.div_ceil(atom).checked_mul(atom).ok_or_else(|| {
+                Error::new(
+                    StatusCode::ResourceExhausted,
+                    format!("a buffer of {size} bytes cannot be rounded up to whole atoms"),
+                )
+            })?;
         }
         let allocation = context.allocator.allocate(
             device,

@@ -76,7 +76,7 @@ pub(crate) struct Cached {
 }
 
 /// The status word bound to the dispatches of entry points that can fail (see
-/// [`crate::executable`]): zeroed before each submission, checked on completion.
+/// [`crate::SpirvModule`]): zeroed before each submission, checked on completion.
 pub(crate) struct StatusWord {
     memory: VulkanMemory,
     /// The entry points bound to it, for the error message.
@@ -467,21 +467,31 @@ impl Recording {
 
     /// A descriptor pool with room for every dispatch of `commands`.
     fn descriptor_pool_for(&mut self, commands: &[Command]) -> Result<()> {
-        let (mut sets, mut descriptors) = commands
-            .iter()
-            .filter_map(|c| match c {
-                Command::Dispatch(d) if !d.bindings.is_empty() => Some(d.bindings.len() as u32),
-                _ => None,
-            })
-            .fold((0u32, 0u32), |(s, n), b| (s + 1, n + b));
+        let too_many = || {
+            internal(format!(
+                "a command list of {} commands needs more descriptors than a Vulkan descriptor \
+                 pool can count: split it into several command lists",
+                commands.len()
+            ))
+        };
+        let (mut sets, mut descriptors) = (0u32, 0u32);
+        for command in commands {
+            if let Command::Dispatch(d) = command {
+                if !d.bindings.is_empty() {
+                    let bindings = u32::try_from(d.bindings.len()).map_err(|_| too_many())?;
+                    sets = sets.checked_add(1).ok_or_else(too_many)?;
+                    descriptors = descriptors.checked_add(bindings).ok_or_else(too_many)?;
+                }
+            }
+        }
         let status = commands.iter().any(|c| match c {
             Command::Dispatch(d) => pipeline_of(d).is_some_and(|p| p.uses_status()),
             _ => false,
         });
         if status {
             // One set with the one status word, shared by every such dispatch.
-            sets += 1;
-            descriptors += 1;
+            sets = sets.checked_add(1).ok_or_else(too_many)?;
+            descriptors = descriptors.checked_add(1).ok_or_else(too_many)?;
         }
         if sets == 0 {
             return Ok(());
@@ -599,7 +609,12 @@ impl Recording {
                     *b = bytes[i % n];
                 }
                 let (start, end) = (target.offset(), target.end());
-                let (middle_start, middle_end) = (start.div_ceil(4) * 4, end / 4 * 4);
+                let middle_start = start.checked_next_multiple_of(4).ok_or_else(|| {
+                    internal(format!(
+                        "fill of {target:?} starts past the last 4-byte word"
+                    ))
+                })?;
+                let middle_end = end / 4 * 4;
                 if middle_start < middle_end {
                     // SAFETY: recording into our command buffer; the range is 4-byte aligned
                     // and lies within the live buffer.
@@ -697,6 +712,20 @@ impl Recording {
         let index = dispatch.entry_point as usize;
         let pipeline = &executable.pipelines[index];
         let entry = &executable.entry_points()[index];
+        // vkCmdDispatch counts past maxComputeWorkGroupCount are invalid usage
+        // (VUID-vkCmdDispatch-groupCountX-00386 and its y, z siblings): refuse them here.
+        let limits = self.context.limits.max_compute_work_group_count;
+        for (axis, (&count, &limit)) in ["x", "y", "z"]
+            .iter()
+            .zip(dispatch.workgroups.iter().zip(&limits))
+        {
+            if count > limit {
+                return Err(internal(format!(
+                    "dispatch of '{}' asks for {count} workgroups in {axis}; this device allows                      at most {limit} per dispatch in {axis} (maxComputeWorkGroupCount {limits:?}):                      split the dispatch or spread the workgroups over more dimensions",
+                    entry.name
+                )));
+            }
+        }
         let alignment = self
             .context
             .limits
@@ -718,6 +747,15 @@ impl Recording {
                     "binding {i} of dispatch '{}' is empty; Vulkan storage buffer bindings \
                      need at least one byte",
                     entry.name
+                )));
+            }
+            let least = executable.min_binding_size(index, i);
+            if range.len() < least {
+                return Err(internal(format!(
+                    "binding {i} of dispatch '{}' is {} bytes, but the shader's buffer there \
+                     needs at least {least} bytes (its fixed-size part)",
+                    entry.name,
+                    range.len()
                 )));
             }
             let buffer = self.buffer(range)?;

@@ -36,7 +36,7 @@ fn driver_enumerates_and_creates_devices() {
     assert_eq!(device.info().id, "vulkan://0");
     assert_eq!(device.info().driver, "vulkan");
     assert!(device.queue_count() >= 1);
-    assert_eq!(device.supported_formats(), ["spirv"]);
+    assert_eq!(device.supported_formats(), ["spirv", "wgsl"]);
     let missing = registry
         .create_device(&format!("vulkan://{}", devices.len() + 5))
         .unwrap_err();
@@ -172,6 +172,16 @@ fn mapping_and_flush_paths() {
         halcyon_vulkan::atom_range(4000, 96, 64, 4096),
         (3968, ash_whole_size())
     );
+    // Ends past u64::MAX (offset + len, or rounding up to the atom) reach the end: checked
+    // arithmetic, not a panic or a wrapped, tiny range.
+    assert_eq!(
+        halcyon_vulkan::atom_range(u64::MAX - 10, 64, 64, u64::MAX),
+        (u64::MAX / 64 * 64, ash_whole_size())
+    );
+    assert_eq!(
+        halcyon_vulkan::atom_range(u64::MAX - 100, 90, 64, u64::MAX),
+        (u64::MAX / 64 * 64 - 64, ash_whole_size())
+    );
     let Some(device) = device_or_skip("mapping_and_flush_paths") else {
         return;
     };
@@ -226,29 +236,25 @@ fn spirv_executables_are_validated() {
         return;
     };
     let module = standard_module().unwrap();
-    // The byte form with the metadata header loads like the native form.
-    let loaded = device
+    // The checked byte forms (SPIR-V words, WGSL text) load through naga like the native form.
+    let from_words = device
         .load_executable(&halcyon::ExecutableSpec::bytes("spirv", module.to_bytes()))
         .unwrap();
-    assert_eq!(loaded.entry_points(), module.entry_points.as_slice());
+    assert_eq!(from_words.entry_points(), module.entry_points());
+    let from_text = device
+        .load_executable(&halcyon::ExecutableSpec::bytes(
+            "wgsl",
+            common::STANDARD_WGSL.as_bytes(),
+        ))
+        .unwrap();
+    assert_eq!(from_text.entry_points(), module.entry_points());
 
-    let load = |m: SpirvModule| device.load_executable(&m.spec()).map(drop);
-    let mut bad_magic = module.clone();
-    bad_magic.words[0] = 0xdead_beef;
-    let error = load(bad_magic).unwrap_err();
+    let words = common::spirv(common::STANDARD_WGSL);
+    let mut bad_magic = words.clone();
+    bad_magic[0] = 0xdead_beef;
+    let error = SpirvModule::from_spirv(&bad_magic).unwrap_err();
     assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
     assert!(error.message().contains("magic"), "{error}");
-
-    let mut missing = module.clone();
-    missing.entry_points[0].name = "no_such_kernel".into();
-    let error = load(missing).unwrap_err();
-    assert_eq!(error.code(), StatusCode::NotFound, "{error}");
-    assert!(error.message().contains("no_such_kernel"), "{error}");
-
-    let mut wrong_size = module.clone();
-    wrong_size.entry_points[0].workgroup_size = [32, 1, 1];
-    let error = load(wrong_size).unwrap_err();
-    assert!(error.message().contains("LocalSize"), "{error}");
 
     let mut odd = module.to_bytes();
     odd.push(0);
@@ -257,11 +263,38 @@ fn spirv_executables_are_validated() {
         .unwrap_err();
     assert!(error.message().contains("multiple of 4"), "{error}");
 
-    let raw: Vec<u8> = module.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    // The unchecked path keeps its cheap checks.
+    let unchecked = |entries: Vec<halcyon::EntryPoint>| {
+        // SAFETY: naga wrote the words from a validated module and the metadata is the
+        // standard kernels' (or refused by the cheap checks, which is what is tested).
+        unsafe { SpirvModule::from_words_unchecked(words.clone(), entries) }
+    };
+    let standard = module.entry_points().to_vec();
+    let mut missing = standard.clone();
+    missing[0].name = "no_such_kernel".into();
+    let error = unchecked(missing).unwrap_err();
+    assert_eq!(error.code(), StatusCode::NotFound, "{error}");
+    assert!(error.message().contains("no_such_kernel"), "{error}");
+    let mut wrong_size = standard.clone();
+    wrong_size[0].workgroup_size = [32, 1, 1];
+    let error = unchecked(wrong_size).unwrap_err();
+    assert!(error.message().contains("LocalSize"), "{error}");
+    let error = unchecked(Vec::new()).unwrap_err();
+    assert!(error.message().contains("no entry points"), "{error}");
+
+    // Its byte form loads only from an unchecked spec.
+    let vouched = unchecked(standard.clone()).unwrap();
+    assert!(vouched.is_unchecked() && !module.is_unchecked());
+    let container = vouched.to_unchecked_bytes();
     let error = device
-        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", raw))
+        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", container.clone()))
         .unwrap_err();
-    assert!(error.message().contains("SpirvModule"), "{error}");
+    assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+    assert!(error.message().contains("bytes_unchecked"), "{error}");
+    // SAFETY: as above: naga's words with their true metadata.
+    let spec = unsafe { halcyon::ExecutableSpec::bytes_unchecked("spirv", container) };
+    let loaded = device.load_executable(&spec).unwrap();
+    assert_eq!(loaded.entry_points(), standard.as_slice());
 }
 
 fn cpu_seconds() -> f64 {
@@ -452,13 +485,14 @@ fn kernels_fail_dispatches_through_the_status_word() {
         return;
     };
     block_on(async {
+        let module = SpirvModule::from_wgsl(CHECK_WGSL)?;
         let entry = EntryPoint {
             name: "check".into(),
             workgroup_size: [1, 1, 1],
             binding_count: 1,
             constant_count: 0,
         };
-        let module = SpirvModule::new(common::spirv(CHECK_WGSL)?, vec![entry]);
+        assert_eq!(module.entry_points(), [entry]);
         let executable = device.load_executable(&module.spec())?;
         let queue = device.queue(0)?;
         let flag = device.allocator().allocate(16, BufferParams::DEVICE)?;

@@ -1,24 +1,27 @@
-//! The conformance suite's standard kernels as WGSL, compiled to SPIR-V with naga at test time.
+//! The conformance suite's standard kernels as WGSL, checked, reflected and compiled by naga
+//! through `SpirvModule::from_wgsl`.
 
 #![allow(dead_code)]
 
-use halcyon::{Device, Error, Executable, Result, StatusCode};
-use halcyon_conformance::kernels;
+use halcyon::{Device, Executable, Result, StatusCode};
 use halcyon_vulkan::SpirvModule;
 
-/// `add_one_u32` and `saxpy_f32` share the two storage bindings (both `u32` arrays; saxpy
-/// bit-casts) and one push-constant block; `fail` sets the status word (set 1, binding 0),
-/// which fails its dispatch.
+/// `add_one_u32` and `saxpy_f32` use the two storage bindings (both `u32` arrays; saxpy
+/// bit-casts), each with its own push-constant block (an entry point's constants are the
+/// block it uses: one and two `u32`s); `fail` sets the status word (set 1, binding 0), which
+/// fails its dispatch.
 pub const STANDARD_WGSL: &str = r#"
-struct Constants { c0: u32, c1: u32 }
-var<push_constant> constants: Constants;
+struct AddOne { n: u32 }
+var<push_constant> add_one: AddOne;
+struct Saxpy { a: u32, n: u32 }
+var<push_constant> saxpy: Saxpy;
 @group(0) @binding(0) var<storage, read_write> b0: array<u32>;
 @group(0) @binding(1) var<storage, read_write> b1: array<u32>;
 
 @compute @workgroup_size(64, 1, 1)
 fn add_one_u32(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = id.x;
-    if (i < constants.c0 && i < arrayLength(&b0)) {
+    if (i < add_one.n && i < arrayLength(&b0)) {
         b0[i] = b0[i] + 1u;
     }
 }
@@ -26,8 +29,8 @@ fn add_one_u32(@builtin(global_invocation_id) id: vec3<u32>) {
 @compute @workgroup_size(64, 1, 1)
 fn saxpy_f32(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = id.x;
-    let a = bitcast<f32>(constants.c0);
-    if (i < constants.c1 && i < arrayLength(&b0) && i < arrayLength(&b1)) {
+    let a = bitcast<f32>(saxpy.a);
+    if (i < saxpy.n && i < arrayLength(&b0) && i < arrayLength(&b1)) {
         b1[i] = bitcast<u32>(a * bitcast<f32>(b0[i]) + bitcast<f32>(b1[i]));
     }
 }
@@ -40,31 +43,23 @@ fn fail() {
 }
 "#;
 
-/// Compiles WGSL to SPIR-V words with naga.
-pub fn spirv(wgsl: &str) -> Result<Vec<u32>> {
-    let bad = |what: String| Error::new(StatusCode::InvalidArgument, what);
-    let module = naga::front::wgsl::parse_str(wgsl)
-        .map_err(|e| bad(format!("WGSL: {}", e.emit_to_string(wgsl))))?;
+/// Compiles WGSL to SPIR-V words with naga (no halcyon involved; for tests that need raw
+/// words, such as the unchecked path and corrupted modules).
+pub fn spirv(wgsl: &str) -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(wgsl).expect("WGSL parses");
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
         naga::valid::Capabilities::PUSH_CONSTANT,
     )
     .validate(&module)
-    .map_err(|e| bad(format!("naga validation: {e:?}")))?;
+    .expect("WGSL validates");
     naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
-        .map_err(|e| bad(format!("naga SPIR-V output: {e}")))
+        .expect("naga writes SPIR-V")
 }
 
-/// The standard kernels as a `spirv` module.
+/// The standard kernels as a `spirv` module, reflected by naga.
 pub fn standard_module() -> Result<SpirvModule> {
-    Ok(SpirvModule::new(
-        spirv(STANDARD_WGSL)?,
-        vec![
-            kernels::add_one_u32(),
-            kernels::saxpy_f32(),
-            kernels::fail(),
-        ],
-    ))
+    SpirvModule::from_wgsl(STANDARD_WGSL)
 }
 
 /// The conformance [`halcyon_conformance::Kernels`] provider for Vulkan.
