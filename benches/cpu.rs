@@ -93,16 +93,10 @@ fn kernels() -> RustKernels {
     }
     fn add_kernel(ctx: &halcyon_cpu::WorkgroupContext<'_>) -> Result<(), String> {
         let r = range(ctx);
-        // SAFETY: workgroups write disjoint ranges of c and only read a and b, which are other
-        // buffers.
-        let (a, b, c) = unsafe {
-            (
-                ctx.binding::<f32>(0),
-                ctx.binding::<f32>(1),
-                ctx.binding_mut::<f32>(2),
-            )
-        };
-        add(&a[r.clone()], &b[r.clone()], &mut c[r]);
+        let size = ctx.workgroup_size()[0] as usize;
+        let (a, b) = (ctx.binding::<f32>(0)?, ctx.binding::<f32>(1)?);
+        let c = ctx.chunk_mut::<f32>(2, size)?;
+        add(&a[r.clone()], &b[r.clone()], &mut c[..r.len()]);
         Ok(())
     }
     let add_entry = |name: &str, size: u32| EntryPoint {
@@ -122,17 +116,19 @@ fn kernels() -> RustKernels {
             },
             |ctx| {
                 let r = range(ctx);
-                // SAFETY: workgroups write disjoint ranges of d and only read a, b and c,
-                // which are other buffers.
-                let (a, b, c, d) = unsafe {
-                    (
-                        ctx.binding::<f32>(0),
-                        ctx.binding::<f32>(1),
-                        ctx.binding::<f32>(2),
-                        ctx.binding_mut::<f32>(3),
-                    )
-                };
-                fma(&a[r.clone()], &b[r.clone()], &c[r.clone()], &mut d[r]);
+                let size = ctx.workgroup_size()[0] as usize;
+                let (a, b, c) = (
+                    ctx.binding::<f32>(0)?,
+                    ctx.binding::<f32>(1)?,
+                    ctx.binding::<f32>(2)?,
+                );
+                let d = ctx.chunk_mut::<f32>(3, size)?;
+                fma(
+                    &a[r.clone()],
+                    &b[r.clone()],
+                    &c[r.clone()],
+                    &mut d[..r.len()],
+                );
                 Ok(())
             },
         )

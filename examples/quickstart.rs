@@ -30,12 +30,14 @@ async fn main() -> halcyon::Result<()> {
         |ctx| {
             let a = f32::from_bits(ctx.constants()[0]);
             let n = ctx.constants()[1] as usize;
-            let start = (ctx.workgroup_id()[0] * WORKGROUP) as usize;
-            let end = (start + WORKGROUP as usize).min(n);
-            // SAFETY: workgroups write disjoint ranges of y and only read x.
-            let (x, y) = unsafe { (ctx.binding::<f32>(0), ctx.binding_mut::<f32>(1)) };
-            for i in start..end {
-                y[i] += a * x[i];
+            let start = (ctx.workgroup_index() as usize * WORKGROUP as usize).min(n);
+            // x is only read; each workgroup writes its own chunk of y, y[start..start + 256]:
+            // no `unsafe`, and the views make sure no two workgroups alias.
+            let x = ctx.binding::<f32>(0)?;
+            let y = ctx.chunk_mut::<f32>(1, WORKGROUP as usize)?;
+            let end = (start + y.len()).min(n);
+            for (yi, xi) in y.iter_mut().zip(&x[start..end]) {
+                *yi += a * xi;
             }
             Ok(())
         },

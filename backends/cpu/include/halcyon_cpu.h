@@ -2,10 +2,11 @@
  * halcyon_cpu.h - the C ABI of halcyon's CPU device ("cpu-c-abi-v1" executables).
  *
  * A CPU executable in the "cpu-c-abi-v1" format is a shared library (an ELF .so on Linux) whose
- * bytes are handed to the CPU device (see `halcyon_cpu::c_library_spec`). The library exports
- * exactly one symbol, `halcyon_cpu_library_query`, which returns a table of entry points: for each
- * one its name, a kernel function, its workgroup size and the number of buffer bindings and
- * 32-bit constants a dispatch of it takes.
+ * bytes are handed to the CPU device (see the unsafe `halcyon_cpu::c_library_spec`, whose caller
+ * vouches that the library is built against this header, unmodified and sound to run). The
+ * library exports exactly one symbol, `halcyon_cpu_library_query`, which returns a table of
+ * entry points: for each one its name, a kernel function, its workgroup size and the number of
+ * buffer bindings and 32-bit constants a dispatch of it takes.
  *
  * A dispatch of an entry point with workgroup count [X, Y, Z] calls the kernel once for every
  * workgroup id in [0, X) x [0, Y) x [0, Z). The kernel itself loops over the invocations of its

@@ -7,8 +7,12 @@
 //! table and validates and copies that table. Each kernel holds the library, so the code stays
 //! mapped while any kernel (or the executable) lives.
 //!
-//! Loading a library runs its code (initialisers and the query function) in this process: only
-//! load libraries you trust.
+//! Loading a library runs its code (initialisers and the query function) in this process, and
+//! the dynamic loader trusts the image's structure: a truncated or corrupted library can crash
+//! the process (a valid library cut to a few kilobytes dies with `SIGBUS` in `dlopen`) or run
+//! arbitrary code. So the format loads only from an unchecked spec ([`c_library_spec`] or
+//! [`ExecutableSpec::bytes_unchecked`], both `unsafe`); a checked [`ExecutableSpec::bytes`] spec
+//! is refused. Cheap checks for honest mistakes (an empty file, a file that is not ELF) remain.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::OpenOptions;
@@ -74,15 +78,38 @@ type QueryFn = unsafe extern "C" fn(max_abi_version: u32) -> *const LibraryV1;
 /// A spec for the shared library at `path`, in the [`FORMAT_C_ABI`] format.
 ///
 /// The file is read now; the spec holds its bytes, so the device's executable cache recognises
-/// the same library however it was reached. The library itself is checked when a device loads
-/// the spec.
+/// the same library however it was reached. The library's entry-point table is checked when a
+/// device loads the spec; the library itself is handed to the dynamic loader, which trusts it.
+///
+/// ```no_run
+/// # fn main() -> halcyon::Result<()> {
+/// let device = halcyon_cpu::default_device()?;
+/// // SAFETY: kernels.so is built from our own sources against halcyon_cpu.h by the system C
+/// // compiler, is not modified afterwards, and its initialisers and kernels are sound.
+/// let spec = unsafe { halcyon_cpu::c_library_spec("target/kernels.so")? };
+/// let executable = device.load_executable(&spec)?;
+/// # let _ = executable;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Safety
+///
+/// Loading the spec `dlopen`s the file's bytes, which runs the library's initialisers and
+/// later its kernels in this process, and the dynamic loader does not validate the image. The
+/// file must be a shared library for this machine built against `include/halcyon_cpu.h`
+/// (exporting `halcyon_cpu_library_query` as the header describes), unmodified since it was
+/// linked (not truncated or corrupted), whose initialisers and query function are sound to run
+/// and whose kernels are sound to run on any bindings and constants a dispatch of its entry
+/// points may pass (the counts it declares are checked; the contents and lengths are the
+/// kernel's to check), as with `libloading::Library::new`.
 ///
 /// # Errors
 ///
 /// When the file cannot be read, an error whose code follows the I/O error (`NotFound`,
 /// `PermissionDenied`, `InvalidArgument` for a directory...) and whose message names the path;
-/// `InvalidArgument` when the file is empty.
-pub fn c_library_spec(path: impl AsRef<Path>) -> Result<ExecutableSpec> {
+/// `InvalidArgument` when the file is empty or (on ELF platforms) not an ELF file.
+pub unsafe fn c_library_spec(path: impl AsRef<Path>) -> Result<ExecutableSpec> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|err| {
         Error::with_source(
@@ -94,27 +121,55 @@ pub fn c_library_spec(path: impl AsRef<Path>) -> Result<ExecutableSpec> {
             err,
         )
     })?;
-    if bytes.is_empty() {
-        return Err(Error::new(
+    check_image(&bytes).map_err(|problem| {
+        Error::new(
             StatusCode::InvalidArgument,
-            format!(
-                "the {FORMAT_C_ABI} library '{}' is empty; expected a shared library",
-                path.display()
-            ),
-        ));
+            format!("the {FORMAT_C_ABI} library '{}' {problem}", path.display()),
+        )
+    })?;
+    // SAFETY: the caller vouches for the library (this function's contract is the one
+    // `bytes_unchecked` asks for a CPU C-ABI library).
+    Ok(unsafe { ExecutableSpec::bytes_unchecked(FORMAT_C_ABI, bytes) })
+}
+
+/// The cheap checks that catch honest mistakes before the loader sees an image: not empty, and
+/// on ELF platforms an ELF header. They cannot tell a sound library from a damaged one.
+fn check_image(image: &[u8]) -> std::result::Result<(), String> {
+    if image.is_empty() {
+        return Err("is empty; expected a shared library".into());
     }
-    Ok(ExecutableSpec::bytes(FORMAT_C_ABI, bytes))
+    if cfg!(all(unix, not(target_vendor = "apple"))) {
+        // The smallest ELF header (32-bit) is 52 bytes.
+        if !image.starts_with(b"\x7fELF") {
+            return Err(format!(
+                "is not an ELF shared library ({} bytes not starting with \\x7fELF)",
+                image.len()
+            ));
+        }
+        if image.len() < 52 {
+            return Err(format!(
+                "is {} bytes, shorter than an ELF header: not a whole shared library",
+                image.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Loads a [`FORMAT_C_ABI`] executable from a shared library image.
-pub(crate) fn load(image: &[u8]) -> Result<CpuExecutable> {
-    if image.is_empty() {
-        return Err(Error::new(
+///
+/// # Safety
+/// `image` must be a library as [`c_library_spec`] requires: built against `halcyon_cpu.h`,
+/// unmodified, with sound initialisers and kernels.
+pub(crate) unsafe fn load(image: &[u8]) -> Result<CpuExecutable> {
+    check_image(image).map_err(|problem| {
+        Error::new(
             StatusCode::InvalidArgument,
-            format!("the {FORMAT_C_ABI} executable is empty; expected a shared library image"),
-        ));
-    }
-    let library = Arc::new(open_image(image)?);
+            format!("the {FORMAT_C_ABI} executable image {problem}"),
+        )
+    })?;
+    // SAFETY: the caller vouches for the image (this function's contract).
+    let library = Arc::new(unsafe { open_image(image) }?);
 
     // SAFETY: `QueryFn` is the type `halcyon_cpu.h` gives `halcyon_cpu_library_query`; a library
     // implementing the header exports it with that type. The symbol is used only while `library`
@@ -399,7 +454,10 @@ impl Drop for TempImage {
 }
 
 /// Writes `image` to a fresh file in the temporary directory and loads it.
-fn open_image(image: &[u8]) -> Result<Library> {
+///
+/// # Safety
+/// As [`load`]: `image` is a sound, unmodified library.
+unsafe fn open_image(image: &[u8]) -> Result<Library> {
     let dir = std::env::temp_dir();
     let mut attempt = 0;
     let (mut file, temp) = loop {
@@ -448,7 +506,8 @@ fn open_image(image: &[u8]) -> Result<Library> {
     }
     drop(file);
 
-    match open_library(&temp.0) {
+    // SAFETY: the file holds exactly `image`, which the caller vouches for.
+    match unsafe { open_library(&temp.0) } {
         Ok(library) => Ok(library),
         Err(err) => {
             let hint = if !cfg!(all(unix, not(target_vendor = "apple"))) {
@@ -471,19 +530,27 @@ fn open_image(image: &[u8]) -> Result<Library> {
     // `temp` drops here and removes the file; the loaded mapping stays valid.
 }
 
+/// `dlopen`s the library at `path`.
+///
+/// # Safety
+/// As [`load`]: the file is a sound, unmodified library.
 #[cfg(unix)]
-fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
+unsafe fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
     use libloading::os::unix::{Library as UnixLibrary, RTLD_LOCAL, RTLD_NOW};
     // RTLD_NOW: resolve every symbol now, so a library with an undefined symbol fails to load
     // instead of failing in the middle of a dispatch. RTLD_LOCAL: its symbols stay private.
-    // SAFETY: loading runs the library's initialisers; loading a library is trusting its code,
-    // which is the contract of this executable format (see the module documentation).
+    // SAFETY: loading runs the library's initialisers and trusts its structure; the caller
+    // vouches for both (this function's contract, from `c_library_spec`).
     unsafe { UnixLibrary::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Library::from)
 }
 
+/// `LoadLibrary`s the library at `path`.
+///
+/// # Safety
+/// As [`load`]: the file is a sound, unmodified library.
 #[cfg(not(unix))]
-fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
-    // SAFETY: as above: loading runs the library's initialisers, which this format trusts.
+unsafe fn open_library(path: &Path) -> std::result::Result<Library, libloading::Error> {
+    // SAFETY: as above: the caller vouches for the library.
     unsafe { Library::new(path) }
 }
 
@@ -510,7 +577,8 @@ fn io_status(err: &std::io::Error) -> StatusCode {
     }
 }
 
-#[cfg(test)]
+// Not under Miri: these tests run the C compiler and `dlopen`, foreign code Miri cannot run.
+#[cfg(all(test, not(miri)))]
 mod tests {
     use std::process::Command;
 
@@ -592,6 +660,16 @@ mod tests {
         compile("saxpy", &source, &[])
     }
 
+    /// The loader, for the tests' own libraries.
+    fn load(image: &[u8]) -> Result<CpuExecutable> {
+        // SAFETY: every image the tests load is compiled by `cc` from this module's sources
+        // (or saxpy.c) against halcyon_cpu.h and not modified, or is rejected by the cheap
+        // checks before reaching the loader (`bytes_that_are_not_a_library_are_invalid_argument`:
+        // empty, not ELF, or only an ELF header, which the loader refuses without mapping
+        // anything).
+        unsafe { super::load(image) }
+    }
+
     fn load_err(image: &[u8]) -> halcyon::Error {
         match load(image) {
             Ok(executable) => panic!(
@@ -608,13 +686,13 @@ mod tests {
         constants: &[u32],
         bindings: &mut [&mut [u8]],
     ) -> DispatchState {
-        DispatchState {
+        DispatchState::new(
             workgroup_count,
             workgroup_size,
-            constants: constants.into(),
-            binding_ptrs: bindings.iter_mut().map(|b| b.as_mut_ptr()).collect(),
-            binding_lengths: bindings.iter().map(|b| b.len() as u64).collect(),
-        }
+            constants.into(),
+            bindings.iter_mut().map(|b| b.as_mut_ptr()).collect(),
+            bindings.iter().map(|b| b.len() as u64).collect(),
+        )
     }
 
     #[test]
@@ -907,8 +985,14 @@ HALCYON_CPU_EXPORT uint64_t halcyon_test_layout(int i) {
 
         let err = load_err(b"this is not a shared library");
         assert_eq!(err.code(), StatusCode::InvalidArgument);
-        assert!(err.message().contains("cannot load"), "{err}");
         assert!(err.message().contains("not an ELF"), "{err}");
+
+        let err = load_err(b"\x7fELF and too short");
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(
+            err.message().contains("shorter than an ELF header"),
+            "{err}"
+        );
 
         // An ELF header and nothing else: the loader's own message.
         let Some(image) = saxpy_image() else { return };
@@ -1089,26 +1173,36 @@ HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint3
     fn c_library_spec_reads_the_file_and_maps_io_errors() {
         let dir = TestDir::new();
         let missing = dir.0.join("missing.so");
-        let err = c_library_spec(&missing).unwrap_err();
+        // SAFETY (for every `c_library_spec` below): the spec is never loaded.
+        let err = unsafe { c_library_spec(&missing) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::NotFound);
         assert!(err.message().contains(&*missing.to_string_lossy()), "{err}");
 
-        let err = c_library_spec(&dir.0).unwrap_err();
+        let err = unsafe { c_library_spec(&dir.0) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
         assert!(err.message().contains(&*dir.0.to_string_lossy()), "{err}");
 
         let empty = dir.0.join("empty.so");
         std::fs::write(&empty, b"").unwrap();
-        let err = c_library_spec(&empty).unwrap_err();
+        let err = unsafe { c_library_spec(&empty) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument);
         assert!(err.message().contains("empty"), "{err}");
 
+        let text = dir.0.join("text.so");
+        std::fs::write(&text, b"#!/bin/sh\necho not a library\n").unwrap();
+        let err = unsafe { c_library_spec(&text) }.unwrap_err();
+        assert_eq!(err.code(), StatusCode::InvalidArgument);
+        assert!(err.message().contains("not an ELF"), "{err}");
+
         let file = dir.0.join("lib.so");
-        std::fs::write(&file, b"\x7fELF and more").unwrap();
-        let spec = c_library_spec(&file).expect("spec");
+        let mut image = b"\x7fELF".to_vec();
+        image.resize(64, 0);
+        std::fs::write(&file, &image).unwrap();
+        let spec = unsafe { c_library_spec(&file) }.expect("spec");
         assert_eq!(spec.format, FORMAT_C_ABI);
+        assert!(spec.is_unchecked());
         match &spec.source {
-            ExecutableSource::Bytes(bytes) => assert_eq!(&bytes[..], b"\x7fELF and more"),
+            ExecutableSource::Bytes(bytes) => assert_eq!(&bytes[..], &image[..]),
             other => panic!("expected bytes, got {other:?}"),
         }
     }

@@ -20,18 +20,36 @@ use halcyon::{
     Result, StatusCode,
 };
 
+use crate::executor::Inflight;
 use crate::memory::{HostMemory, ALIGNMENT};
 use crate::pool::Pool;
 use crate::{c_abi, executor, rust_kernel, CpuDeviceOptions, ExecutionMode};
 
 pub(crate) struct CpuDevice {
-    // Dropped first: its shutdown fails the actions still pending (dropping the work they hold)
-    // before the pool drains what was already issued and joins its workers.
-    _reactor: Reactor,
+    /// The reactor and a pool handle, handed to `inflight` on drop (see [`Inflight`]).
+    teardown: Option<Teardown>,
+    inflight: Arc<Inflight>,
     info: DeviceInfo,
     queues: Vec<ActionQueue>,
     pool: Option<Arc<Pool>>,
     concurrency: usize,
+}
+
+/// What the device leaves to its last issued work to drop, in field order: the reactor first
+/// (its shutdown fails the actions still pending, dropping the work and pool handles they
+/// hold), then a pool handle, so the pool is never dropped (and its workers joined) from the
+/// reactor thread while a worker waits for that thread to end.
+struct Teardown {
+    _reactor: Reactor,
+    _pool: Option<Arc<Pool>>,
+}
+
+impl Drop for CpuDevice {
+    fn drop(&mut self) {
+        if let Some(teardown) = self.teardown.take() {
+            self.inflight.retire(Box::new(teardown));
+        }
+    }
 }
 
 impl CpuDevice {
@@ -60,7 +78,11 @@ impl CpuDevice {
             ExecutionMode::Pool { .. } => format!("{concurrency} workers"),
         };
         Ok(CpuDevice {
-            _reactor: reactor,
+            teardown: Some(Teardown {
+                _reactor: reactor,
+                _pool: pool.clone(),
+            }),
+            inflight: Arc::default(),
             info: DeviceInfo {
                 id: format!("cpu://{index}"),
                 name: format!("host CPU ({mode})"),
@@ -108,7 +130,26 @@ impl DeviceBackend for CpuDevice {
             (rust_kernel::FORMAT_RUST, ExecutableSource::Native(object)) => {
                 rust_kernel::load(&**object)?
             }
-            (c_abi::FORMAT_C_ABI, ExecutableSource::Bytes(image)) => c_abi::load(image)?,
+            (c_abi::FORMAT_C_ABI, ExecutableSource::Bytes(_)) if !spec.is_unchecked() => {
+                return Err(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "a '{}' executable is a shared library the dynamic loader runs \
+                         unchecked, so it loads only from an unchecked spec: make it with \
+                         `unsafe {{ halcyon_cpu::c_library_spec(path) }}` (or \
+                         `unsafe {{ ExecutableSpec::bytes_unchecked(\"{}\", bytes) }}`), \
+                         vouching for the library, not with ExecutableSpec::bytes",
+                        c_abi::FORMAT_C_ABI,
+                        c_abi::FORMAT_C_ABI
+                    ),
+                ))
+            }
+            (c_abi::FORMAT_C_ABI, ExecutableSource::Bytes(image)) => {
+                // SAFETY: the spec is unchecked: whoever made it with `c_library_spec` or
+                // `ExecutableSpec::bytes_unchecked` vouched for the library, under the contract
+                // `load` states.
+                unsafe { c_abi::load(image)? }
+            }
             (format, _) => {
                 return Err(Error::new(
                     StatusCode::InvalidArgument,
@@ -117,7 +158,7 @@ impl DeviceBackend for CpuDevice {
                         if format == rust_kernel::FORMAT_RUST {
                             "a RustKernels object (RustKernels::spec())"
                         } else {
-                            "the shared library's bytes (c_library_spec(path))"
+                            "the shared library's bytes (unsafe c_library_spec(path))"
                         }
                     ),
                 ))
@@ -135,11 +176,12 @@ impl DeviceBackend for CpuDevice {
             return;
         };
         let pool = self.pool.clone();
+        let inflight = self.inflight.clone();
         actions.submit(
             wait,
             signal,
             Box::new(move |signal: &Fence| {
-                executor::start(work, signal.clone(), pool);
+                executor::start(work, signal.clone(), pool, inflight.begin());
                 Ok(())
             }),
         );

@@ -26,6 +26,71 @@ pub(crate) struct Run {
     commands: Arc<[Command]>,
     signal: Fence,
     pool: Option<Arc<Pool>>,
+    /// Released right after the signal fence is signalled or failed.
+    issued: Mutex<Option<Issued>>,
+}
+
+/// Counts the work a device issued that has not reported its outcome yet, and keeps the
+/// device's teardown (its reactor, whose shutdown aborts the actions still pending) until none
+/// is left.
+///
+/// Why: an action pending on the reactor may wait for running work (a later operation on the
+/// same timeline). Shutting the reactor down fails that action's signal with `Aborted`, and a
+/// semaphore's failure covers its earlier values too, so the running work's own signal would
+/// report `Aborted` although it completed. Holding the shutdown until issued work has signalled
+/// lets issued work report its own outcome; only actions never issued are aborted. The device
+/// handle's drop never blocks on it (it may run on a worker, inside the very work it would wait
+/// for: a `host_call` holding the last handle).
+#[derive(Default)]
+pub(crate) struct Inflight {
+    state: Mutex<InflightState>,
+}
+
+#[derive(Default)]
+struct InflightState {
+    running: usize,
+    teardown: Option<Box<dyn Send>>,
+}
+
+impl Inflight {
+    /// Counts one piece of issued work until the returned token drops.
+    pub(crate) fn begin(self: &Arc<Self>) -> Issued {
+        self.lock().running += 1;
+        Issued(self.clone())
+    }
+
+    /// Drops `teardown` now if no issued work is running, else when the last of it ends.
+    pub(crate) fn retire(&self, teardown: Box<dyn Send>) {
+        let mut state = self.lock();
+        if state.running == 0 {
+            drop(state);
+            drop(teardown);
+        } else {
+            state.teardown = Some(teardown);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InflightState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One piece of issued work, counted in [`Inflight`] until dropped.
+pub(crate) struct Issued(Arc<Inflight>);
+
+impl Drop for Issued {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.running -= 1;
+        let teardown = if state.running == 0 {
+            state.teardown.take()
+        } else {
+            None
+        };
+        drop(state);
+        // Outside the lock: the reactor's shutdown may issue actions, which count themselves.
+        drop(teardown);
+    }
 }
 
 /// A buffer range resolved to host memory, keeping the memory alive.
@@ -61,24 +126,29 @@ fn host(range: &BufferRef) -> Result<Host> {
     })
 }
 
-/// Starts executing `work`, then signals `signal` (or fails it).
-pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>) {
+/// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
+pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: Issued) {
     match work {
         Work::Commands(commands) => Arc::new(Run {
             commands,
             signal,
             pool,
+            issued: Mutex::new(Some(issued)),
         })
         .resume(0),
-        Work::Read { source, sink } => finish(&signal, read(&source, &sink)),
+        Work::Read { source, sink } => {
+            finish(&signal, read(&source, &sink));
+            drop(issued);
+        }
         Work::HostCall(call) => match pool {
             Some(pool) => pool.push(Job::new(Box::new(HostCall {
-                call: Mutex::new(Some(call)),
+                call: Mutex::new(Some((call, issued))),
                 signal,
             }))),
             None => {
                 let result = catch(call);
-                finish(&signal, result)
+                finish(&signal, result);
+                drop(issued);
             }
         },
     }
@@ -117,10 +187,17 @@ impl Run {
             match self.step(command, index) {
                 Ok(true) => {}
                 Ok(false) => return, // handed to the pool
-                Err(error) => return finish(&self.signal, Err(error)),
+                Err(error) => return self.end(Err(error)),
             }
         }
-        finish(&self.signal, Ok(()));
+        self.end(Ok(()));
+    }
+
+    /// Reports the run's outcome, then stops counting it as issued work.
+    fn end(&self, result: Result<()>) {
+        finish(&self.signal, result);
+        let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(issued);
     }
 
     /// Runs one command here (`Ok(true)`) or hands it to the pool (`Ok(false)`).
@@ -213,13 +290,13 @@ impl Run {
             .iter()
             .map(host)
             .collect::<Result<Vec<_>>>()?;
-        let state = DispatchState {
-            workgroup_count: dispatch.workgroups,
-            workgroup_size: entry.workgroup_size,
-            constants: dispatch.constants.clone(),
-            binding_ptrs: hosts.iter().map(|h| h.ptr.as_ptr()).collect(),
-            binding_lengths: hosts.iter().map(|h| h.len as u64).collect(),
-        };
+        let state = DispatchState::new(
+            dispatch.workgroups,
+            entry.workgroup_size,
+            dispatch.constants.clone(),
+            hosts.iter().map(|h| h.ptr.as_ptr()).collect(),
+            hosts.iter().map(|h| h.len as u64).collect(),
+        );
         let workers = self.pool.as_ref().map_or(1, |p| p.workers()) as u64;
         // A few tiles per worker balances uneven workgroups without many claims.
         let per_tile = total.div_ceil(workers * 4).max(1);
@@ -243,14 +320,14 @@ impl Run {
                 Ok(false)
             }
             None => {
-                for i in 0..tiles.count() {
-                    tiles.run(i).map_err(|m| {
-                        Error::new(
-                            StatusCode::Internal,
-                            format!("dispatch of '{}' failed: {m}", entry.name),
-                        )
-                    })?;
-                }
+                let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
+                tiles.finished();
+                outcome.map_err(|m| {
+                    Error::new(
+                        StatusCode::Internal,
+                        format!("dispatch of '{}' failed: {m}", entry.name),
+                    )
+                })?;
                 Ok(true)
             }
         }
@@ -273,6 +350,8 @@ fn chunk_range(index: u32, len: usize) -> Option<std::ops::Range<usize>> {
 trait Chunked: Send + Sync + 'static {
     fn count(&self) -> u32;
     fn run(&self, index: u32) -> std::result::Result<(), String>;
+    /// Called once every chunk has run (or failed), before anything after the work runs.
+    fn finished(&self) {}
 }
 
 /// A pool job that continues its run when its last tile is done.
@@ -291,15 +370,13 @@ impl Tiles for Continue {
         self.tiles.run(index)
     }
     fn done(&self, failure: Option<String>) {
+        self.tiles.finished();
         match failure {
             None => self.run.clone().resume(self.next),
-            Some(message) => finish(
-                &self.run.signal,
-                Err(Error::new(
-                    StatusCode::Internal,
-                    format!("{} failed: {message}", self.what),
-                )),
-            ),
+            Some(message) => self.run.end(Err(Error::new(
+                StatusCode::Internal,
+                format!("{} failed: {message}", self.what),
+            ))),
         }
     }
 }
@@ -308,7 +385,7 @@ impl Tiles for Continue {
 type Call = Box<dyn FnOnce() -> Result<()> + Send>;
 
 struct HostCall {
-    call: Mutex<Option<Call>>,
+    call: Mutex<Option<(Call, Issued)>>,
     signal: Fence,
 }
 
@@ -321,8 +398,11 @@ impl Tiles for HostCall {
     }
     fn done(&self, _failure: Option<String>) {
         let call = self.call.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(call) = call {
+        if let Some((call, issued)) = call {
+            // The call may drop the last handle of its device: the device's teardown then
+            // waits for `issued`, released only once the call's outcome is reported.
             finish(&self.signal, catch(call));
+            drop(issued);
         }
     }
 }
@@ -360,6 +440,12 @@ impl Chunked for Workgroups {
             })?;
         }
         Ok(())
+    }
+
+    fn finished(&self) {
+        // The next dispatch may use this one's memory differently: unregister now, not when
+        // the job is dropped, which may be later.
+        self.state.access.release();
     }
 }
 

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use halcyon::EntryPoint;
 
+use crate::access::Access;
+
 /// What one dispatch hands every workgroup: prepared once per dispatch, shared by all workers.
 pub struct DispatchState {
     /// Workgroup count in x, y, z.
@@ -16,11 +18,34 @@ pub struct DispatchState {
     pub binding_ptrs: Vec<*mut u8>,
     /// Length of each binding in bytes.
     pub binding_lengths: Vec<u64>,
+    /// How Rust kernels access the bindings in this dispatch (see [`crate::access`]).
+    pub(crate) access: Access,
+}
+
+impl DispatchState {
+    /// The state of one dispatch over bindings at `binding_ptrs` of `binding_lengths` bytes.
+    pub(crate) fn new(
+        workgroup_count: [u32; 3],
+        workgroup_size: [u32; 3],
+        constants: Arc<[u32]>,
+        binding_ptrs: Vec<*mut u8>,
+        binding_lengths: Vec<u64>,
+    ) -> DispatchState {
+        let access = Access::new(&binding_ptrs, &binding_lengths);
+        DispatchState {
+            workgroup_count,
+            workgroup_size,
+            constants,
+            binding_ptrs,
+            binding_lengths,
+            access,
+        }
+    }
 }
 
 // SAFETY: the pointers refer to buffer memory the dispatch keeps alive (its `Work` holds the
 // buffers) for as long as any workgroup runs; concurrent access is the kernel's contract, as on
-// any device.
+// any device (and, for Rust kernels, checked by `access`).
 unsafe impl Send for DispatchState {}
 // SAFETY: as above; `DispatchState` itself is never mutated while shared.
 unsafe impl Sync for DispatchState {}

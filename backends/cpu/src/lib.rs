@@ -4,7 +4,15 @@
 //! worker threads that claim workgroup tiles atomically ([`ExecutionMode::Pool`]), or on the
 //! thread that issues it ([`ExecutionMode::Inline`], lowest latency for tiny work). Kernels are
 //! Rust closures ([`RustKernels`]) or C functions in a shared library loaded through a versioned
-//! C ABI ([`c_library_spec`], header `include/halcyon_cpu.h`).
+//! C ABI (the `unsafe` [`c_library_spec`], header `include/halcyon_cpu.h`: loading a library
+//! runs its code, so its caller vouches for it).
+//!
+//! Rust kernels need no `unsafe`: a workgroup reads bindings through shared views
+//! ([`WorkgroupContext::binding`]), writes its own chunk of a binding
+//! ([`WorkgroupContext::chunk_mut`]) or scatters writes through atomics
+//! ([`WorkgroupContext::atomics`]); the device checks that concurrent workgroups (and
+//! dispatches) never get aliasing views. [`WorkgroupContext::raw_binding`] is the `unsafe`
+//! escape hatch for other patterns.
 //!
 //! ```
 //! use halcyon::{BufferParams, EntryPoint};
@@ -17,10 +25,8 @@
 //!     let kernels = RustKernels::new().entry(
 //!         EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 0 },
 //!         |ctx| {
-//!             // SAFETY: each workgroup touches only its own 64 elements.
-//!             let data = unsafe { ctx.binding_mut::<u32>(0) };
-//!             let start = ctx.workgroup_id()[0] as usize * 64;
-//!             for x in data.iter_mut().skip(start).take(64) {
+//!             // Each workgroup gets its own 64 elements: no `unsafe`, no data race.
+//!             for x in ctx.chunk_mut::<u32>(0, 64)? {
 //!                 *x += 1;
 //!             }
 //!             Ok(())
@@ -39,6 +45,7 @@
 //! # }
 //! ```
 
+mod access;
 mod c_abi;
 mod device;
 mod executor;
@@ -52,7 +59,7 @@ use std::sync::Arc;
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
 pub use c_abi::{c_library_spec, FORMAT_C_ABI};
-pub use rust_kernel::{RustKernels, WorkgroupContext, FORMAT_RUST};
+pub use rust_kernel::{AtomicElement, RawBinding, RustKernels, WorkgroupContext, FORMAT_RUST};
 
 /// The driver id and URI scheme: `cpu`, `cpu://0`.
 pub const DRIVER_ID: &str = "cpu";

@@ -177,14 +177,21 @@ impl Drop for Pool {
 fn worker(shared: &Shared) {
     let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     loop {
+        // Job handles are dropped with the lock released: the last one drops the job's
+        // continuation, which may drop the last handle of this pool (whose drop takes the lock)
+        // or of its device.
         match state.jobs.front() {
             Some(job) if job.exhausted() => {
-                state.jobs.pop_front();
+                let finished = state.jobs.pop_front();
+                drop(state);
+                drop(finished);
+                state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             Some(job) => {
                 let job = job.clone();
                 drop(state);
                 job.work();
+                drop(job);
                 state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             None if state.shutdown => return,

@@ -1,5 +1,5 @@
 //! C-ABI kernels end to end: `tests/kernels/saxpy.c` is compiled with the system C compiler
-//! against `include/halcyon_cpu.h`, loaded with `c_library_spec`, and dispatched on CPU devices
+//! against `include/halcyon_cpu.h`, loaded with the unsafe `c_library_spec`, and dispatched on CPU devices
 //! in both execution modes. Skipped (with a message) when there is no `cc`.
 
 use std::path::{Path, PathBuf};
@@ -7,7 +7,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use halcyon::{BufferParams, Device, Executable, Fence, Queue, Result, Semaphore, Timepoints};
+use halcyon::{
+    BufferParams, Device, Executable, ExecutableSpec, Fence, Queue, Result, Semaphore, StatusCode,
+    Timepoints,
+};
 use halcyon_cpu::{CpuDeviceOptions, ExecutionMode};
 
 const HANG: Duration = Duration::from_secs(10);
@@ -53,7 +56,35 @@ fn devices() -> Result<Vec<Device>> {
 }
 
 fn load(device: &Device, library: &Path) -> Result<Executable> {
-    device.load_executable(&halcyon_cpu::c_library_spec(library)?)
+    // SAFETY: the library is tests/kernels/saxpy.c, compiled by `cc` against halcyon_cpu.h in
+    // `library()` and not modified; it has no initialisers and its kernels check their inputs.
+    let spec = unsafe { halcyon_cpu::c_library_spec(library)? };
+    device.load_executable(&spec)
+}
+
+/// A checked spec (`ExecutableSpec::bytes`) of the C-ABI format is refused before anything
+/// reaches the dynamic loader, with `InvalidArgument` naming the unsafe constructor to use;
+/// needs no C compiler (the bytes are never looked at) and runs under Miri.
+#[test]
+fn a_checked_c_abi_spec_is_refused() -> Result<()> {
+    for device in devices()? {
+        // A valid-looking library header, then garbage: if it reached dlopen it could crash.
+        let mut bytes = b"\x7fELF\x02\x01\x01".to_vec();
+        bytes.resize(4096, 0xa5);
+        let spec = ExecutableSpec::bytes(halcyon_cpu::FORMAT_C_ABI, bytes);
+        assert!(!spec.is_unchecked());
+        let error = device
+            .load_executable(&spec)
+            .expect_err("a checked C-ABI spec was loaded");
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+        assert!(
+            error
+                .message()
+                .contains("unsafe { halcyon_cpu::c_library_spec(path) }"),
+            "{error}"
+        );
+    }
+    Ok(())
 }
 
 fn floats_to_bytes(values: &[f32]) -> Vec<u8> {
@@ -81,6 +112,7 @@ async fn upload(queue: &Queue, values: &[f32]) -> Result<halcyon::Buffer> {
 /// The library's entry points carry the metadata saxpy.c declares, and `saxpy` computes
 /// `y = a * x + y` exactly on 1000 elements (values whose products and sums are exact), leaving
 /// `x` and the element past `n` alone, in pool and inline mode.
+#[cfg_attr(miri, ignore = "dlopen is foreign code Miri cannot run")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saxpy_through_the_c_abi() -> Result<()> {
     let Some(library) = library() else {
@@ -130,6 +162,7 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
 /// Dispatches that make the C kernel return non-zero fail their signal semaphore and their
 /// `Submission` with the same error, whose message carries the kernel's return code and the
 /// entry point's name: `fail` (returns 7), and `saxpy` with `n` past its bindings (returns 2).
+#[cfg_attr(miri, ignore = "dlopen is foreign code Miri cannot run")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_errors_fail_the_signal_fence() -> Result<()> {
     let Some(library) = library() else {

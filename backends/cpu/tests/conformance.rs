@@ -36,10 +36,13 @@ fn invocations(ctx: &WorkgroupContext<'_>, n: usize, len: usize) -> Result<Range
 
 fn add_one_u32(ctx: &WorkgroupContext<'_>) -> Result<(), String> {
     let n = ctx.constants()[0] as usize;
-    // SAFETY: each workgroup writes only its own 64 elements (`invocations`).
-    let x = unsafe { ctx.binding_mut::<u32>(0) };
-    for i in invocations(ctx, n, x.len())? {
-        x[i] = x[i].wrapping_add(1);
+    let size = ctx.workgroup_size()[0] as usize;
+    let len = ctx.binding_len(0) / 4;
+    let range = invocations(ctx, n, len)?;
+    // The dispatches are one-dimensional, so this workgroup's chunk of `size` elements starts
+    // at `range.start`.
+    for x in ctx.chunk_mut::<u32>(0, size)?.iter_mut().take(range.len()) {
+        *x = x.wrapping_add(1);
     }
     Ok(())
 }
@@ -47,10 +50,12 @@ fn add_one_u32(ctx: &WorkgroupContext<'_>) -> Result<(), String> {
 fn saxpy_f32(ctx: &WorkgroupContext<'_>) -> Result<(), String> {
     let a = f32::from_bits(ctx.constants()[0]);
     let n = ctx.constants()[1] as usize;
-    // SAFETY: x is only read; each workgroup writes only its own 64 elements of y.
-    let (x, y) = unsafe { (ctx.binding::<f32>(0), ctx.binding_mut::<f32>(1)) };
-    for i in invocations(ctx, n, x.len().min(y.len()))? {
-        y[i] += a * x[i];
+    let size = ctx.workgroup_size()[0] as usize;
+    let x = ctx.binding::<f32>(0)?;
+    let range = invocations(ctx, n, x.len().min(ctx.binding_len(1) / 4))?;
+    let y = ctx.chunk_mut::<f32>(1, size)?;
+    for (yi, xi) in y.iter_mut().zip(&x[range]) {
+        *yi += a * xi;
     }
     Ok(())
 }

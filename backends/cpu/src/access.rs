@@ -1,0 +1,285 @@
+//! How Rust kernels may access their bindings, decided per dispatch and checked so that the
+//! safe views of [`crate::WorkgroupContext`] never race.
+//!
+//! Every binding belongs to an *alias group*: the bindings of the dispatch whose byte ranges
+//! overlap, directly or through each other (usually a group of one). The first workgroup that
+//! asks for a view of a group fixes the group's [`Mode`] for the whole dispatch; a workgroup
+//! asking for a view of another mode gets an error (and its dispatch fails) instead of a view.
+//! So in one dispatch a group's memory is only read, only written in per-workgroup chunks of one
+//! size (a group of one binding only), only accessed atomically with one width, or only accessed
+//! through the unsafe raw view, whose contract covers the rest.
+//!
+//! Dispatches that the semaphores let run at the same time (two dispatches submitted without a
+//! wait between them, on one queue or two) are checked against each other too: fixing a group's
+//! mode registers its ranges in a process-wide table, and a mode that conflicts with another
+//! running dispatch's registration over overlapping bytes is refused the same way. A dispatch
+//! removes its registrations when its last workgroup is done, before anything after it runs.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What a dispatch does with an alias group's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Shared `&[T]` views only.
+    Read,
+    /// Each workgroup writes its own chunk of this many bytes (`&mut [T]`).
+    Chunk(u64),
+    /// Atomic views of this element width in bytes.
+    Atomic(u64),
+    /// The unsafe raw view: its caller answers for every access.
+    Raw,
+}
+
+impl Mode {
+    fn encode(self) -> u64 {
+        match self {
+            Mode::Read => 1,
+            Mode::Raw => 2,
+            Mode::Chunk(bytes) => 3 | (bytes << 3),
+            Mode::Atomic(width) => 4 | (width << 3),
+        }
+    }
+
+    fn decode(value: u64) -> Option<Mode> {
+        match value & 7 {
+            1 => Some(Mode::Read),
+            2 => Some(Mode::Raw),
+            3 => Some(Mode::Chunk(value >> 3)),
+            4 => Some(Mode::Atomic(value >> 3)),
+            _ => None,
+        }
+    }
+
+    /// Whether two dispatches may use overlapping memory at the same time in these modes.
+    fn coexists_with(self, other: Mode) -> bool {
+        matches!(
+            (self, other),
+            (Mode::Read, Mode::Read) | (Mode::Raw, Mode::Raw)
+        ) || matches!((self, other), (Mode::Atomic(a), Mode::Atomic(b)) if a == b)
+    }
+
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Mode::Read => "read through shared views (WorkgroupContext::binding)".into(),
+            Mode::Chunk(bytes) => format!(
+                "written in per-workgroup chunks of {bytes} bytes (WorkgroupContext::chunk_mut)"
+            ),
+            Mode::Atomic(width) => {
+                format!("accessed atomically {width} bytes at a time (WorkgroupContext::atomics)")
+            }
+            Mode::Raw => {
+                "accessed through the unsafe raw view (WorkgroupContext::raw_binding)".into()
+            }
+        }
+    }
+}
+
+/// A registration in the process-wide table: one running dispatch's use of a byte range.
+struct Claim {
+    dispatch: u64,
+    bytes: Range<usize>,
+    mode: Mode,
+    binding: usize,
+}
+
+/// Running dispatches' registered ranges. Touched once per alias group per dispatch (the first
+/// view of the group), never per element.
+static CLAIMS: Mutex<Vec<Claim>> = Mutex::new(Vec::new());
+
+static NEXT_DISPATCH: AtomicU64 = AtomicU64::new(1);
+
+/// One dispatch's access state.
+pub(crate) struct Access {
+    id: u64,
+    /// Each binding's byte range in host addresses.
+    ranges: Vec<Range<usize>>,
+    /// Each binding's alias group (the lowest binding index in it).
+    group: Vec<usize>,
+    /// Each group leader's encoded [`Mode`] (0 = not fixed yet); unused for other bindings.
+    modes: Vec<AtomicU64>,
+}
+
+impl Access {
+    pub(crate) fn new(ptrs: &[*mut u8], lengths: &[u64]) -> Access {
+        let ranges: Vec<Range<usize>> = ptrs
+            .iter()
+            .zip(lengths)
+            .map(|(&ptr, &len)| {
+                let start = ptr as usize;
+                start..start.saturating_add(len as usize)
+            })
+            .collect();
+        let mut group: Vec<usize> = (0..ranges.len()).collect();
+        for i in 0..ranges.len() {
+            for j in 0..i {
+                if overlap(&ranges[i], &ranges[j]) && group[i] != group[j] {
+                    let (keep, merge) = (group[i].min(group[j]), group[i].max(group[j]));
+                    for g in group.iter_mut().filter(|g| **g == merge) {
+                        *g = keep;
+                    }
+                }
+            }
+        }
+        Access {
+            id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
+            modes: (0..ranges.len()).map(|_| AtomicU64::new(0)).collect(),
+            ranges,
+            group,
+        }
+    }
+
+    /// The other bindings of `binding`'s alias group.
+    pub(crate) fn aliases(&self, binding: usize) -> Vec<usize> {
+        let leader = self.group[binding];
+        (0..self.group.len())
+            .filter(|&i| i != binding && self.group[i] == leader)
+            .collect()
+    }
+
+    /// Fixes (or checks) the mode of `binding`'s alias group for this dispatch. After `Ok`,
+    /// every access this dispatch makes to the group's memory is of mode `mode`, and no other
+    /// running dispatch accesses overlapping memory in a mode that conflicts with it.
+    pub(crate) fn claim(&self, binding: usize, mode: Mode) -> Result<(), String> {
+        let leader = self.group[binding];
+        let slot = &self.modes[leader];
+        // Acquire: pairs with the Release store below, so a workgroup that sees the mode also
+        // sees the registration made before it (and everything the first claimer did).
+        let current = slot.load(Ordering::Acquire);
+        if current == mode.encode() {
+            return Ok(());
+        }
+        if current == 0 {
+            let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+            // Re-read under the lock: the slow path of every workgroup of this dispatch runs
+            // under it, so the first one to get here fixes the mode.
+            let current = slot.load(Ordering::Acquire);
+            if current == 0 {
+                let members: Vec<usize> = (0..self.group.len())
+                    .filter(|&i| self.group[i] == leader)
+                    .collect();
+                for &member in &members {
+                    let range = &self.ranges[member];
+                    if let Some(other) = claims.iter().find(|c| {
+                        c.dispatch != self.id
+                            && overlap(&c.bytes, range)
+                            && !c.mode.coexists_with(mode)
+                    }) {
+                        return Err(format!(
+                            "binding {member} overlaps binding {} of another dispatch running at \
+                             the same time, which {}; this dispatch wants it {}. Order the two \
+                             dispatches with a semaphore (a queue timeline) so they do not overlap",
+                            other.binding,
+                            other.mode.describe(),
+                            mode.describe()
+                        ));
+                    }
+                }
+                claims.extend(members.into_iter().map(|member| Claim {
+                    dispatch: self.id,
+                    bytes: self.ranges[member].clone(),
+                    mode,
+                    binding: member,
+                }));
+                slot.store(mode.encode(), Ordering::Release);
+                return Ok(());
+            }
+            drop(claims);
+            if current == mode.encode() {
+                return Ok(());
+            }
+            return Err(self.conflict(binding, current, mode));
+        }
+        Err(self.conflict(binding, current, mode))
+    }
+
+    fn conflict(&self, binding: usize, current: u64, wanted: Mode) -> String {
+        let fixed = Mode::decode(current).map_or_else(|| "used".into(), Mode::describe);
+        let aliases = self.aliases(binding);
+        let group = if aliases.is_empty() {
+            format!("binding {binding}")
+        } else {
+            format!("binding {binding} (which overlaps bindings {aliases:?})")
+        };
+        format!(
+            "{group} is {fixed} by another workgroup of this dispatch, so it cannot also be {}: \
+             every workgroup of a dispatch must access a binding the same way",
+            wanted.describe()
+        )
+    }
+
+    /// Removes this dispatch's registrations: called once its last workgroup is done.
+    pub(crate) fn release(&self) {
+        if self.modes.iter().all(|m| m.load(Ordering::Relaxed) == 0) {
+            return;
+        }
+        let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+        claims.retain(|c| c.dispatch != self.id);
+    }
+}
+
+impl Drop for Access {
+    fn drop(&mut self) {
+        // A dispatch dropped without finishing (its run failed before it ended) must not keep
+        // its ranges registered.
+        self.release();
+    }
+}
+
+/// Whether two byte ranges share a byte (an empty range shares none).
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+    !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(ranges: &[(usize, u64)]) -> Access {
+        let ptrs: Vec<*mut u8> = ranges.iter().map(|&(p, _)| p as *mut u8).collect();
+        let lengths: Vec<u64> = ranges.iter().map(|&(_, l)| l).collect();
+        Access::new(&ptrs, &lengths)
+    }
+
+    #[test]
+    fn overlapping_bindings_share_a_group_transitively() {
+        // 0 overlaps 2, 2 overlaps 1; 3 is apart; 4 is empty and overlaps nothing.
+        let a = access(&[
+            (0x1000, 16),
+            (0x1018, 16),
+            (0x1008, 24),
+            (0x2000, 8),
+            (0x1004, 0),
+        ]);
+        assert_eq!(a.group, [0, 0, 0, 3, 4]);
+        assert_eq!(a.aliases(1), [0, 2]);
+        assert!(a.aliases(3).is_empty());
+    }
+
+    #[test]
+    fn a_group_keeps_its_first_mode() {
+        let a = access(&[(0x10_0000, 64), (0x10_0020, 64)]);
+        a.claim(0, Mode::Read).unwrap();
+        a.claim(1, Mode::Read).unwrap();
+        let err = a.claim(1, Mode::Chunk(16)).unwrap_err();
+        assert!(err.contains("overlaps bindings [0]"), "{err}");
+        let b = access(&[(0x20_0000, 64)]);
+        b.claim(0, Mode::Chunk(16)).unwrap();
+        assert!(b.claim(0, Mode::Chunk(32)).is_err());
+    }
+
+    #[test]
+    fn running_dispatches_are_checked_against_each_other() {
+        let first = access(&[(0x30_0000, 64)]);
+        let second = access(&[(0x30_0020, 64)]);
+        first.claim(0, Mode::Read).unwrap();
+        second.claim(0, Mode::Read).unwrap();
+        let third = access(&[(0x30_0010, 8)]);
+        let err = third.claim(0, Mode::Chunk(4)).unwrap_err();
+        assert!(err.contains("another dispatch"), "{err}");
+        first.release();
+        drop(second);
+        third.claim(0, Mode::Chunk(4)).unwrap();
+    }
+}

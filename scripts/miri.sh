@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs the CPU backend's FFI-free kernel tests under Miri (nightly): the Rust-kernel binding
+# views on the worker pool (data races, aliasing), device teardown with work in flight, the
+# refusal of checked C-ABI specs, and the access bookkeeping's unit tests. Tests that dlopen C
+# libraries are skipped under cfg(miri).
+#
+# Usage: scripts/miri.sh            (CARGO_TARGET_DIR is honoured; default target/miri-run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+toolchain=${MIRI_TOOLCHAIN:-nightly}
+if ! cargo "+$toolchain" miri --version >/dev/null 2>&1; then
+    echo "miri.sh: Miri is not installed for the '$toolchain' toolchain; installing it" >&2
+    if ! rustup component add miri rust-src --toolchain "$toolchain"; then
+        echo "miri.sh: FAILED: cannot install the miri component for '$toolchain'" \
+            "(no network, or no Miri in this nightly); the Miri checks did not run" >&2
+        exit 2
+    fi
+fi
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/miri-run}
+# The core's reactor inbox casts integers to pointers; accept that instead of warning on it.
+export MIRIFLAGS=${MIRIFLAGS:--Zmiri-permissive-provenance}
+
+set -x
+cargo "+$toolchain" miri test -p halcyon-cpu --test rust_kernels
+cargo "+$toolchain" miri test -p halcyon-cpu --test device_drop
+cargo "+$toolchain" miri test -p halcyon-cpu --test c_kernels
+cargo "+$toolchain" miri test -p halcyon-cpu --lib access::
