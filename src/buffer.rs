@@ -675,3 +675,60 @@ fn cast_error<T>(error: bytemuck::PodCastError) -> Error {
         ),
     )
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Host memory of a fixed size (a boxed slice of words), for mapping tests under Miri.
+    struct Words(Box<[std::cell::UnsafeCell<u64>]>);
+
+    // SAFETY: the box is this value's own allocation of `len()` bytes, never moved while it
+    // lives; its cells make writes through the shared pointer sound.
+    unsafe impl BufferMemory for Words {
+        fn len(&self) -> u64 {
+            self.0.len() as u64 * 8
+        }
+        fn host_ptr(&self) -> Option<NonNull<u8>> {
+            NonNull::new(self.0.as_ptr() as *mut u8)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    // SAFETY: only buffers (whose guards exclude each other) touch the cells.
+    unsafe impl Sync for Words {}
+
+    fn words(n: usize) -> Words {
+        Words((0..n).map(|_| std::cell::UnsafeCell::new(0)).collect())
+    }
+
+    #[test]
+    fn a_buffer_cannot_be_larger_than_its_memory() {
+        let error = Buffer::from_memory(words(8), 64 << 20, BufferParams::HOST).unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument);
+        assert!(error.message().contains("64 bytes of memory"), "{error}");
+        let buffer = Buffer::from_memory(words(8), 64, BufferParams::HOST).unwrap();
+        assert!(buffer.map_read(0..65).is_err());
+        assert_eq!(buffer.map_read(..).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn mapping_guards_exclude_each_other() {
+        let buffer = Buffer::from_memory(words(8), 64, BufferParams::HOST).unwrap();
+        let alias = buffer.clone();
+        let mut write = buffer.map_write(..).unwrap();
+        write.as_mut_slice::<u32>().unwrap()[3] = 7;
+        assert_eq!(
+            alias.map_write(..).err().map(|e| e.code()),
+            Some(StatusCode::FailedPrecondition)
+        );
+        assert!(alias.map_read(..).is_err());
+        drop(write);
+        let (a, b) = (alias.map_read(..).unwrap(), buffer.map_read(8..16).unwrap());
+        assert_eq!(a.as_slice::<u32>().unwrap()[3], 7);
+        assert_eq!(b.as_slice::<u32>().unwrap()[1], 7);
+        assert!(buffer.map_write(..).is_err());
+    }
+}

@@ -194,7 +194,7 @@ fn status_words_live_in_the_pinned_lease() -> Result<()> {
                     _ => {
                         assert_error(
                             outcome,
-                            StatusCode::Internal,
+                            StatusCode::KernelFailed,
                             &["'verdict'", &format!("to {value}")],
                         );
                     }

@@ -109,9 +109,11 @@ fn host(range: &BufferRef) -> Result<Host> {
     let memory = range.buffer().memory()?;
     let base = memory.host_ptr().ok_or_else(|| {
         Error::new(
-            StatusCode::Internal,
+            StatusCode::InvalidArgument,
             format!(
-                "buffer {} has no host memory on the CPU device",
+                "buffer {} has no host memory, so the CPU device cannot reach it (it belongs to \
+                 another device); allocate it on this device, or copy it through a \
+                 host-visible buffer",
                 range.buffer().id()
             ),
         )
@@ -324,7 +326,7 @@ impl Run {
                 tiles.finished();
                 outcome.map_err(|m| {
                     Error::new(
-                        StatusCode::Internal,
+                        StatusCode::KernelFailed,
                         format!("dispatch of '{}' failed: {m}", entry.name),
                     )
                 })?;
@@ -373,8 +375,12 @@ impl Tiles for Continue {
         self.tiles.finished();
         match failure {
             None => self.run.clone().resume(self.next),
+            // A kernel's failure is its own outcome; a transfer's can only be a bug.
             Some(message) => self.run.end(Err(Error::new(
-                StatusCode::Internal,
+                match self.what.as_str() {
+                    "transfer" => StatusCode::Internal,
+                    _ => StatusCode::KernelFailed,
+                },
                 format!("{} failed: {message}", self.what),
             ))),
         }

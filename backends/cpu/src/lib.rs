@@ -74,6 +74,13 @@ pub enum ExecutionMode {
     },
     /// On the thread that issues the work: the submitting thread when its waits are already
     /// reached, the device's reactor thread otherwise.
+    ///
+    /// **This blocks the submitting thread for as long as the work runs**: a submission from
+    /// an async task runs its kernel on the executor thread (a dispatch taking 200 ms stalls a
+    /// current-thread tokio runtime for 200 ms). It is for tiny work where a thread hop costs
+    /// more than the work, or for code outside async. The default, [`ExecutionMode::Pool`],
+    /// never runs work on the submitting thread, so halcyon's "never blocks an executor
+    /// thread" holds for every default.
     Inline,
 }
 

@@ -51,7 +51,7 @@ fn a_misaligned_binding_fails_the_dispatch() {
             )
             .await
             .unwrap_err();
-        assert_eq!(error.code(), StatusCode::Internal, "{error}");
+        assert_eq!(error.code(), StatusCode::KernelFailed, "{error}");
         let message = error.to_string();
         assert!(
             message.contains("binding 0") && message.contains("u64") && message.contains('8'),

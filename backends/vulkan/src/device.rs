@@ -674,6 +674,15 @@ impl DeviceBackend for VulkanDevice {
         Some(match key {
             keys::CONCURRENCY => 1,
             keys::BINDING_ALIGNMENT => context.limits.min_storage_buffer_offset_alignment as i64,
+            keys::MAX_WORKGROUP_COUNT_X => {
+                i64::from(context.limits.max_compute_work_group_count[0])
+            }
+            keys::MAX_WORKGROUP_COUNT_Y => {
+                i64::from(context.limits.max_compute_work_group_count[1])
+            }
+            keys::MAX_WORKGROUP_COUNT_Z => {
+                i64::from(context.limits.max_compute_work_group_count[2])
+            }
             "vulkan.native_waits" => context.stat(&stats.native_waits),
             "vulkan.host_waits" => context.stat(&stats.host_waits),
             "vulkan.reactor_parks" => context.stat(&stats.parks),

@@ -352,7 +352,7 @@ impl Recording {
         match status.read()? {
             0 => Ok(()),
             value => Err(Error::new(
-                StatusCode::Internal,
+                StatusCode::KernelFailed,
                 format!(
                     "a dispatch of kernel {} on {} failed: it set its status word (descriptor \
                      set {}, binding {}) to {value}",

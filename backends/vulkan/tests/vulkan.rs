@@ -534,14 +534,17 @@ fn kernels_fail_dispatches_through_the_status_word() {
             "the dependent must wait on the host check, not on the device"
         );
         let error = failing.await.unwrap_err();
-        assert_eq!(error.code(), StatusCode::Internal, "{error}");
+        assert_eq!(error.code(), StatusCode::KernelFailed, "{error}");
         let message = error.to_string();
         assert!(
             message.contains("'check'") && message.contains("to 7"),
             "{message}"
         );
-        assert_eq!(sem.query().unwrap_err().code(), StatusCode::Internal);
-        assert_eq!(dependent.await.unwrap_err().code(), StatusCode::Internal);
+        assert_eq!(sem.query().unwrap_err().code(), StatusCode::KernelFailed);
+        assert_eq!(
+            dependent.await.unwrap_err().code(),
+            StatusCode::KernelFailed
+        );
         let bytes = done("read", queue.read(Timepoints::default(), &flag.whole())).await?;
         assert_eq!(&bytes[..4], &7u32.to_le_bytes(), "the dependent fill ran");
 
