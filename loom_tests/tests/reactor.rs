@@ -148,7 +148,7 @@ fn failure_vs_shutdown_never_hangs() {
         device.join().unwrap().unwrap();
         let error = block_on(output.wait(1)).expect_err("the action can never issue");
         assert!(
-            error.same_as(&failure) || error.code() == StatusCode::Aborted,
+            error.origin().same_as(&failure) || error.code() == StatusCode::Aborted,
             "unclear error: {error}"
         );
         assert!(input.query().unwrap_err().same_as(&failure));
@@ -209,7 +209,8 @@ fn host_fail_vs_submit_propagates() {
             counting_issue(&calls),
         );
         let error = block_on(output.wait(1)).expect_err("the wait failed");
-        assert!(error.same_as(&failure), "wrong error: {error}");
+        assert!(error.origin().same_as(&failure), "wrong error: {error}");
+        assert!(error.is_inherited(), "not marked inherited: {error}");
         host.join().unwrap();
         drop(reactor);
         assert_eq!(
@@ -354,7 +355,7 @@ fn failure_waits_for_the_earlier_signal() {
         let wait: Fence = [(&s, 1), (&doomed, 1)].into_iter().collect();
         queue.submit(wait, Fence::at(&s, 2), counting_issue(&calls));
         let error = block_on(s.wait(2)).expect_err("the action's wait failed");
-        assert!(error.same_as(&failure), "wrong error: {error}");
+        assert!(error.origin().same_as(&failure), "wrong error: {error}");
         signaller.join().unwrap().unwrap();
         failer.join().unwrap();
         drop(reactor);
