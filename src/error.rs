@@ -163,7 +163,7 @@ impl Error {
 
     /// This failure as work that did not run because of it reports it: work that waited on a
     /// semaphore this error failed (`what` says which, for example "waits on a failed
-    /// semaphore (value 3)"). The result keeps the code, reads "`what`: <original message>",
+    /// semaphore (value 3)"). The result keeps the code, reads "`what`: `<original message>`",
     /// and has the original failure as its [`source`](std::error::Error::source) and
     /// [`Error::origin`]. Inheriting an inherited error names the same origin (no nesting), so
     /// everything downstream of one failure shares it.

@@ -44,7 +44,8 @@ const FAILED: u64 = u64::MAX;
 const POP_BEFORE_SPLIT: usize = 8;
 
 /// A timeline semaphore. Cloning gives another handle to the same timeline; dropping the last
-/// one while a [`Wait`] is pending fails it (see the [module docs](self), "Abandonment").
+/// one while a [`Wait`] for an unreached value is pending fails it with `Aborted` ("abandoned"; a
+/// `Wait` does not count as a handle), so no wait hangs on a semaphore nothing can signal.
 ///
 /// ```
 /// # futures::executor::block_on(async {

@@ -44,7 +44,7 @@
 //! Handles are the CUDA pointers (`CUstream`, `CUevent`, `CUmodule`, `CUfunction`,
 //! `CUgraphExec`) cast to the `u64` newtypes, and `CUdeviceptr` as is. Every handle a method is
 //! given is looked up among the objects this API made and has not destroyed
-//! ([`crate::objects`]) before it reaches the driver, which would dereference it unchecked: a
+//! (`objects.rs`) before it reaches the driver, which would dereference it unchecked: a
 //! destroyed, made-up or other API's handle is an `InvalidArgument` error, and an object
 //! destroyed on one thread while a call on another uses it is destroyed when that call returns.
 //! Likewise every allocation is recorded with its allocator

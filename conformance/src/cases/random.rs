@@ -856,8 +856,8 @@ fn check(
     Ok(())
 }
 
-/// Random programs of [`OPERATIONS`] operations over eight cells, on every queue of the device
-/// (see the [module docs](self)): transfers, dispatches, one-shot and reusable command buffers
+/// Random programs of `OPERATIONS` operations over eight cells, on every queue of the device
+/// (see the module docs): transfers, dispatches, one-shot and reusable command buffers
 /// (the reusable one with a new binding table each time), queue reads, barriers, host calls and
 /// queue-ordered scratch buffers, in program order, shuffled and behind a gate, with failures
 /// injected. Every submission completes with what the model says (a read with the model's
