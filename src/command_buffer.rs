@@ -714,13 +714,13 @@ mod tests {
     use crate::buffer::{BufferMemory, BufferParams};
     use crate::Buffer;
 
-    /// Memory with no host mapping: enough to build a `BufferRef`.
-    struct NoMemory;
+    /// Memory of a given size with no host mapping: enough to build a `BufferRef`.
+    struct NoMemory(u64);
 
     // SAFETY: no host pointer; a fixed length.
     unsafe impl BufferMemory for NoMemory {
         fn len(&self) -> u64 {
-            16
+            self.0
         }
         fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
             None
@@ -744,7 +744,7 @@ mod tests {
         let error = BindingTable::new()
             .set(
                 MAX_BINDING_SLOTS,
-                Buffer::from_memory(NoMemory, 16, BufferParams::DEVICE)
+                Buffer::from_memory(NoMemory(16), 16, BufferParams::DEVICE)
                     .unwrap()
                     .whole(),
             )
@@ -787,20 +787,7 @@ mod tests {
     }
 
     fn buffer(size: u64) -> Buffer {
-        struct Sized(u64);
-        // SAFETY: no host pointer; a fixed length.
-        unsafe impl BufferMemory for Sized {
-            fn len(&self) -> u64 {
-                self.0
-            }
-            fn host_ptr(&self) -> Option<std::ptr::NonNull<u8>> {
-                None
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
-        Buffer::from_memory(Sized(size), size, BufferParams::DEVICE).unwrap()
+        Buffer::from_memory(NoMemory(size), size, BufferParams::DEVICE).unwrap()
     }
 
     #[test]
@@ -824,7 +811,7 @@ mod tests {
             Executable::from_backend("test", "test://0", Box::new(OneEntry(vec![entry])));
         // A dispatch naming slot 7 whose other binding lacks the usage.
         let source_only = Buffer::from_memory(
-            NoMemory,
+            NoMemory(16),
             16,
             BufferParams {
                 memory: crate::MemoryType::DEVICE_LOCAL,

@@ -712,20 +712,9 @@ impl Recording {
         let index = dispatch.entry_point as usize;
         let pipeline = &executable.pipelines[index];
         let entry = &executable.entry_points()[index];
-        // vkCmdDispatch counts past maxComputeWorkGroupCount are invalid usage
-        // (VUID-vkCmdDispatch-groupCountX-00386 and its y, z siblings): refuse them here.
-        let limits = self.context.limits.max_compute_work_group_count;
-        for (axis, (&count, &limit)) in ["x", "y", "z"]
-            .iter()
-            .zip(dispatch.workgroups.iter().zip(&limits))
-        {
-            if count > limit {
-                return Err(internal(format!(
-                    "dispatch of '{}' asks for {count} workgroups in {axis}; this device allows                      at most {limit} per dispatch in {axis} (maxComputeWorkGroupCount {limits:?}):                      split the dispatch or spread the workgroups over more dimensions",
-                    entry.name
-                )));
-            }
-        }
+        // Workgroup counts past maxComputeWorkGroupCount (VUID-vkCmdDispatch-groupCountX-00386
+        // and its y, z siblings) never get here: the core refuses them at submission, from the
+        // device's dispatch.max_workgroup_count.* answers.
         let alignment = self
             .context
             .limits
