@@ -11,20 +11,14 @@
 //!   device SPI, re-exported here so a backend finds everything it implements in one place.
 //! * The completion reactor ([`crate::reactor`]) and the pending-action executor
 //!   ([`crate::queue::ActionQueue`]) are public modules of their own.
-//! * [`elf`]: checks of a binary kernel image's inner ELF references, before a vendor loader
-//!   that takes no length follows them; [`loader_image`]: the aligned, zero-padded copy such a
-//!   loader is given.
+//! * [`loader_image`]: the aligned, zero-padded copy of a binary kernel image handed to a
+//!   vendor loader that takes no length.
 
 use std::any::Any;
 
-pub mod elf;
-
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};
-pub use crate::executable::{
-    read_entry_points, read_entry_table, set_entry_value, write_entry_points, write_entry_table,
-    ExecutableBackend, MAX_ENTRY_POINTS,
-};
+pub use crate::executable::ExecutableBackend;
 pub use crate::queue::ReadSink;
 
 use crate::error::{Error, Result};

@@ -71,7 +71,10 @@ pub use command_buffer::{
 pub use device::{Device, DeviceFeatures, DeviceInfo, QueueCapabilities};
 pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
 pub use error::{Error, Result, StatusCode};
-pub use executable::{EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec};
+pub use executable::{
+    EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec, PackedExecutable,
+    MAX_ENTRY_POINTS,
+};
 pub use fence::{Fence, WaitAll, WaitAny};
 pub use queue::{Queue, Submission, Timeline, TimelineStep, Timepoints};
 pub use semaphore::{Semaphore, Wait};

@@ -6,8 +6,10 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use ash::vk;
-use halcyon::backend::{read_entry_points, write_entry_points, ExecutableBackend};
-use halcyon::{EntryPoint, Error, ExecutableSource, ExecutableSpec, Result, StatusCode};
+use halcyon::backend::ExecutableBackend;
+use halcyon::{
+    EntryPoint, Error, ExecutableSource, ExecutableSpec, PackedExecutable, Result, StatusCode,
+};
 
 use crate::context::Context;
 use crate::instance::vk_fail;
@@ -17,7 +19,6 @@ pub const FORMAT_SPIRV: &str = "spirv";
 /// The WGSL executable format name (checked bytes holding UTF-8 WGSL text).
 pub const FORMAT_WGSL: &str = "wgsl";
 
-const HEADER_MAGIC: &[u8; 8] = b"HLCNSPV1";
 const SPIRV_MAGIC: u32 = 0x0723_0203;
 /// The descriptor set of the status word a kernel writes to fail its dispatch.
 pub const STATUS_SET: u32 = 1;
@@ -72,8 +73,8 @@ struct Reflected {
 /// little-endian, as [`SpirvModule::to_bytes`] writes them).
 ///
 /// **Unsafe path.** [`SpirvModule::from_words_unchecked`] takes SPIR-V words and hand-written
-/// [`EntryPoint`]s and makes only cheap checks; its byte form
-/// ([`SpirvModule::to_unchecked_bytes`]: `b"HLCNSPV1"`, the entry points, the words) loads
+/// [`EntryPoint`]s and makes only cheap checks; its byte form is a [`PackedExecutable`]
+/// ([`SpirvModule::to_packed`]: format `"spirv"`, the entry points, the words), which loads
 /// only from an [`ExecutableSpec::bytes_unchecked`] spec.
 ///
 /// ```
@@ -216,35 +217,43 @@ impl SpirvModule {
         self.words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
-    /// The byte form with hand-written metadata: `b"HLCNSPV1"`, the entry points, then the
-    /// SPIR-V words (little-endian). It loads only from an [`ExecutableSpec::bytes_unchecked`]
-    /// spec, whose caller vouches for it as [`SpirvModule::from_words_unchecked`] requires.
-    pub fn to_unchecked_bytes(&self) -> Vec<u8> {
-        let mut out = HEADER_MAGIC.to_vec();
-        write_entry_points(&mut out, &self.entry_points);
-        out.extend(self.to_bytes());
-        out
+    /// The module as a [`PackedExecutable`] (format `"spirv"`, the entry points, the SPIR-V
+    /// words as little-endian bytes): the byte form that carries hand-written metadata. It
+    /// loads only from an unchecked spec ([`PackedExecutable::spec_unchecked`]), whose caller
+    /// vouches for it as [`SpirvModule::from_words_unchecked`] requires.
+    pub fn to_packed(&self) -> PackedExecutable {
+        PackedExecutable::new(FORMAT_SPIRV, self.entry_points.clone(), self.to_bytes())
     }
 
-    /// Parses [`SpirvModule::to_unchecked_bytes`] output, making the checks of
-    /// [`SpirvModule::from_words_unchecked`].
+    /// The module of a [`PackedExecutable`] written by [`SpirvModule::to_packed`], making the
+    /// checks of [`SpirvModule::from_words_unchecked`]. `InvalidArgument` for another format
+    /// or an entry point declaring dynamic shared memory (Vulkan sizes workgroup memory in
+    /// the shader).
     ///
     /// # Safety
     ///
     /// As for [`SpirvModule::from_words_unchecked`]: the words and the metadata must meet its
     /// contract.
-    pub unsafe fn from_unchecked_bytes(bytes: &[u8]) -> Result<SpirvModule> {
-        let rest = bytes.strip_prefix(HEADER_MAGIC).ok_or_else(|| {
-            invalid(
-                "malformed halcyon SPIR-V executable: missing the b\"HLCNSPV1\" header (build \
-                 it with SpirvModule::to_unchecked_bytes)"
-                    .into(),
-            )
-        })?;
-        let (entry_points, code) = read_entry_points(rest, "halcyon SPIR-V executable")?;
-        let words = words_of(code)?;
+    pub unsafe fn from_packed(packed: &PackedExecutable) -> Result<SpirvModule> {
+        if packed.format() != FORMAT_SPIRV {
+            return Err(invalid(format!(
+                "a packed '{}' executable is not SPIR-V (format '{FORMAT_SPIRV}')",
+                packed.format()
+            )));
+        }
+        if let Some(index) =
+            (0..packed.entry_points().len()).find(|&i| packed.shared_memory(i) != 0)
+        {
+            return Err(invalid(format!(
+                "entry point '{}' declares {} bytes of dynamic shared memory; Vulkan sizes \
+                 workgroup memory in the shader",
+                packed.entry_points()[index].name,
+                packed.shared_memory(index)
+            )));
+        }
+        let words = words_of(packed.image())?;
         // SAFETY: the caller vouches for the words and metadata (this function's contract).
-        unsafe { SpirvModule::from_words_unchecked(words, entry_points) }
+        unsafe { SpirvModule::from_words_unchecked(words, packed.entry_points().to_vec()) }
     }
 
     /// Validates `module` with naga, reflects its entry points and writes its SPIR-V.
@@ -660,17 +669,18 @@ fn literal_string(words: &[u32]) -> String {
 }
 
 /// The module of a bytes spec: WGSL text or SPIR-V words through naga, or (from an unchecked
-/// spec only) the `b"HLCNSPV1"` form with hand-written metadata.
+/// spec only) a [`PackedExecutable`] with hand-written metadata.
 fn module_from_bytes(spec: &ExecutableSpec, bytes: &[u8]) -> Result<SpirvModule> {
     if spec.format == FORMAT_WGSL {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| invalid(format!("a 'wgsl' executable must be UTF-8 WGSL text: {e}")))?;
         return SpirvModule::from_wgsl(text);
     }
-    if bytes.starts_with(HEADER_MAGIC) {
+    if PackedExecutable::is_packed(bytes) {
+        let packed = PackedExecutable::from_bytes(bytes)?;
         if !spec.is_unchecked() {
             return Err(invalid(
-                "this 'spirv' executable is in the b\"HLCNSPV1\" form, whose hand-written \
+                "this 'spirv' executable is a packed executable, whose hand-written \
                  entry-point metadata halcyon cannot check: load it from \
                  ExecutableSpec::bytes_unchecked (unsafe), or pass plain SPIR-V words (or \
                  format 'wgsl' text) to ExecutableSpec::bytes to have naga check and reflect it"
@@ -679,7 +689,7 @@ fn module_from_bytes(spec: &ExecutableSpec, bytes: &[u8]) -> Result<SpirvModule>
         }
         // SAFETY: the spec was made by the unsafe `ExecutableSpec::bytes_unchecked`, whose
         // caller vouches for the bytes as `from_words_unchecked` requires.
-        return unsafe { SpirvModule::from_unchecked_bytes(bytes) };
+        return unsafe { SpirvModule::from_packed(&packed) };
     }
     SpirvModule::from_spirv(&words_of(bytes)?)
 }

@@ -285,14 +285,12 @@ fn spirv_executables_are_validated() {
     // Its byte form loads only from an unchecked spec.
     let vouched = unchecked(standard.clone()).unwrap();
     assert!(vouched.is_unchecked() && !module.is_unchecked());
-    let container = vouched.to_unchecked_bytes();
-    let error = device
-        .load_executable(&halcyon::ExecutableSpec::bytes("spirv", container.clone()))
-        .unwrap_err();
+    let packed = vouched.to_packed();
+    let error = device.load_executable(&packed.spec()).unwrap_err();
     assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
     assert!(error.message().contains("bytes_unchecked"), "{error}");
     // SAFETY: as above: naga's words with their true metadata.
-    let spec = unsafe { halcyon::ExecutableSpec::bytes_unchecked("spirv", container) };
+    let spec = unsafe { packed.spec_unchecked() };
     let loaded = device.load_executable(&spec).unwrap();
     assert_eq!(loaded.entry_points(), standard.as_slice());
 }
