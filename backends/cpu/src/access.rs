@@ -14,6 +14,12 @@
 //! mode registers its ranges in a process-wide table, and a mode that conflicts with another
 //! running dispatch's registration over overlapping bytes is refused the same way. A dispatch
 //! removes its registrations when its last workgroup is done, before anything after it runs.
+//!
+//! Queue transfers register too ([`Access::transfer`]): a fill, update or copy target as
+//! [`Mode::Transfer`], which coexists with nothing, and a copy source as [`Mode::Read`]. So a
+//! transfer that nothing orders against a running dispatch's views (or another transfer) over
+//! the same bytes is refused instead of racing them: the views are plain Rust references, and
+//! a concurrent write under a `&[T]` is undefined behaviour, not merely unspecified bytes.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +36,8 @@ pub(crate) enum Mode {
     Atomic(u64),
     /// The unsafe raw view: its caller answers for every access.
     Raw,
+    /// Written by a queue transfer (fill, update or copy target), through raw pointers.
+    Transfer,
 }
 
 impl Mode {
@@ -39,6 +47,7 @@ impl Mode {
             Mode::Raw => 2,
             Mode::Chunk(bytes) => 3 | (bytes << 3),
             Mode::Atomic(width) => 4 | (width << 3),
+            Mode::Transfer => 5,
         }
     }
 
@@ -48,6 +57,7 @@ impl Mode {
             2 => Some(Mode::Raw),
             3 => Some(Mode::Chunk(value >> 3)),
             4 => Some(Mode::Atomic(value >> 3)),
+            5 => Some(Mode::Transfer),
             _ => None,
         }
     }
@@ -72,13 +82,46 @@ impl Mode {
             Mode::Raw => {
                 "accessed through the unsafe raw view (WorkgroupContext::raw_binding)".into()
             }
+            Mode::Transfer => "written by a queue transfer (fill, update or copy)".into(),
         }
     }
 }
 
-/// A registration in the process-wide table: one running dispatch's use of a byte range.
+/// What registers ranges in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A kernel dispatch: its ranges are its bindings.
+    Dispatch,
+    /// A fill, update or copy: range 0 is the target, range 1 a copy's source.
+    Transfer,
+    /// A queue read back to the host: range 0.
+    Read,
+}
+
+impl Kind {
+    /// Range `index` of such a user, for messages.
+    fn part(self, index: usize) -> String {
+        match (self, index) {
+            (Kind::Dispatch, i) => format!("binding {i}"),
+            (Kind::Transfer, 0) => "the target".into(),
+            (Kind::Transfer, _) => "the source".into(),
+            (Kind::Read, _) => "the range read".into(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Dispatch => "dispatch",
+            Kind::Transfer => "transfer",
+            Kind::Read => "queue read",
+        }
+    }
+}
+
+/// A registration in the process-wide table: one running user's use of a byte range.
 struct Claim {
     dispatch: u64,
+    kind: Kind,
     bytes: Range<usize>,
     mode: Mode,
     binding: usize,
@@ -93,6 +136,7 @@ static NEXT_DISPATCH: AtomicU64 = AtomicU64::new(1);
 /// One dispatch's access state.
 pub(crate) struct Access {
     id: u64,
+    kind: Kind,
     /// Each binding's byte range in host addresses.
     ranges: Vec<Range<usize>>,
     /// Each binding's alias group (the lowest binding index in it).
@@ -102,7 +146,7 @@ pub(crate) struct Access {
 }
 
 impl Access {
-    pub(crate) fn new(ptrs: &[*mut u8], lengths: &[u64]) -> Access {
+    pub(crate) fn new(kind: Kind, ptrs: &[*mut u8], lengths: &[u64]) -> Access {
         let ranges: Vec<Range<usize>> = ptrs
             .iter()
             .zip(lengths)
@@ -124,10 +168,42 @@ impl Access {
         }
         Access {
             id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
+            kind,
             modes: (0..ranges.len()).map(|_| AtomicU64::new(0)).collect(),
             ranges,
             group,
         }
+    }
+
+    /// Registers a queue transfer that writes `target` and reads `source` (a buffer range, not
+    /// captured bytes). `Err` names the running dispatch or transfer it conflicts with. The
+    /// registration lasts until [`Access::release`] (or drop).
+    pub(crate) fn transfer(
+        target: (*mut u8, u64),
+        source: Option<(*const u8, u64)>,
+    ) -> Result<Access, String> {
+        let mut ptrs = vec![target.0];
+        let mut lengths = vec![target.1];
+        if let Some((ptr, len)) = source {
+            ptrs.push(ptr.cast_mut());
+            lengths.push(len);
+        }
+        let access = Access::new(Kind::Transfer, &ptrs, &lengths);
+        access.claim(0, Mode::Transfer)?;
+        // A source overlapping the target (slots of one buffer) is in its group, already
+        // claimed for writing.
+        if access.group.len() == 2 && access.group[1] != access.group[0] {
+            access.claim(1, Mode::Read)?;
+        }
+        Ok(access)
+    }
+
+    /// Registers a queue read of `len` bytes at `ptr` back to the host. `Err` names the running
+    /// dispatch or transfer writing them.
+    pub(crate) fn read(ptr: *const u8, len: u64) -> Result<Access, String> {
+        let access = Access::new(Kind::Read, &[ptr.cast_mut()], &[len]);
+        access.claim(0, Mode::Read)?;
+        Ok(access)
     }
 
     /// The other bindings of `binding`'s alias group.
@@ -167,17 +243,21 @@ impl Access {
                             && !c.mode.coexists_with(mode)
                     }) {
                         return Err(format!(
-                            "binding {member} overlaps binding {} of another dispatch running at \
-                             the same time, which {}; this dispatch wants it {}. Order the two \
-                             dispatches with a semaphore (a queue timeline) so they do not overlap",
-                            other.binding,
+                            "{} overlaps {} of another {} running at the same time, which {}; \
+                             this {} wants it {}. Order the two with a semaphore (a queue \
+                             timeline) so they do not overlap",
+                            self.kind.part(member),
+                            other.kind.part(other.binding),
+                            other.kind.name(),
                             other.mode.describe(),
+                            self.kind.name(),
                             mode.describe()
                         ));
                     }
                 }
                 claims.extend(members.into_iter().map(|member| Claim {
                     dispatch: self.id,
+                    kind: self.kind,
                     bytes: self.ranges[member].clone(),
                     mode,
                     binding: member,
@@ -239,7 +319,7 @@ mod tests {
     fn access(ranges: &[(usize, u64)]) -> Access {
         let ptrs: Vec<*mut u8> = ranges.iter().map(|&(p, _)| p as *mut u8).collect();
         let lengths: Vec<u64> = ranges.iter().map(|&(_, l)| l).collect();
-        Access::new(&ptrs, &lengths)
+        Access::new(Kind::Dispatch, &ptrs, &lengths)
     }
 
     #[test]

@@ -15,6 +15,7 @@ use halcyon::backend::{BufferMemory, ReadSink, Work};
 use halcyon::command_buffer::{Command, Dispatch};
 use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
 
+use crate::access::Access;
 use crate::kernel::{CpuExecutable, DispatchState, Kernel};
 use crate::pool::{Job, Pool, Tiles};
 
@@ -174,8 +175,11 @@ fn finish(signal: &Fence, result: Result<()>) {
 
 fn read(source: &BufferRef, sink: &ReadSink) -> Result<()> {
     let source = host(source)?;
-    // SAFETY: `source` is live buffer memory of `len` bytes; the queue's semaphores order this
-    // read after the work that writes it.
+    // A read that nothing orders against a running writer over its bytes is refused.
+    let _access = Access::read(source.ptr.as_ptr(), source.len as u64)
+        .map_err(|m| Error::new(StatusCode::FailedPrecondition, m))?;
+    // SAFETY: `source` is live buffer memory of `len` bytes; the access table holds no
+    // concurrent writer of it (checked just above, registered until `access` drops).
     sink.deliver_copy(unsafe { std::slice::from_raw_parts(source.ptr.as_ptr(), source.len) });
     Ok(())
 }
@@ -236,17 +240,24 @@ impl Run {
         }
     }
 
-    /// Runs a transfer here if small (or inline mode), else splits it over the pool.
+    /// Runs a transfer here if small (or inline mode), else splits it over the pool. First
+    /// registers its ranges with the access table ([`Access::transfer`]): one that nothing
+    /// orders against a running dispatch or transfer over the same bytes is refused with
+    /// `FailedPrecondition` instead of racing it.
     fn transfer(
         self: &Arc<Self>,
-        chunks: Box<dyn Chunked>,
+        chunks: Box<dyn Transfer>,
         bytes: u64,
         next: usize,
     ) -> Result<bool> {
+        let (target, source) = chunks.ranges();
+        let access = Access::transfer(target, source)
+            .map_err(|m| Error::new(StatusCode::FailedPrecondition, m))?;
+        let chunks = Claimed { chunks, access };
         match &self.pool {
             Some(pool) if bytes >= 2 * SPLIT_BYTES => {
                 pool.push(Job::new(Box::new(Continue {
-                    tiles: chunks,
+                    tiles: Box::new(chunks),
                     run: self.clone(),
                     next,
                     what: "transfer".into(),
@@ -254,11 +265,9 @@ impl Run {
                 Ok(false)
             }
             _ => {
-                for i in 0..chunks.count() {
-                    chunks
-                        .run(i)
-                        .map_err(|m| Error::new(StatusCode::Internal, m))?;
-                }
+                let outcome = (0..chunks.count()).try_for_each(|i| chunks.run(i));
+                chunks.finished();
+                outcome.map_err(|m| Error::new(StatusCode::Internal, m))?;
                 Ok(true)
             }
         }
@@ -354,6 +363,32 @@ trait Chunked: Send + Sync + 'static {
     fn run(&self, index: u32) -> std::result::Result<(), String>;
     /// Called once every chunk has run (or failed), before anything after the work runs.
     fn finished(&self) {}
+}
+
+/// A transfer's chunks, and the host ranges it writes and reads (for [`Access::transfer`]).
+trait Transfer: Chunked {
+    /// The target (written) and the source if it is buffer memory (read).
+    #[allow(clippy::type_complexity)]
+    fn ranges(&self) -> ((*mut u8, u64), Option<(*const u8, u64)>);
+}
+
+/// A transfer with its access-table registration, released once every chunk has run.
+struct Claimed {
+    chunks: Box<dyn Transfer>,
+    access: Access,
+}
+
+impl Chunked for Claimed {
+    fn count(&self) -> u32 {
+        self.chunks.count()
+    }
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        self.chunks.run(index)
+    }
+    fn finished(&self) {
+        self.chunks.finished();
+        self.access.release();
+    }
 }
 
 /// A pool job that continues its run when its last tile is done.
@@ -490,6 +525,12 @@ impl Chunked for Fill {
     }
 }
 
+impl Transfer for Fill {
+    fn ranges(&self) -> ((*mut u8, u64), Option<(*const u8, u64)>) {
+        ((self.target.ptr.as_ptr(), self.target.len as u64), None)
+    }
+}
+
 /// Where a copy reads from: a buffer range, or bytes captured by an update or queue write.
 enum Source {
     Buffer(Host),
@@ -502,6 +543,16 @@ impl Source {
             Source::Buffer(host) => host.ptr.as_ptr(),
             Source::Bytes(bytes) => bytes.as_ptr(),
         }
+    }
+}
+
+impl Transfer for Copy {
+    fn ranges(&self) -> ((*mut u8, u64), Option<(*const u8, u64)>) {
+        let source = match &self.source {
+            Source::Buffer(host) => Some((host.ptr.as_ptr().cast_const(), host.len as u64)),
+            Source::Bytes(_) => None,
+        };
+        ((self.target.ptr.as_ptr(), self.target.len as u64), source)
     }
 }
 

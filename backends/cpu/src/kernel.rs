@@ -31,7 +31,11 @@ impl DispatchState {
         binding_ptrs: Vec<*mut u8>,
         binding_lengths: Vec<u64>,
     ) -> DispatchState {
-        let access = Access::new(&binding_ptrs, &binding_lengths);
+        let access = Access::new(
+            crate::access::Kind::Dispatch,
+            &binding_ptrs,
+            &binding_lengths,
+        );
         DispatchState {
             workgroup_count,
             workgroup_size,

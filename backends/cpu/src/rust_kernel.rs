@@ -132,8 +132,8 @@ impl WorkgroupContext<'_> {
     ///
     /// # Errors
     /// When there is no binding `index`, when it is not aligned for `T`, or when this dispatch
-    /// (another workgroup, or another binding overlapping this one) or another dispatch
-    /// running at the same time writes it.
+    /// (another workgroup, or another binding overlapping this one), or another dispatch or
+    /// queue transfer running at the same time, writes it.
     ///
     /// ```
     /// # use halcyon_cpu::WorkgroupContext;
@@ -165,7 +165,7 @@ impl WorkgroupContext<'_> {
     /// another binding of the dispatch (chunks of both would overlap: bind disjoint ranges, or
     /// use [`atomics`](Self::atomics)), when this workgroup already took a chunk of it, when
     /// another workgroup uses it differently (another chunk size, or another view), or when
-    /// another dispatch running at the same time uses the same memory.
+    /// another dispatch or queue transfer running at the same time uses the same memory.
     ///
     /// ```
     /// # use halcyon_cpu::WorkgroupContext;

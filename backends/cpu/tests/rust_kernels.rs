@@ -285,3 +285,94 @@ fn concurrent_dispatches_cannot_write_the_same_memory() {
     futures::executor::block_on(dispatch()).unwrap();
     assert_eq!(read_u32(&device, &buffer), [5; 4]);
 }
+
+/// Queue transfers and reads are checked against running dispatches like dispatches are: a
+/// fill, update or copy that nothing orders against a dispatch's views of the same bytes is
+/// refused with `FailedPrecondition` instead of writing under a `&[T]` (a data race), a queue
+/// read of bytes a dispatch writes likewise; copying *from* memory a dispatch only reads is
+/// fine, and once the dispatch is done the same transfers run.
+#[test]
+fn unordered_transfers_cannot_race_a_running_dispatch() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let device = device(2);
+    let alloc = |n: u64| {
+        device
+            .allocator()
+            .allocate(n, BufferParams::DEVICE)
+            .unwrap()
+    };
+    let (input, output, spare) = (alloc(16), alloc(16), alloc(16));
+    let started = Arc::new(AtomicU32::new(0));
+    let release = Arc::new(AtomicBool::new(false));
+    let (kernel_started, kernel_release) = (started.clone(), release.clone());
+    let kernels = RustKernels::new().entry(entry("hold", 2), move |ctx| {
+        let input = ctx.binding::<u32>(0)?;
+        let output = ctx.chunk_mut::<u32>(1, 4)?;
+        kernel_started.fetch_add(1, Ordering::SeqCst);
+        while !kernel_release.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        for (o, i) in output.iter_mut().zip(input) {
+            *o = i + 1;
+        }
+        Ok(())
+    });
+    let executable = device.load_executable(&kernels.spec()).unwrap();
+    let queue = device.queue(0).unwrap();
+    let held = queue.dispatch(
+        Timepoints::default(),
+        &executable,
+        0,
+        [1, 1, 1],
+        &[],
+        &[input.whole(), output.whole()],
+    );
+    while started.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    use futures::executor::block_on;
+    let refused = |result: halcyon::Result<()>, what: &str| {
+        let error = result.unwrap_err();
+        assert_eq!(
+            error.code(),
+            StatusCode::FailedPrecondition,
+            "{what}: {error}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("of another dispatch running at the same time"),
+            "{what}: {message}"
+        );
+    };
+    refused(
+        block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])),
+        "fill under a shared view",
+    );
+    refused(
+        block_on(queue.update(Timepoints::default(), &[1; 16], &output.whole())),
+        "update under a chunked write",
+    );
+    refused(
+        block_on(queue.copy(Timepoints::default(), &spare.whole(), &input.whole())),
+        "copy into a shared view",
+    );
+    refused(
+        block_on(queue.copy(Timepoints::default(), &output.whole(), &spare.whole())),
+        "copy out of a chunked write",
+    );
+    refused(
+        block_on(queue.read(Timepoints::default(), &output.whole())).map(drop),
+        "read of a chunked write",
+    );
+    // Reading what the dispatch only reads races nothing.
+    block_on(queue.copy(Timepoints::default(), &input.whole(), &spare.whole())).unwrap();
+    release.store(true, Ordering::SeqCst);
+    block_on(held).unwrap();
+    assert_eq!(read_u32(&device, &output), [1; 4]);
+    // Ordered after the dispatch (it is done), the same transfers run.
+    block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])).unwrap();
+    block_on(queue.copy(Timepoints::default(), &spare.whole(), &output.whole())).unwrap();
+    assert_eq!(read_u32(&device, &input), [0x0707_0707; 4]);
+    assert_eq!(read_u32(&device, &output), [0; 4]);
+}

@@ -99,8 +99,10 @@ impl LaunchArgs<'_> {
     /// such binding or it is not aligned for `T`).
     ///
     /// # Safety
-    /// No other binding of this launch that overlaps these elements may be accessed mutably
-    /// while the slice lives.
+    /// While the slice lives, nothing may write these elements: no other binding of this
+    /// launch that overlaps them accessed mutably, and no launch, copy or fill running at the
+    /// same time on another stream (streams order only their own work, and other streams'
+    /// through events; a host kernel's blocks run one after another on one thread).
     pub unsafe fn binding<T: Pod>(&self, index: usize) -> &[T] {
         let (ptr, len) = self.raw::<T>(index);
         // SAFETY: `ptr..ptr+len` lies in a live allocation the launch holds, aligned for `T`
@@ -113,8 +115,10 @@ impl LaunchArgs<'_> {
     /// is no such binding or it is not aligned for `T`).
     ///
     /// # Safety
-    /// No other binding slice of this launch that overlaps these elements may live at the same
-    /// time (two bindings may point into one allocation).
+    /// Nothing else may access these elements while the slice lives: no other binding slice of
+    /// this launch that overlaps them (two bindings may point into one allocation), and no
+    /// launch, copy or fill running at the same time on another stream (streams order only
+    /// their own work, and other streams' through events).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn binding_mut<T: Pod>(&self, index: usize) -> &mut [T] {
         let (ptr, len) = self.raw::<T>(index);
