@@ -126,7 +126,7 @@ use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
 pub use api::CudaApi;
-pub use module::{CudaImage, CudaModule, FORMAT_CUDA};
+pub use module::{CudaModule, FORMAT_CUDA};
 use probe::Probe;
 
 /// The driver id and URI scheme: `cuda`, `cuda://0`.
