@@ -290,8 +290,9 @@ fn checked_in_ptx_assembles_with_ptxas() {
 
 /// Binary images run on the GPU: the checked-in fatbins (an sm_90 cubin and compute_52 PTX,
 /// uncompressed and zstd-compressed; a device that is not sm_90 JITs the PTX) and, on an
-/// sm_9x device, the cubin alone, each dispatching `add_one_u32`. (The fake driver loads PTX
-/// only.)
+/// sm_9x device, the cubin alone, each dispatching `add_one_u32`, from the module's native
+/// spec and from an unchecked spec of its packed form (a checked one is refused). (The fake
+/// driver loads no fatbins: `tests/fake_driver.rs` loads the cubin.)
 #[test]
 fn binary_images_load_and_run() {
     let Some(device) = common::device_or_skip("binary_images_load_and_run") else {
@@ -312,6 +313,14 @@ fn binary_images_load_and_run() {
         // takes (unsigned int*, unsigned int), as its entry point declares.
         let module =
             unsafe { CudaModule::binary(image, vec![halcyon_conformance::kernels::add_one_u32()]) };
+        let packed = module.to_packed();
+        let e = device.load_executable(&packed.spec()).unwrap_err();
+        assert!(e.message().contains("bytes_unchecked"), "{file}: {e}");
+        // SAFETY: as above.
+        let unchecked = unsafe { packed.spec_unchecked() };
+        device
+            .load_executable(&unchecked)
+            .unwrap_or_else(|e| panic!("{file}, packed, on {name}: {e}"));
         let executable = device
             .load_executable(&module.spec())
             .unwrap_or_else(|e| panic!("{file} on {name}: {e}"));
@@ -345,7 +354,7 @@ const FATBIN: &[u8] = include_bytes!("kernels/standard.fatbin");
 const COMPRESSED_FATBIN: &[u8] = include_bytes!("kernels/standard.compressed.fatbin");
 
 /// Entry points for every kernel `text` (PTX) defines, for validating the binary images made
-/// from it (the checks read no parameter metadata from a binary).
+/// from it (the cheap checks read no parameter metadata from a binary).
 fn image_entry_points(text: &str) -> Vec<halcyon::EntryPoint> {
     ptx_entries(text)
         .into_iter()
