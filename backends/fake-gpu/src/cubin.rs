@@ -84,3 +84,39 @@ pub(crate) fn kernel_names(elf: &[u8]) -> Result<Vec<String>, Refusal> {
     }
     Ok(kernels)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ptxas 12.8's sm_90 cubin of halcyon-cuda's standard kernels.
+    const CUBIN: &[u8] = include_bytes!("../../cuda/tests/kernels/standard.sm_90.cubin");
+
+    fn patched(at: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut image = CUBIN.to_vec();
+        image[at..at + bytes.len()].copy_from_slice(bytes);
+        image
+    }
+
+    #[test]
+    fn kernels_are_found_by_their_code_sections() {
+        let names = kernel_names(CUBIN).ok().unwrap();
+        assert_eq!(names, ["empty", "fail", "saxpy_f32", "add_one_u32"]);
+        // e_flags' architecture: sm_80 is not the device's.
+        let Err(Refusal::OtherArchitecture(why)) = kernel_names(&patched(0x30, &[80])) else {
+            panic!("an sm_80 cubin loads on the sm_90 fake");
+        };
+        assert!(why.contains("sm_80"), "{why}");
+        // e_machine: an AMDGPU image is not a CUDA one.
+        let Err(Refusal::Invalid(why)) = kernel_names(&patched(0x12, &224u16.to_le_bytes())) else {
+            panic!("an AMDGPU image loads as a cubin");
+        };
+        assert!(why.contains("EM_CUDA"), "{why}");
+        // Section headers past the bytes are refused, not read.
+        let Err(Refusal::Invalid(why)) = kernel_names(&patched(0x28, &u64::MAX.to_le_bytes()))
+        else {
+            panic!("section headers outside the image were read");
+        };
+        assert!(why.contains("outside"), "{why}");
+    }
+}
