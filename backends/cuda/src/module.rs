@@ -64,8 +64,9 @@
 //!   the 4 KiB every CUDA device accepts.
 //! * **PTX** is text with no control bytes but tab, line feed and carriage return (no NUL,
 //!   which would end it early), that does not start like a binary image (the driver would read
-//!   it as one), and has no preprocessor directive. Every entry point is an `.entry` whose
-//!   `.param` list matches the metadata (see above).
+//!   it as one), with no preprocessor directive and no string literal a backslash continues
+//!   onto the next line. Every entry point is an `.entry` whose `.param` list, read after
+//!   removing comments (string literals kept whole), matches the metadata (see above).
 //! * A **cubin** is a 64-bit little-endian ELF file with its 64-byte header, and program and
 //!   section header tables (of ELF64's entry sizes) within its bytes.
 //! * A **fatbin** has its 16-byte header, and the size it declares lies within its bytes.
@@ -594,31 +595,57 @@ fn ptx_params(ptx: &str, name: &str) -> Option<Vec<(String, Option<usize>)>> {
 }
 
 /// `ptx` with each `//` and `/* */` comment replaced by a space (the line ends inside a block
-/// comment kept, so that line numbers stay). A plain scan: PTX has no preprocessor (see
-/// [`validate_ptx`]) and its only string literals are file names, where a comment marker
-/// would at worst hide text from this reader, never show it text the compiler skips.
+/// comment kept, so that line numbers stay). See [`lex_ptx`].
 fn strip_ptx_comments(ptx: &str) -> String {
+    lex_ptx(ptx).0
+}
+
+/// `ptx` without its comments, and the byte offset of the first string literal that a
+/// backslash continues past its line's end, if any. String literals (PTX has them in `.file`
+/// directives) are kept whole, as the compiler reads them: a `/*` or `//` in a file name
+/// starts no comment, so this reader never takes text for code that the compiler skips, or
+/// the other way round. A string ends at its closing quote or its line's end; a backslash in
+/// it escapes the next character. Whether a compiler would continue a string onto the next
+/// line is not documented, so [`validate_ptx`] refuses a text that asks for it.
+fn lex_ptx(ptx: &str) -> (String, Option<usize>) {
+    let bytes = ptx.as_bytes();
     let mut code = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    while let Some(at) = rest.find('/') {
-        let after = &rest[at + 1..];
-        let end = if after.starts_with('/') {
-            at + 1 + after.find('\n').unwrap_or(after.len())
-        } else if let Some(body) = after.strip_prefix('*') {
-            let end = body.find("*/").map_or(body.len(), |end| end + 2);
-            at + 2 + end
-        } else {
-            code.push_str(&rest[..=at]);
-            rest = after;
-            continue;
+    let mut continued = None;
+    // `from..` is code not yet copied; every cut is at an ASCII byte.
+    let (mut at, mut from) = (0, 0);
+    while at < bytes.len() {
+        let end = match (bytes[at], bytes.get(at + 1)) {
+            (b'"', _) => {
+                at += 1;
+                while at < bytes.len() && !matches!(bytes[at], b'"' | b'\n' | b'\r') {
+                    if bytes[at] == b'\\' {
+                        if matches!(bytes.get(at + 1), Some(b'\n' | b'\r')) {
+                            continued.get_or_insert(at);
+                            break;
+                        }
+                        at += 1;
+                    }
+                    at += 1;
+                }
+                at += 1;
+                continue;
+            }
+            (b'/', Some(b'/')) => ptx[at..].find('\n').map_or(ptx.len(), |end| at + end),
+            (b'/', Some(b'*')) => ptx[at + 2..]
+                .find("*/")
+                .map_or(ptx.len(), |end| at + end + 4),
+            _ => {
+                at += 1;
+                continue;
+            }
         };
-        code.push_str(&rest[..at]);
+        code.push_str(&ptx[from..at]);
         code.push(' ');
-        code.extend(rest[at..end].chars().filter(|&c| c == '\n'));
-        rest = &rest[end..];
+        code.extend(ptx[at..end].chars().filter(|&c| c == '\n'));
+        (at, from) = (end, end);
     }
-    code.push_str(rest);
-    code
+    code.push_str(&ptx[from..]);
+    (code, continued)
 }
 
 /// The size of one `.param` declaration: `.param .u64 name`, `.param .u64 .ptr .global .align 4
@@ -722,7 +749,19 @@ fn validate_ptx(text: &str, entry_points: &[EntryPoint]) -> Result<()> {
     if text.trim().is_empty() {
         return Err(invalid("the PTX text is empty"));
     }
-    let code = strip_ptx_comments(text);
+    let (code, continued) = lex_ptx(text);
+    if let Some(at) = continued {
+        return Err(invalid(format!(
+            "the PTX text continues a string literal past its line's end (a backslash ending \
+             line {}); halcyon reads kernel parameters from the text and does not guess how a \
+             compiler joins such lines: write the string on one line",
+            text.as_bytes()[..at]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1
+        )));
+    }
     // ptxas refuses preprocessor directives (`#define` is a syntax error to it), and halcyon
     // reads each kernel's `.param` list from the text as written: refusing them here keeps the
     // text checked the text compiled, should some JIT preprocess PTX.
@@ -1242,6 +1281,23 @@ mod tests {
             None
         );
         assert_eq!(strip_ptx_comments("a/b/*x\ny*/c//z\nd"), "a/b \nc \nd");
+        // A comment marker in a string starts no comment: the compiler sees the first `k`,
+        // with three parameters, and `// */ ...` as a comment.
+        let file = ".file 1 \"/*\"\n.visible .entry k(.param .u64 a, .param .u64 b, .param \
+                    .u64 c)\n{\n}\n// */ .visible .entry k(.param .u64 a)\n";
+        assert_eq!(ptx_param_sizes(file, "k"), Some(vec![8, 8, 8]));
+        let escaped = ".file 1 \"a\\\"//\" .entry k(.param .u64 a)\n";
+        assert_eq!(ptx_param_sizes(escaped, "k"), Some(vec![8]));
+        // An unterminated string ends with its line; a multi-byte character is copied whole.
+        assert_eq!(strip_ptx_comments("\"é/*\nx//y"), "\"é/*\nx ");
+        assert_eq!(strip_ptx_comments("\"\\é/*\"//"), "\"\\é/*\" ");
+        // A string a backslash continues onto the next line is refused.
+        for end in ["\n", "\r\n"] {
+            let text = format!("{PTX}.file 1 \"a\\{end}/*\"\n");
+            let e = ptx_error(&text, vec![entry("fail", 0, 0)]);
+            let line = PTX.lines().count() + 1;
+            assert!(e.message().contains(&format!("ending line {line}")), "{e}");
+        }
     }
 
     #[test]
