@@ -110,7 +110,7 @@ use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
 use crate::capture::CaptureGate;
 use crate::error::{check, cuda_error};
-use crate::module::{check_kernel_params, ptx_status_word, CudaImage, CudaModule, FORMAT_CUDA};
+use crate::module::{check_kernel_params, ptx_status_word, CudaModule, Image, FORMAT_CUDA};
 use crate::objects::{destroy_last, Event, Function, Graph, KernelSignature, Module, Stream};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
 use crate::raw::{self, Code};
@@ -1475,19 +1475,18 @@ unsafe impl StreamApi for CudaApi {
         let _no_captures = self.no_captures();
         let ptx;
         let binary;
-        let image: *const c_void = match &module.image {
-            CudaImage::Ptx(text) => {
+        let image: *const c_void = match module.code() {
+            Image::Ptx(text) => {
                 // NUL-free (validated); cuModuleLoadData reads PTX up to the NUL.
                 ptx = CString::new(text.as_str()).map_err(|_| {
                     Error::new(StatusCode::InvalidArgument, "PTX text contains a NUL byte")
                 })?;
                 ptx.as_ptr().cast()
             }
-            CudaImage::Cubin(bytes) => {
+            Image::Binary(bytes) => {
                 // Aligned for the ELF headers, and followed by 4096 zero bytes (see
-                // `loader_image`): the driver's structures inside a cubin or fatbin are not
-                // all documented, so a fixed-size read past what validation follows lands in
-                // this copy.
+                // `loader_image`): cheap defence for a fixed-size read past the end of an
+                // image that is shorter than its caller vouched.
                 binary = halcyon::backend::loader_image(bytes, bytes.len() + 4096);
                 binary.as_ptr().cast()
             }
@@ -1497,7 +1496,7 @@ unsafe impl StreamApi for CudaApi {
         // points can launch (without it, a kernel using many registers compiles to fewer
         // threads per block than its workgroup; a cubin was sized when it was built).
         let threads_per_block = module
-            .entry_points
+            .entry_points()
             .iter()
             .map(|e| e.workgroup_size.iter().product::<u32>())
             .max()
@@ -1518,9 +1517,10 @@ unsafe impl StreamApi for CudaApi {
                 std::ptr::without_provenance_mut(JIT_LOG_BYTES),
                 std::ptr::without_provenance_mut(threads_per_block as usize),
             ];
-            // SAFETY: `image` is NUL-terminated PTX, or a binary image whose declared extents
-            // were checked to lie within its bytes (validate); it, the log buffer, `options`
-            // and `values` outlive the call; the option count matches both arrays.
+            // SAFETY: `image` is NUL-terminated PTX (which the JIT checks), or a binary image
+            // that reached here only through an unsafe constructor or an unchecked spec, whose
+            // caller vouched for it (`CudaModule::binary`'s contract); it, the log buffer,
+            // `options` and `values` outlive the call; the option count matches both arrays.
             unsafe {
                 raw::cuModuleLoadDataEx(
                     &mut handle,
@@ -1543,7 +1543,7 @@ unsafe impl StreamApi for CudaApi {
                     "cuModuleLoadData({} image with entry points [{}])",
                     module.kind(),
                     module
-                        .entry_points
+                        .entry_points()
                         .iter()
                         .map(|e| e.name.as_str())
                         .collect::<Vec<_>>()
@@ -1562,8 +1562,8 @@ unsafe impl StreamApi for CudaApi {
         // Owned from here: an error below drops it, which unloads it (from inside this call,
         // which the capture gate lets through).
         let mut loaded = Module::new(handle, self.device);
-        let mut status_words = Vec::with_capacity(module.entry_points.len());
-        for (index, entry) in module.entry_points.iter().enumerate() {
+        let mut status_words = Vec::with_capacity(module.entry_points().len());
+        for (index, entry) in module.entry_points().iter().enumerate() {
             // The driver's report where it has one (CUDA 12.4+); for PTX also its text, which
             // says whether the kernel takes a status word on any driver (validated above). For
             // a cubin kernel the driver cannot report on, see `cubin_status_word`.
@@ -1575,8 +1575,8 @@ unsafe impl StreamApi for CudaApi {
                     Some(params) if !params.is_empty() => Some(check_kernel_params(entry, params)?),
                     _ => None,
                 };
-                let status_word = match &module.image {
-                    CudaImage::Ptx(text) => {
+                let status_word = match module.code() {
+                    Image::Ptx(text) => {
                         let parsed = ptx_status_word(text, entry)?;
                         if reported.is_some_and(|reported| reported != parsed) {
                             return Err(Error::new(
@@ -1592,7 +1592,7 @@ unsafe impl StreamApi for CudaApi {
                         }
                         parsed
                     }
-                    CudaImage::Cubin(_) => {
+                    Image::Binary(_) => {
                         cubin_status_word(reported, params.is_some_and(|p| p.is_empty()), entry)
                     }
                 };
@@ -1615,9 +1615,9 @@ unsafe impl StreamApi for CudaApi {
         self.modules.insert(handle.0, loaded);
         Ok(LoadedModule {
             module: handle,
-            entry_points: module.entry_points.clone(),
+            entry_points: module.entry_points().to_vec(),
             status_words,
-            shared_memory_bytes: (0..module.entry_points.len())
+            shared_memory_bytes: (0..module.entry_points().len())
                 .map(|index| module.shared_memory(index))
                 .collect(),
         })

@@ -51,8 +51,9 @@
 //!   panics.
 //! * [`error`]: a [`raw::Code`] → [`halcyon::Error`] with the call, the error's name and number.
 //! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
-//! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX or cubin plus entry-point
-//!   metadata, native or as bytes with a header), validation, [`CudaModule::compile`].
+//! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX, or through `unsafe`
+//!   constructors a cubin or fatbin, plus entry-point metadata; native, or as bytes in a
+//!   [`halcyon::PackedExecutable`]), its cheap checks, [`CudaModule::compile`].
 //! * [`api`]: [`CudaApi`], the translation table (its docs have the call-by-call table), with
 //!   the host-function registry behind `cuLaunchHostFunc` and pinned staging for reads and
 //!   writes.
@@ -126,7 +127,7 @@ use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
 pub use api::CudaApi;
-pub use module::{CudaImage, CudaModule, FORMAT_CUDA};
+pub use module::{CudaModule, FORMAT_CUDA};
 use probe::Probe;
 
 /// The driver id and URI scheme: `cuda`, `cuda://0`.

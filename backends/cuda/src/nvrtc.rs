@@ -196,8 +196,8 @@ pub fn probe() -> Result<&'static Nvrtc> {
                         "NVRTC is not available: no usable libnvrtc ({}); install the CUDA \
                          toolkit's NVRTC (e.g. Debian's libnvrtc12, or pip's \
                          nvidia-cuda-nvrtc-cu12 or nvidia-cuda-nvrtc for CUDA 13) and make it \
-                         findable through LD_LIBRARY_PATH; or load precompiled PTX or cubin \
-                         with CudaModule::ptx / CudaModule::cubin",
+                         findable through LD_LIBRARY_PATH; or load precompiled PTX with \
+                         CudaModule::ptx (or a cubin with the unsafe CudaModule::binary)",
                         refused.join("; ")
                     ),
                 ));

@@ -151,9 +151,10 @@ fn checked_in_ptx_defines_the_standard_kernels() {
         ptx_entries(common::STANDARD_PTX),
         ["add_one_u32", "saxpy_f32", "fail", "empty"]
     );
-    let bytes = common::standard_module().to_bytes();
+    let bytes = common::standard_module().to_packed().to_bytes();
+    let packed = halcyon::PackedExecutable::from_bytes(&bytes).unwrap();
     assert_eq!(
-        CudaModule::from_bytes(&bytes).unwrap(),
+        CudaModule::from_packed(&packed).unwrap(),
         common::standard_module()
     );
 }
@@ -167,9 +168,7 @@ fn nvrtc_compiles_the_standard_kernels() {
     let mut entry_points = common::standard_entry_points();
     entry_points.push(common::empty());
     let module = CudaModule::compile(common::STANDARD_CU, entry_points.clone(), &[]).unwrap();
-    let halcyon_cuda::CudaImage::Ptx(ptx) = &module.image else {
-        panic!("NVRTC returns PTX");
-    };
+    let ptx = module.ptx_text().expect("NVRTC returns PTX");
     assert_eq!(ptx_entries(ptx), ptx_entries(common::STANDARD_PTX));
     // With the NVRTC that produced it, the checked-in PTX is reproduced exactly. (Only there:
     // NVRTC 13 no longer compiles for compute_52, the checked-in PTX's target.)
@@ -223,7 +222,7 @@ fn checked_in_ptx_loads_on_every_supported_driver() {
 /// Assembles the checked-in PTX with ptxas where ptxas is found (`$PTXAS`, or on `PATH`):
 /// standard.ptx for sm_52, sm_70, sm_75 and sm_90, shared.ptx for its sm_75 and sm_90. ptxas
 /// rejects any instruction newer than the declared PTX ISA, and each cubin it makes must pass
-/// `CudaModule::validate`, as must the fatbins fatbinary makes of them
+/// `CudaModule::validate`'s cheap checks, as must the fatbins fatbinary makes of them
 /// ([`bundle_with_fatbinary`]). Prints why and passes without ptxas.
 /// An architecture this ptxas no longer targets (CUDA 13 dropped sm_52 and sm_70) is skipped,
 /// but each file must assemble for at least one.
@@ -269,9 +268,11 @@ fn checked_in_ptx_assembles_with_ptxas() {
                 out.status.success(),
                 "ptxas -arch={arch} {name}.ptx failed: {stderr}"
             );
-            // The cubin ptxas made passes halcyon's image checks (ELF extents and references).
+            // The cubin ptxas made passes halcyon's cheap image checks (the ELF header).
             let cubin = std::fs::read(dir.join(format!("{name}.{arch}.cubin"))).unwrap();
-            if let Err(e) = CudaModule::cubin(cubin, image_entry_points(text)).validate() {
+            // SAFETY: ptxas's unmodified output; only validated here, never loaded.
+            let module = unsafe { CudaModule::binary(cubin, image_entry_points(text)) };
+            if let Err(e) = module.validate() {
                 panic!("ptxas's {name}.{arch}.cubin fails validation: {e}");
             }
             assembled.push(*arch);
@@ -289,8 +290,9 @@ fn checked_in_ptx_assembles_with_ptxas() {
 
 /// Binary images run on the GPU: the checked-in fatbins (an sm_90 cubin and compute_52 PTX,
 /// uncompressed and zstd-compressed; a device that is not sm_90 JITs the PTX) and, on an
-/// sm_9x device, the cubin alone, each dispatching `add_one_u32`. (The fake driver loads PTX
-/// only.)
+/// sm_9x device, the cubin alone, each dispatching `add_one_u32`, from the module's native
+/// spec and from an unchecked spec of its packed form (a checked one is refused). (The fake
+/// driver loads no fatbins: `tests/fake_driver.rs` loads the cubin.)
 #[test]
 fn binary_images_load_and_run() {
     let Some(device) = common::device_or_skip("binary_images_load_and_run") else {
@@ -306,7 +308,19 @@ fn binary_images_load_and_run() {
     }
     let queue = device.queue(0).unwrap();
     for (file, image) in images {
-        let module = CudaModule::cubin(image, vec![halcyon_conformance::kernels::add_one_u32()]);
+        // SAFETY: the fixtures are unmodified ptxas and fatbinary output (see
+        // tests/kernels), for sm_90 with compute_52 PTX to JIT elsewhere, and add_one_u32
+        // takes (unsigned int*, unsigned int), as its entry point declares.
+        let module =
+            unsafe { CudaModule::binary(image, vec![halcyon_conformance::kernels::add_one_u32()]) };
+        let packed = module.to_packed();
+        let e = device.load_executable(&packed.spec()).unwrap_err();
+        assert!(e.message().contains("bytes_unchecked"), "{file}: {e}");
+        // SAFETY: as above.
+        let unchecked = unsafe { packed.spec_unchecked() };
+        device
+            .load_executable(&unchecked)
+            .unwrap_or_else(|e| panic!("{file}, packed, on {name}: {e}"));
         let executable = device
             .load_executable(&module.spec())
             .unwrap_or_else(|e| panic!("{file} on {name}: {e}"));
@@ -340,7 +354,7 @@ const FATBIN: &[u8] = include_bytes!("kernels/standard.fatbin");
 const COMPRESSED_FATBIN: &[u8] = include_bytes!("kernels/standard.compressed.fatbin");
 
 /// Entry points for every kernel `text` (PTX) defines, for validating the binary images made
-/// from it (the checks read no parameter metadata from a binary).
+/// from it (the cheap checks read no parameter metadata from a binary).
 fn image_entry_points(text: &str) -> Vec<halcyon::EntryPoint> {
     ptx_entries(text)
         .into_iter()
@@ -355,8 +369,8 @@ fn image_entry_points(text: &str) -> Vec<halcyon::EntryPoint> {
 
 /// Bundles `name`'s cubins for `archs` (in `dir`, from ptxas) and its PTX into fatbins with
 /// fatbinary where it is found (`$FATBINARY`, or on `PATH`), uncompressed and compressed, and
-/// checks that each passes `CudaModule::validate` (which walks a fatbin's entries and checks
-/// an uncompressed cubin entry as a cubin). Prints why and returns without fatbinary.
+/// checks that each passes `CudaModule::validate`'s cheap checks (the fatbin header). Prints
+/// why and returns without fatbinary.
 fn bundle_with_fatbinary(dir: &std::path::Path, name: &str, text: &str, archs: &[&str]) {
     let fatbinary = std::env::var("FATBINARY").unwrap_or_else(|_| "fatbinary".into());
     let target = text
@@ -396,7 +410,9 @@ fn bundle_with_fatbinary(dir: &std::path::Path, name: &str, text: &str, archs: &
             String::from_utf8_lossy(&result.stderr)
         );
         let fatbin = std::fs::read(&out).unwrap();
-        if let Err(e) = CudaModule::cubin(fatbin, image_entry_points(text)).validate() {
+        // SAFETY: fatbinary's unmodified output; only validated here, never loaded.
+        let module = unsafe { CudaModule::binary(fatbin, image_entry_points(text)) };
+        if let Err(e) = module.validate() {
             panic!("fatbinary {compress}'s fatbin of {name} {archs:?} fails validation: {e}");
         }
     }

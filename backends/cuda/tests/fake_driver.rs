@@ -22,7 +22,7 @@ use std::time::Duration;
 use common::CudaKernels;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Error, StatusCode};
-use halcyon_cuda::{create_device_with, CudaDeviceOptions};
+use halcyon_cuda::{create_device_with, CudaDeviceOptions, CudaModule};
 use halcyon_fake_gpu::client::Fake;
 
 /// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
@@ -314,4 +314,94 @@ fn large_transfers_stage_in_bounded_chunks() {
         after.host_funcs_run >= before.host_funcs_run + 12,
         "{before:?} → {after:?}"
     );
+}
+
+/// Runs `add_one_u32` (entry point `index` of `executable`) over four words on `device`.
+fn add_one(device: &Device, executable: &halcyon::Executable) -> halcyon::Result<Vec<u32>> {
+    use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+
+    let index = executable.entry_point_index("add_one_u32")?;
+    let queue = device.queue(0)?;
+    block_on(async {
+        let buffer = upload_u32(&queue, &[1, 2, 3, 4]).await?;
+        queue
+            .dispatch(
+                halcyon::Timepoints::default(),
+                executable,
+                index,
+                [1, 1, 1],
+                &[4],
+                &[buffer.whole()],
+            )
+            .await?;
+        download_u32(&queue, halcyon::Fence::new(), &buffer.whole()).await
+    })
+}
+
+/// ptxas's sm_90 cubin of the standard kernels (the fake device is sm_90).
+const CUBIN: &[u8] = include_bytes!("kernels/standard.sm_90.cubin");
+
+/// The trust boundary at a device's door: bytes of a packed cubin load only from an unchecked
+/// spec, packed PTX from a checked one; the refusal comes before the driver sees the image.
+#[test]
+fn packed_binaries_load_only_from_unchecked_specs() {
+    if let Err(e) = prepare_driver() {
+        return eprintln!("skipped: {e}");
+    }
+    let device = fake_device(options(CompletionStrategy::CompletionThread)).unwrap();
+    // SAFETY: CUBIN is ptxas's unmodified output for sm_90 (the fake device's architecture),
+    // and its kernels take the parameters the standard entry points declare.
+    let cubin = unsafe { CudaModule::binary(CUBIN, common::standard_entry_points()) };
+    let packed = cubin.to_packed();
+
+    let e = device.load_executable(&packed.spec()).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("ExecutableSpec::bytes_unchecked")
+            && e.message().contains("PackedExecutable::spec_unchecked"),
+        "{e}"
+    );
+
+    // SAFETY: as above.
+    let executable = device
+        .load_executable(&unsafe { packed.spec_unchecked() })
+        .unwrap();
+    assert_eq!(add_one(&device, &executable).unwrap(), [2, 3, 4, 5]);
+    // The native spec of the unsafely made module loads the same.
+    let executable = device.load_executable(&cubin.spec()).unwrap();
+    assert_eq!(add_one(&device, &executable).unwrap(), [2, 3, 4, 5]);
+
+    let executable = device
+        .load_executable(&common::standard_module().to_packed().spec())
+        .unwrap();
+    assert_eq!(add_one(&device, &executable).unwrap(), [2, 3, 4, 5]);
+}
+
+/// A kernel taking more or larger parameters than halcyon passes would make `cuLaunchKernel`
+/// read past the argument array: loading refuses it, for PTX from its text and for a binary
+/// from the driver's `cuFuncGetParamInfo`.
+#[test]
+fn kernels_taking_more_parameters_than_declared_are_refused() {
+    if let Err(e) = prepare_driver() {
+        return eprintln!("skipped: {e}");
+    }
+    let device = fake_device(options(CompletionStrategy::CompletionThread)).unwrap();
+    // saxpy_f32 takes (f32*, f32*, u32, u32): declared as one binding and one constant.
+    let narrow = halcyon::EntryPoint {
+        binding_count: 1,
+        constant_count: 1,
+        ..halcyon_conformance::kernels::saxpy_f32()
+    };
+    let ptx = CudaModule::ptx(common::STANDARD_PTX, vec![narrow.clone()]);
+    for spec in [ptx.to_packed().spec(), ptx.spec()] {
+        let e = device.load_executable(&spec).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("takes 4 parameters"), "{e}");
+    }
+    // SAFETY: deliberately breaks the metadata half of the contract, which the fake driver's
+    // cuFuncGetParamInfo catches before any launch (the test never dispatches).
+    let cubin = unsafe { CudaModule::binary(CUBIN, vec![narrow]) };
+    let e = device.load_executable(&cubin.spec()).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("takes 4 parameters"), "{e}");
 }

@@ -25,9 +25,10 @@ use crate::driver::{
     context_device, device_count, driver, next_handle, primary_context, CAPTURES_INVALIDATED,
     GRAPH_LAUNCHES,
 };
-use crate::kernels::{parse_ptx, DEFAULT_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
+use crate::kernels::{parse_ptx, Entry, DEFAULT_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
 use crate::memory::{memory, Kind, DEVICE_BYTES};
 use crate::stream::{Event, Op, Source, Stream};
+use crate::{cubin, hsaco};
 
 /// The CUDA version the fake reports (`cuDriverGetVersion`).
 pub(crate) const DRIVER_VERSION: c_int = 13000;
@@ -1221,9 +1222,11 @@ pub unsafe extern "C" fn cuModuleLoadData(out: *mut *mut c_void, image: *const c
     unsafe { cuModuleLoadDataEx(out, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
 }
 
-/// `cuModuleLoadDataEx`: NUL-terminated PTX, read for its entry points (a cubin or fatbin is
-/// `CUDA_ERROR_NOT_SUPPORTED`; PTX without `.version` and `.target`, or with a parameter list
-/// the fake cannot read, `CUDA_ERROR_INVALID_PTX` with a JIT log).
+/// `cuModuleLoadDataEx`: NUL-terminated PTX, read for its entry points (PTX without
+/// `.version` and `.target`, or with a parameter list the fake cannot read, is
+/// `CUDA_ERROR_INVALID_PTX` with a JIT log), or an sm_90 cubin, read for its kernels' names
+/// (see [`crate::cubin`]; another architecture is `CUDA_ERROR_NO_BINARY_FOR_GPU`); a fatbin is
+/// `CUDA_ERROR_NOT_SUPPORTED`.
 ///
 /// # Safety
 /// CUDA's contract for the call.
@@ -1254,8 +1257,29 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
             // SAFETY: CUDA's contract for the options.
             unsafe { write_jit_log(count, options, values, message) }
         };
-        if head == b"\x7fELF" || head == [0x50, 0xed, 0x55, 0xba] {
-            log("the fake CUDA driver loads PTX only");
+        if head == b"\x7fELF" {
+            // SAFETY: CUDA's contract: a complete cubin, whose headers describe its bytes.
+            let image = unsafe { hsaco::image(image.cast()) };
+            let names = image
+                .map_err(|(_, why)| cubin::Refusal::Invalid(why))
+                .and_then(cubin::kernel_names)
+                .map_err(|refusal| match refusal {
+                    cubin::Refusal::Invalid(why) => {
+                        log(&why);
+                        CUresult::CUDA_ERROR_INVALID_IMAGE
+                    }
+                    cubin::Refusal::OtherArchitecture(why) => {
+                        log(&why);
+                        CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+                    }
+                })?;
+            let entries: Vec<Entry> = names.iter().map(|name| Entry::by_name(name)).collect();
+            let module = register_module(&entries, current_device());
+            // SAFETY: CUDA's contract: `out` is valid for one CUmodule.
+            return unsafe { put(out, as_ptr(module)) };
+        }
+        if head == [0x50, 0xed, 0x55, 0xba] {
+            log("the fake CUDA driver loads PTX and cubins, not fatbins");
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
         // SAFETY: CUDA's contract: PTX is NUL-terminated.

@@ -20,8 +20,10 @@
 //!   stream capture records operations into graphs that launch again. PTX modules are parsed
 //!   for their entry points and parameters (`.entry`, `.param`); kernels whose name and
 //!   parameters match one of halcyon's standard kernels (`add_one_u32`, `saxpy_f32`, `fail`,
-//!   `empty`, and `trap`, which faults the device) run natively. A cubin, or launching any
-//!   other kernel, is `CUDA_ERROR_NOT_SUPPORTED`.
+//!   `empty`, and `trap`, which faults the device) run natively. An sm_90 cubin is read for
+//!   its kernels' names (`.text.<kernel>` sections), each taking the parameters of the
+//!   standard kernel of that name. A fatbin, or launching any other kernel, is
+//!   `CUDA_ERROR_NOT_SUPPORTED`.
 //! * **The contract is checked where CUDA would not say.** On a real driver a broken rule is
 //!   undefined behaviour that may pass by luck; here each one is a *violation*:
 //!   - a call on a thread with no current context, or with the primary context released;
@@ -45,8 +47,8 @@
 //!   case it is only recorded ([`client::Fake::violations`]).
 //! * **What it does not model** (each answers `CUDA_ERROR_NOT_SUPPORTED`, so a caller that
 //!   starts needing it fails loudly): capture modes other than relaxed, memory allocation and
-//!   free nodes in a capture, joining a capture by waiting on a captured event, cubin and
-//!   fatbin images, kernels other than the ones above. Memory freed is quarantined (64 MiB)
+//!   free nodes in a capture, joining a capture by waiting on a captured event, fatbin images,
+//!   kernels other than the ones above. Memory freed is quarantined (64 MiB)
 //!   before its address can be reused, so late work finds it freed rather than reallocated.
 //! * **Faults.** [`client::Fake::fault_next_kernel`] (or a `trap` kernel) makes a kernel fault
 //!   the device: from then on every call in the context returns that error (a *sticky* error,
@@ -83,6 +85,7 @@
 //! handles and counts.
 
 mod contract;
+mod cubin;
 mod cuda;
 mod driver;
 mod exports;
