@@ -328,7 +328,7 @@ impl<E: Copy> EventPair<E> {
     }
 }
 
-/// A loaded `hipModule_t`, unloaded on drop, with its validated entry points.
+/// A loaded `hipModule_t`, unloaded on drop, with its checked entry points.
 struct RawModule {
     hip: Hip,
     raw: sys::hipModule_t,
