@@ -910,6 +910,22 @@ mod tests {
         assert!(!image
             .check_entry_point(&entry("add_one_u32", [64, 1, 1], 1, 1))
             .unwrap());
+        // Not only the first: a later code object without the kernel is named.
+        let mut other = SHARED.to_vec();
+        other[0x30] = 0x3f; // EF_AMDGPU_MACH gfx90a
+        let mixed = offload_bundle(&[GFX900, &other]).unwrap();
+        let e = Image::read(&mixed)
+            .unwrap()
+            .check_entry_point(&entry("add_one_u32", [64, 1, 1], 1, 1))
+            .unwrap_err();
+        assert_eq!(e.code(), StatusCode::NotFound);
+        assert!(
+            e.message().starts_with(
+                "offload bundle code object for gfx90a: the gfx90a code object has no kernel \
+                 'add_one_u32'; it has: [block_sum_u32]"
+            ),
+            "{e}"
+        );
         // The host entry is empty and unread; the gfx900 entry is what hiprtc builds.
         let entries = bundle_entries(BUNDLE).unwrap();
         assert_eq!(entries[0].triple, HOST_TRIPLE);

@@ -112,7 +112,9 @@ impl HipModule {
     /// cheap checks are made ([`crate::code_object`]): `InvalidArgument` for bytes that are
     /// no AMDGPU code object or bundle of them, for no entry points or one named twice, or for
     /// an entry point whose workgroup size or argument counts disagree with its kernel's
-    /// metadata (`NotFound` for a kernel the code object lacks).
+    /// metadata (`NotFound` for a kernel the code object lacks). A compressed bundle (`CCOB`)
+    /// is not read: its entry points are not checked, and each of its kernels is passed a
+    /// status word pointer after its constants (see [`crate::code_object`]).
     ///
     /// # Safety
     ///
@@ -122,9 +124,8 @@ impl HipModule {
     /// `NT_AMDGPU_METADATA` note) agrees with its code. HIP reads the image through its own
     /// headers, with no length, and runs its kernels: given anything else it may read out of
     /// bounds, and the kernels may read and write any device memory. Each entry point must
-    /// agree with its kernel: a kernel taking a status word writes at most one `u32` through
-    /// it, and (with [`HipModule::with_shared_memory`]) uses at most the dynamic shared memory
-    /// declared.
+    /// agree with its kernel (which for a compressed bundle nothing checks), and a kernel
+    /// taking a status word writes at most one `u32` through it.
     pub unsafe fn from_code_object_unchecked(
         code_object: Vec<u8>,
         entry_points: Vec<EntryPoint>,
