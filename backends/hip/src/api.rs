@@ -177,6 +177,7 @@ use halcyon::stream::{
 };
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
+use crate::code_object::ImageKind;
 use crate::module::{HipModule, FORMAT_HSACO};
 use crate::result::Hip;
 use crate::sys;
@@ -1535,7 +1536,13 @@ unsafe impl StreamApi for HipStreamApi {
         // until after hipModuleUnload.
         let raw = self.trimming_on_oom(|| unsafe { self.hip.module_load_data(view) });
         let raw = raw.map_err(|e| {
-            let built_for = if image.is_bundle() {
+            let built_for = if image.kind() == ImageKind::CompressedBundle {
+                format!(
+                    "the compressed offload bundle (CCOB, not read by halcyon): does it hold a \
+                     code object for hip://{}'s architecture?",
+                    self.device
+                )
+            } else if image.is_bundle() {
                 format!(
                     "the offload bundle holds code objects for [{}]: is hip://{}'s architecture \
                      among them?",

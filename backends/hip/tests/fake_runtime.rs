@@ -338,6 +338,28 @@ fn a_packed_code_object_loads_only_from_an_unchecked_spec() {
     assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
 }
 
+/// A compressed offload bundle (`CCOB`) is passed to HIP unread: the fake runtime, like HIP
+/// without the decompressor, refuses it, and the error says what halcyon passed.
+#[test]
+fn a_compressed_bundle_is_handed_to_hip_unread() {
+    let mut compressed = b"CCOB".to_vec();
+    compressed.extend_from_slice(&[0; 60]);
+    let module = fake::module(&compressed, fake::standard()).unwrap();
+    let device = device(
+        hip(),
+        CompletionStrategy::CompletionThread,
+        HostVisibleMemory::Auto,
+    )
+    .unwrap();
+    let err = device.load_executable(&module.spec()).unwrap_err();
+    assert!(
+        err.message()
+            .contains("the compressed offload bundle (CCOB, not read by halcyon)"),
+        "{err}"
+    );
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
+}
+
 /// A code object for another GPU than the device's loads nowhere: HIP's
 /// `hipErrorNoBinaryForGpu`, with a message that names the code object's target.
 #[test]

@@ -52,8 +52,9 @@ pub fn standard() -> Vec<EntryPoint> {
 pub fn module(code_object: &[u8], entry_points: Vec<EntryPoint>) -> Result<HipModule> {
     // SAFETY: the fixtures are unmodified hiprtc/hipcc output for gfx900 (and gfx90a) whose
     // metadata agrees with their code, and the callers' entry points are checked against it.
-    // Where a test alters a fixture's header (to name another GPU), the fake runtime refuses
-    // it when it reads that header, before anything else of it is read or run.
+    // Where a test alters a fixture's header (to name another GPU) or passes bytes that are no
+    // code object (a `CCOB` header), the fake runtime refuses it when it reads that header,
+    // before anything else of it is read or run.
     unsafe { HipModule::from_code_object_unchecked(code_object.to_vec(), entry_points) }
 }
 
