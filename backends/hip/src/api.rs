@@ -20,7 +20,7 @@
 //! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
-//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after [`HipModule::validate`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
+//! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after the checks of [`HipModule`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
 //! | kernel launch                    | `hipModuleLaunchKernel`, `kernelParams` = one pointer per argument: each binding's device pointer, then each `u32` constant (then the status word's device pointer, for a kernel that takes one: [`crate::module`]); the grid checked first against `hipDeviceAttributeMaxGridDim{X,Y,Z}` and `grid × block ≤ u32::MAX` per dimension (`InvalidArgument`), which some runtimes would otherwise truncate |
 //! | graphs                           | not offered ([`Capabilities::GRAPHS`] unset)                 |
@@ -177,7 +177,8 @@ use halcyon::stream::{
 };
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
-use crate::module::{HipModule, KernelInfo, FORMAT_HSACO};
+use crate::code_object::ImageKind;
+use crate::module::{HipModule, FORMAT_HSACO};
 use crate::result::Hip;
 use crate::sys;
 
@@ -328,7 +329,7 @@ impl<E: Copy> EventPair<E> {
     }
 }
 
-/// A loaded `hipModule_t`, unloaded on drop, with its validated entry points.
+/// A loaded `hipModule_t`, unloaded on drop, with its checked entry points.
 struct RawModule {
     hip: Hip,
     raw: sys::hipModule_t,
@@ -492,17 +493,18 @@ pub(crate) const DEFAULT_MAX_GRID: [u32; 3] = [i32::MAX as u32, 1 << 16, 1 << 16
 /// cannot be read: 64 KiB, what every AMD GPU since GCN has.
 pub(crate) const DEFAULT_MAX_SHARED_MEMORY: u32 = 64 << 10;
 
-/// Checks that kernel `kernel` can be launched with the `bytes` of dynamic shared memory its
-/// entry point declares on a device whose blocks may have `max` bytes of it: its static LDS
-/// plus `bytes` must fit (`InvalidArgument` naming both otherwise; `hipModuleLaunchKernel`
-/// would refuse every dispatch of it).
+/// Checks that kernel `symbol`, whose static LDS is `statik` bytes (its metadata's
+/// `.group_segment_fixed_size`), can be launched with the `bytes` of dynamic shared memory its
+/// entry point declares on a device whose blocks may have `max` bytes of it: both together
+/// must fit (`InvalidArgument` naming both otherwise; `hipModuleLaunchKernel` would refuse
+/// every dispatch of it).
 pub(crate) fn check_shared_memory(
-    kernel: &KernelInfo,
+    symbol: &str,
+    statik: u32,
     bytes: u32,
     max: u32,
     device: i32,
 ) -> Result<()> {
-    let statik = kernel.group_segment_fixed_size;
     if bytes == 0 || u64::from(statik) + u64::from(bytes) <= u64::from(max) {
         return Ok(());
     }
@@ -510,7 +512,7 @@ pub(crate) fn check_shared_memory(
         "kernel '{}' declares {bytes} bytes of dynamic shared memory{}, but a block on \
          hip://{device} may have at most {max} bytes of shared memory \
          (hipDeviceAttributeMaxSharedMemoryPerBlock): declare less",
-        kernel.symbol,
+        symbol,
         if statik > 0 {
             format!(" on top of its {statik} bytes of static")
         } else {
@@ -1492,23 +1494,31 @@ unsafe impl StreamApi for HipStreamApi {
 
     fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
         let module = HipModule::from_spec(spec)?;
-        let image = module.validate()?;
-        // Validated above, so these only read which kernels take a status word.
-        let status_words = module
-            .entry_points
-            .iter()
-            .map(|entry| image.check_entry_point(entry))
-            .collect::<Result<Vec<bool>>>()?;
-        let shared_memory_bytes: Vec<u32> = (0..module.entry_points.len())
+        let image = module.image();
+        let entry_points = module.entry_points().to_vec();
+        let status_words: Vec<bool> = (0..entry_points.len())
+            .map(|index| module.takes_status_word(index))
+            .collect();
+        let shared_memory_bytes: Vec<u32> = (0..entry_points.len())
             .map(|index| module.shared_memory(index))
             .collect();
-        for (entry, &bytes) in module.entry_points.iter().zip(&shared_memory_bytes) {
-            // Every code object of a bundle: which one HIP picks is known only to HIP.
-            for kernel in image.kernels(&entry.name) {
-                check_shared_memory(kernel, bytes, self.max_shared_memory, self.device)?;
-            }
+        for (entry, &bytes) in entry_points.iter().zip(&shared_memory_bytes) {
+            // Every code object of a bundle: which one HIP picks is known only to HIP. A
+            // compressed bundle's kernels are unread: only the dynamic part is checked.
+            let statik = image
+                .kernels(&entry.name)
+                .map(|kernel| kernel.group_segment_fixed_size)
+                .max()
+                .unwrap_or(0);
+            check_shared_memory(
+                &entry.name,
+                statik,
+                bytes,
+                self.max_shared_memory,
+                self.device,
+            )?;
         }
-        let bytes = &module.code_object;
+        let bytes = module.code_object();
         // Padded to 4096 bytes: clr copies the first 4096 bytes of an image it cannot size (an
         // offload bundle) whatever its real length.
         let image_words = halcyon::backend::loader_image(bytes, 4096);
@@ -1517,15 +1527,22 @@ unsafe impl StreamApi for HipStreamApi {
             std::slice::from_raw_parts(image_words.as_ptr().cast::<u8>(), image_words.len() * 8)
         };
         let _bound = self.bind()?;
-        // SAFETY: `validate` checked that this is an AMDGPU ELF whose headers, sections and
-        // segments all lie inside these bytes, or an offload bundle whose table and every
-        // entry do and whose every entry HIP may load (kinds hip, hipv4, hcc) is such an ELF:
-        // everything HIP reads through. HIP also reads a bundle's first 4096 bytes whatever
-        // its length (clr cannot tell a bundle's size), which the padding holds.
-        // The image stays alive (and unmoved) in the module until after hipModuleUnload.
+        // SAFETY: a `HipModule` is hiprtc output (`HipRtc::compile_module`) or comes from the
+        // unsafe `HipModule::from_code_object_unchecked` / `from_packed` (also through an
+        // unchecked spec), whose callers vouch that it is unmodified clang/hipcc output for
+        // this device with metadata agreeing with its code: what HIP reads it as. HIP also
+        // reads a bundle's first 4096 bytes whatever its length (clr cannot tell a bundle's
+        // size), which the padding holds. The image stays alive (and unmoved) in the module
+        // until after hipModuleUnload.
         let raw = self.trimming_on_oom(|| unsafe { self.hip.module_load_data(view) });
         let raw = raw.map_err(|e| {
-            let built_for = if image.is_bundle() {
+            let built_for = if image.kind() == ImageKind::CompressedBundle {
+                format!(
+                    "the compressed offload bundle (CCOB, not read by halcyon): does it hold a \
+                     code object for hip://{}'s architecture?",
+                    self.device
+                )
+            } else if image.is_bundle() {
                 format!(
                     "the offload bundle holds code objects for [{}]: is hip://{}'s architecture \
                      among them?",
@@ -1545,7 +1562,6 @@ unsafe impl StreamApi for HipStreamApi {
             return Err(null_from("hipModuleLoadData"));
         }
         let handle = raw as usize as u64;
-        let entry_points = module.entry_points.clone();
         self.modules.insert(
             handle,
             RawModule {
@@ -1706,18 +1722,10 @@ mod tests {
 
     #[test]
     fn static_and_dynamic_shared_memory_must_fit_a_block() {
-        let kernel = KernelInfo {
-            symbol: "k".into(),
-            name: "k".into(),
-            args: Vec::new(),
-            max_flat_workgroup_size: 256,
-            reqd_workgroup_size: None,
-            group_segment_fixed_size: 1024,
-        };
         let max = DEFAULT_MAX_SHARED_MEMORY;
-        check_shared_memory(&kernel, 0, 512, 0).unwrap();
-        check_shared_memory(&kernel, max - 1024, max, 0).unwrap();
-        let e = check_shared_memory(&kernel, max - 1023, max, 3).unwrap_err();
+        check_shared_memory("k", 1024, 0, 512, 0).unwrap();
+        check_shared_memory("k", 1024, max - 1024, max, 0).unwrap();
+        let e = check_shared_memory("k", 1024, max - 1023, max, 3).unwrap_err();
         assert_eq!(e.code(), StatusCode::InvalidArgument);
         assert!(
             e.message().contains(

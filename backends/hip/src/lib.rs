@@ -12,9 +12,13 @@
 //!   Symbols newer than HIP 5.2 (`hipLaunchHostFunc`, ...) are optional.
 //! * [`result`]: [`result::Hip`], one checked method per call, returning [`halcyon::Result`]
 //!   with messages such as `hipMalloc(1048576 bytes) failed: hipErrorOutOfMemory (2)`.
-//! * [`module`]: [`HipModule`], the `"hip-hsaco"` executable format: an AMDGPU code object plus
-//!   entry-point metadata, validated (ELF header, bounds, kernel argument metadata) before HIP
-//!   sees it.
+//! * [`module`]: [`HipModule`], the `"hip-hsaco"` executable format: an AMDGPU code object (or
+//!   offload bundle) plus entry-point metadata. HIP reads code objects unchecked, so one from a
+//!   file enters through the `unsafe` [`HipModule::from_code_object_unchecked`]; hiprtc output
+//!   enters safely ([`rtc::HipRtc::compile_module`]). Its byte form is a
+//!   [`halcyon::PackedExecutable`] ([`HipModule::to_packed`]), loaded from unchecked specs only.
+//! * [`code_object`]: what halcyon reads of code objects for its cheap checks: the ELF header
+//!   (through `object`), the kernel metadata (MessagePack, through `rmpv`), a bundle's table.
 //! * [`api`]: [`HipStreamApi`], halcyon's [`halcyon::stream::StreamApi`] over HIP (its docs
 //!   have the "core vocabulary → HIP call" table). The generic stream layer
 //!   ([`halcyon::stream::StreamDevice`]) turns it into a device: timeline semaphores over HIP
@@ -81,6 +85,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod code_object;
 pub mod module;
 pub mod result;
 pub mod rtc;

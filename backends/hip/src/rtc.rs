@@ -1,5 +1,6 @@
 //! hiprtc, HIP's run-time compiler, opened at run time: HIP C++ source in, an AMDGPU code object
-//! (what [`crate::HipModule`] carries) out. No ROCm compiler toolchain is needed beyond the
+//! (what [`crate::HipModule`] carries) out: [`HipRtc::compile`] returns the code object,
+//! [`HipRtc::compile_module`] a module of it, safely, since halcyon ran the compiler itself. No ROCm compiler toolchain is needed beyond the
 //! libraries: hiprtc compiles through `libamd_comgr`, which embeds clang and lld.
 //!
 //! The symbols live in `libhiprtc.so` from ROCm 5.3 on, and in `libamdhip64.so` itself up to
@@ -37,8 +38,10 @@ use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::{Mutex, OnceLock};
 
-use halcyon::{Error, Result, StatusCode};
+use halcyon::{EntryPoint, Error, Result, StatusCode};
 use libloading::Library;
+
+use crate::module::HipModule;
 
 /// The sonames [`HipRtc::load_default`] tries, in order: the stand-alone hiprtc (ROCm 5.3 and
 /// later; ROCm 7 has it nowhere else), then the HIP runtimes that still contain it (5.x, 6.x).
@@ -326,6 +329,44 @@ impl HipRtc {
         Ok(code)
     }
 
+    /// Compiles `source` as [`HipRtc::compile`] does and makes a [`HipModule`] of the code
+    /// object with `entry_points`, making the checks of
+    /// [`HipModule::from_code_object_unchecked`] (each entry point against its kernel's
+    /// metadata). Safe, unlike that constructor: the code object is hiprtc's own output,
+    /// unmodified, for the architecture `options` name (or the current device's), so its
+    /// metadata describes its code and the checks against it are complete.
+    ///
+    /// ```no_run
+    /// use halcyon::EntryPoint;
+    /// use halcyon_hip::rtc::HipRtc;
+    ///
+    /// let source = r#"extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }"#;
+    /// let entry = EntryPoint {
+    ///     name: "twice".into(),
+    ///     workgroup_size: [64, 1, 1],
+    ///     binding_count: 1,
+    ///     constant_count: 0,
+    /// };
+    /// let module = HipRtc::load_default()?.compile_module(
+    ///     source,
+    ///     "twice.hip",
+    ///     &["--offload-arch=gfx90a", "-O3"],
+    ///     vec![entry],
+    /// )?;
+    /// let spec = module.spec(); // for Device::load_executable
+    /// # Ok::<(), halcyon::Error>(())
+    /// ```
+    pub fn compile_module(
+        &self,
+        source: &str,
+        name: &str,
+        options: &[&str],
+        entry_points: Vec<EntryPoint>,
+    ) -> Result<HipModule> {
+        let code = self.compile(source, name, options)?;
+        HipModule::checked(code, entry_points)
+    }
+
     /// The program's log (empty if it cannot be read).
     fn log(&self, program: &Program<'_>) -> String {
         let mut size = 0usize;
@@ -442,8 +483,6 @@ pub fn kfd_offload_arch() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::module::HipModule;
-    use halcyon::EntryPoint;
 
     const SOURCE: &str = include_str!("../tests/data/conformance.hip");
 
@@ -489,30 +528,36 @@ mod tests {
     fn compiles_the_conformance_kernels_for_gfx900_without_a_gpu() {
         let Some(rtc) = rtc() else { return };
         eprintln!("hiprtc {:?} from {}", rtc.version(), rtc.soname());
-        let code = rtc
-            .compile(SOURCE, "conformance.hip", &["--offload-arch=gfx900", "-O3"])
-            .unwrap();
         let entry = |name: &str, wg, bindings, constants| EntryPoint {
             name: name.into(),
             workgroup_size: wg,
             binding_count: bindings,
             constant_count: constants,
         };
-        let module = HipModule::new(
-            code,
-            vec![
-                entry("add_one_u32", [64, 1, 1], 1, 1),
-                entry("saxpy_f32", [64, 1, 1], 2, 2),
-                entry("fail", [1, 1, 1], 0, 0),
-            ],
-        );
-        let info = module.validate().unwrap();
-        assert!(!info.is_bundle());
+        let entries = vec![
+            entry("add_one_u32", [64, 1, 1], 1, 1),
+            entry("saxpy_f32", [64, 1, 1], 2, 2),
+            entry("fail", [1, 1, 1], 0, 0),
+        ];
+        let options = ["--offload-arch=gfx900", "-O3"];
+        let module = rtc
+            .compile_module(SOURCE, "conformance.hip", &options, entries.clone())
+            .unwrap();
+        let image = module.image();
+        assert!(!image.is_bundle());
         assert!(
-            info.targets()[0].starts_with("gfx900"),
+            image.targets()[0].starts_with("gfx900"),
             "{:?}",
-            info.targets()
+            image.targets()
         );
+        assert!(module.takes_status_word(2) && !module.takes_status_word(0));
+        // The entry points are checked on the safe path too.
+        let mut wrong = entries;
+        wrong[0].binding_count = 2;
+        let e = rtc
+            .compile_module(SOURCE, "conformance.hip", &options, wrong)
+            .unwrap_err();
+        assert!(e.message().contains("kernel 'add_one_u32' takes ["), "{e}");
     }
 
     #[test]

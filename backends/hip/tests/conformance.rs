@@ -20,10 +20,20 @@ use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
 
 const SOURCE: &str = include_str!("data/conformance.hip");
 
-/// The code object of [`SOURCE`], compiled once per process for the GPU current on the first
-/// thread that asks (device 0, made current by its creation).
-fn code_object() -> Result<Vec<u8>> {
-    static CODE: OnceLock<Result<Vec<u8>>> = OnceLock::new();
+/// The suite's standard entry points.
+fn entries() -> Vec<halcyon::EntryPoint> {
+    vec![
+        kernels::add_one_u32(),
+        kernels::saxpy_f32(),
+        kernels::fail(),
+    ]
+}
+
+/// The module of [`SOURCE`] with the standard entry points, compiled once per process for the
+/// GPU current on the first thread that asks (device 0, made current by its creation): hiprtc
+/// output, so a module made safely ([`HipRtc::compile_module`]).
+fn module() -> Result<HipModule> {
+    static CODE: OnceLock<Result<HipModule>> = OnceLock::new();
     CODE.get_or_init(|| {
         let rtc = HipRtc::load_default().map_err(|e| {
             Error::new(
@@ -39,7 +49,7 @@ fn code_object() -> Result<Vec<u8>> {
         let mut options = vec!["-O3"];
         // Without --offload-arch hiprtc compiles for the current device, if it can find it.
         options.extend(option.as_deref());
-        let code = match rtc.compile(SOURCE, "conformance.hip", &options) {
+        let module = match rtc.compile_module(SOURCE, "conformance.hip", &options, entries()) {
             Ok(code) => code,
             Err(e) if arch.is_none() && rtc::is_missing_architecture(&e) => {
                 return Err(Error::new(
@@ -59,9 +69,9 @@ fn code_object() -> Result<Vec<u8>> {
             "compiled the conformance kernels with hiprtc ({}) for {}: {} bytes",
             rtc.soname(),
             arch.as_deref().unwrap_or("the current device"),
-            code.len()
+            module.code_object().len()
         );
-        Ok(code)
+        Ok(module)
     })
     .clone()
 }
@@ -71,15 +81,7 @@ struct HipKernels;
 
 impl halcyon_conformance::Kernels for HipKernels {
     fn load(&self, device: &Device) -> Result<Executable> {
-        let module = HipModule::new(
-            code_object()?,
-            vec![
-                kernels::add_one_u32(),
-                kernels::saxpy_f32(),
-                kernels::fail(),
-            ],
-        );
-        device.load_executable(&module.spec())
+        device.load_executable(&module()?.spec())
     }
 
     /// A HIP kernel fails its dispatch through a status word (an `unsigned int*` after its
@@ -104,7 +106,7 @@ fn device(completion: CompletionStrategy) -> Result<Device> {
     )?;
     // Compile (once) with the device current on this thread; no compiler means no kernels,
     // which skips the cases like a missing device does.
-    code_object()?;
+    module()?;
     Ok(device)
 }
 
@@ -123,19 +125,18 @@ fn hip_driver_reports_what_is_missing() {
 }
 
 /// The conformance code object in an offload bundle (as `hipcc --genco` output is, here made
-/// by `halcyon_hip::module::offload_bundle`): HIP picks the device's entry and runs it.
+/// by `halcyon_hip::code_object::offload_bundle`): HIP picks the device's entry and runs it.
 #[test]
 fn the_code_object_runs_from_an_offload_bundle() {
     struct Bundled;
     impl halcyon_conformance::Kernels for Bundled {
         fn load(&self, device: &Device) -> Result<Executable> {
-            let bundle = halcyon_hip::module::offload_bundle(&[&code_object()?])?;
-            let entries = vec![
-                kernels::add_one_u32(),
-                kernels::saxpy_f32(),
-                kernels::fail(),
-            ];
-            device.load_executable(&HipModule::new(bundle, entries).spec())
+            let bundle = halcyon_hip::code_object::offload_bundle(&[module()?.code_object()])?;
+            // SAFETY: hiprtc's unmodified output for this device, whose metadata the
+            // standard entry points agree with (checked by `compile_module`), in a bundle
+            // `offload_bundle` wrote.
+            let module = unsafe { HipModule::from_code_object_unchecked(bundle, entries()) }?;
+            device.load_executable(&module.spec())
         }
 
         fn can_fail(&self) -> bool {

@@ -22,7 +22,7 @@ use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Result};
 use halcyon_conformance::{kernels, Kernels as _};
 use halcyon_hip::result::Hip;
-use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
+use halcyon_hip::{HipDeviceOptions, HipDriver, HostVisibleMemory};
 
 use fake::{fake, hip, hip_5_2, FakeKernels, CODE_OBJECT};
 
@@ -223,7 +223,8 @@ fn dynamic_shared_memory_reaches_the_kernel() {
         constant_count: 2,
     };
     let module = |bytes| {
-        HipModule::new(SHARED_CODE_OBJECT.to_vec(), vec![entry.clone()])
+        fake::module(SHARED_CODE_OBJECT, vec![entry.clone()])
+            .unwrap()
             .with_shared_memory("block_sum_u32", bytes)
             .unwrap()
     };
@@ -238,9 +239,15 @@ fn dynamic_shared_memory_reaches_the_kernel() {
     let blocks = N.div_ceil(64);
     let data: Vec<u32> = (0..N).map(|i| i * 7 + 1).collect();
     let expected: Vec<u32> = data.chunks(64).map(|c| c.iter().sum()).collect();
+    let packed = module(4 * WORDS).to_packed();
+    // The packed form carries the shared memory declaration.
+    assert_eq!(packed.shared_memory(0), 4 * WORDS);
     let specs = [
         module(4 * WORDS).spec(),
-        ExecutableSpec::bytes(halcyon_hip::FORMAT_HSACO, module(4 * WORDS).to_bytes()),
+        // SAFETY: unmodified hiprtc output; the entry point agrees with the kernel.
+        unsafe { packed.spec_unchecked() },
+        // SAFETY: as above.
+        unsafe { ExecutableSpec::bytes_unchecked(halcyon_hip::FORMAT_HSACO, packed.to_bytes()) },
     ];
     for spec in specs {
         let executable = device.load_executable(&spec).unwrap();
@@ -276,6 +283,83 @@ fn dynamic_shared_memory_reaches_the_kernel() {
     assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
 }
 
+/// The byte form of a module is a `PackedExecutable`: a checked spec of it is refused, naming
+/// the unsafe ways in, and an unchecked one loads and runs on the fake runtime.
+#[test]
+fn a_packed_code_object_loads_only_from_an_unchecked_spec() {
+    use halcyon::StatusCode;
+    let packed = fake::module(CODE_OBJECT, fake::standard())
+        .unwrap()
+        .to_packed();
+    let new_device = || {
+        device(
+            hip(),
+            CompletionStrategy::CompletionThread,
+            HostVisibleMemory::Auto,
+        )
+    };
+    let e = new_device()
+        .unwrap()
+        .load_executable(&packed.spec())
+        .unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("ExecutableSpec::bytes_unchecked")
+            && e.message().contains("PackedExecutable::spec_unchecked"),
+        "{e}"
+    );
+    struct Unchecked(halcyon::PackedExecutable);
+    impl halcyon_conformance::Kernels for Unchecked {
+        fn load(&self, device: &Device) -> Result<halcyon::Executable> {
+            // SAFETY: the gfx900 fixture, unmodified hiprtc output, with the standard entry
+            // points, which agree with its kernels.
+            device.load_executable(&unsafe { self.0.spec_unchecked() })
+        }
+
+        fn can_fail(&self) -> bool {
+            true
+        }
+    }
+    let before = fake().stats();
+    let kernels = Unchecked(packed);
+    halcyon_conformance::run(
+        "saxpy_dispatch",
+        new_device,
+        &kernels,
+        halcyon_conformance::cases::saxpy_dispatch,
+    );
+    halcyon_conformance::run(
+        "failing_dispatch_fails_the_chain",
+        new_device,
+        &kernels,
+        halcyon_conformance::cases::failing_dispatch_fails_the_chain,
+    );
+    assert!(fake().stats().kernels_run > before.kernels_run);
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
+}
+
+/// A compressed offload bundle (`CCOB`) is passed to HIP unread: the fake runtime, like HIP
+/// without the decompressor, refuses it, and the error says what halcyon passed.
+#[test]
+fn a_compressed_bundle_is_handed_to_hip_unread() {
+    let mut compressed = b"CCOB".to_vec();
+    compressed.extend_from_slice(&[0; 60]);
+    let module = fake::module(&compressed, fake::standard()).unwrap();
+    let device = device(
+        hip(),
+        CompletionStrategy::CompletionThread,
+        HostVisibleMemory::Auto,
+    )
+    .unwrap();
+    let err = device.load_executable(&module.spec()).unwrap_err();
+    assert!(
+        err.message()
+            .contains("the compressed offload bundle (CCOB, not read by halcyon)"),
+        "{err}"
+    );
+    assert_eq!(fake().stats().violations, 0, "{:?}", fake().violations());
+}
+
 /// A code object for another GPU than the device's loads nowhere: HIP's
 /// `hipErrorNoBinaryForGpu`, with a message that names the code object's target.
 #[test]
@@ -290,7 +374,7 @@ fn a_code_object_for_another_gpu_is_refused_naming_its_target() {
         HostVisibleMemory::Auto,
     )
     .unwrap();
-    let module = HipModule::new(code, vec![kernels::add_one_u32()]);
+    let module = fake::module(&code, vec![kernels::add_one_u32()]).unwrap();
     let err = device.load_executable(&module.spec()).unwrap_err();
     assert!(err.message().contains("hipErrorNoBinaryForGpu"), "{err}");
     assert!(err.message().contains("gfx90a"), "{err}");
@@ -305,12 +389,7 @@ struct KernelsFrom(Vec<u8>);
 
 impl halcyon_conformance::Kernels for KernelsFrom {
     fn load(&self, device: &Device) -> Result<halcyon::Executable> {
-        let entries = vec![
-            kernels::add_one_u32(),
-            kernels::saxpy_f32(),
-            kernels::fail(),
-        ];
-        device.load_executable(&HipModule::new(self.0.clone(), entries).spec())
+        device.load_executable(&fake::module(&self.0, fake::standard())?.spec())
     }
 
     fn can_fail(&self) -> bool {
@@ -324,7 +403,7 @@ impl halcyon_conformance::Kernels for KernelsFrom {
 /// `hipErrorNoBinaryForGpu`, naming the targets the bundle has.
 #[test]
 fn an_offload_bundle_runs_the_devices_code_object() {
-    use halcyon_hip::module::offload_bundle;
+    use halcyon_hip::code_object::offload_bundle;
     let new_device = || {
         device(
             hip(),
@@ -376,7 +455,7 @@ fn a_status_word_outside_the_apis_memory_is_refused() {
     use halcyon::StatusCode;
     use halcyon_hip::HipStreamApi;
     let api = HipStreamApi::new(hip(), 0, HostVisibleMemory::Auto).unwrap();
-    let module = HipModule::new(CODE_OBJECT.to_vec(), vec![kernels::fail()]);
+    let module = fake::module(CODE_OBJECT, vec![kernels::fail()]).unwrap();
     let loaded = api.load_module(&module.spec()).unwrap();
     assert_eq!(loaded.status_words, [true]);
     let fail = api.get_function(loaded.module, "fail").unwrap();

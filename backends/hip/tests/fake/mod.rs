@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use halcyon::{Device, Executable, Result};
+use halcyon::{Device, EntryPoint, Executable, Result};
 use halcyon_conformance::kernels;
 use halcyon_fake_gpu::client::Fake;
 use halcyon_hip::result::Hip;
@@ -39,20 +39,31 @@ pub fn hip_5_2() -> Hip {
     })
 }
 
+/// The suite's standard entry points.
+pub fn standard() -> Vec<EntryPoint> {
+    vec![
+        kernels::add_one_u32(),
+        kernels::saxpy_f32(),
+        kernels::fail(),
+    ]
+}
+
+/// A module of a fixture, `tests/data/*` (or a bundle `offload_bundle` made of them).
+pub fn module(code_object: &[u8], entry_points: Vec<EntryPoint>) -> Result<HipModule> {
+    // SAFETY: the fixtures are unmodified hiprtc/hipcc output for gfx900 (and gfx90a) whose
+    // metadata agrees with their code, and the callers' entry points are checked against it.
+    // Where a test alters a fixture's header (to name another GPU) or passes bytes that are no
+    // code object (a `CCOB` header), the fake runtime refuses it when it reads that header,
+    // before anything else of it is read or run.
+    unsafe { HipModule::from_code_object_unchecked(code_object.to_vec(), entry_points) }
+}
+
 /// The suite's standard kernels from the gfx900 code object.
 pub struct FakeKernels;
 
 impl halcyon_conformance::Kernels for FakeKernels {
     fn load(&self, device: &Device) -> Result<Executable> {
-        let module = HipModule::new(
-            CODE_OBJECT.to_vec(),
-            vec![
-                kernels::add_one_u32(),
-                kernels::saxpy_f32(),
-                kernels::fail(),
-            ],
-        );
-        device.load_executable(&module.spec())
+        device.load_executable(&module(CODE_OBJECT, standard())?.spec())
     }
 
     /// `fail` sets its status word.
