@@ -148,6 +148,8 @@ macro_rules! conformance_tests {
             binding_table_replay,
             // random programs checked against a model
             random_programs,
+            // random byte-granular transfers on one timeline checked against a byte model
+            queue_ops_match_byte_model,
             // validation
             fill_pattern_length_3,
             fill_misaligned,

@@ -212,7 +212,10 @@ impl SpirvModule {
     }
 
     /// The SPIR-V words as little-endian bytes: for a checked module, a form that
-    /// `ExecutableSpec::bytes("spirv", ..)` loads (checked by naga again).
+    /// `ExecutableSpec::bytes("spirv", ..)` loads (checked by naga again), except where naga
+    /// cannot read back its own bounds check: an index of a runtime-sized array that is a
+    /// signed, non-constant expression (docs/FUZZING.md); [`SpirvModule::spec`] passes the
+    /// module itself instead.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }

@@ -10,6 +10,7 @@
 //! [`crate::multi_device_tests!`]). [`random_programs_across_devices`] is one too.
 
 mod binding_table;
+mod byte_model;
 mod devices;
 mod failure;
 mod lifetime;
@@ -23,6 +24,7 @@ mod validation_resources;
 mod validation_transfer;
 
 pub use binding_table::*;
+pub use byte_model::*;
 pub use devices::*;
 pub use failure::*;
 pub use lifetime::*;
