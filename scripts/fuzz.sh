@@ -9,6 +9,8 @@
 #   FUZZ_TOOLCHAIN  the nightly toolchain cargo-fuzz builds with (default nightly)
 #   FUZZ_SANITIZER  address, none, ... (default none: the targets are safe Rust over safe APIs,
 #                   and without ASan a build takes half the time and runs several times faster)
+#   FUZZ_SEED       libFuzzer's -seed (default: libFuzzer picks one, printed in each log); CI
+#                   fixes it so that a run explores the same inputs each time
 #   CARGO_TARGET_DIR is honoured (default fuzz/target).
 #
 # Exit status: 0 every target ran clean; 1 a crash or a build failure; 2 the fuzzers did not run
@@ -19,6 +21,10 @@ cd "$(dirname "$0")/.."
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
 seconds=${FUZZ_SECONDS:-20}
 sanitizer=${FUZZ_SANITIZER:-none}
+seed_flag=()
+if [ -n "${FUZZ_SEED:-}" ]; then
+    seed_flag=(-seed="$FUZZ_SEED")
+fi
 
 did_not_run() {
     echo "FUZZ DID NOT RUN: $*" >&2
@@ -60,7 +66,7 @@ for target in "${targets[@]}"; do
     echo "=== $target: ${seconds}s from $seeds seeds ==="
     status=0
     cargo "+$toolchain" fuzz run -s "$sanitizer" "$target" "$corpus" -- \
-        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 "${seed_flag[@]}" \
         >"$work/$target.log" 2>&1 || status=$?
     runs=$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$work/$target.log" | tail -1 || true)
     corpus_size=$(find "$corpus" -type f | wc -l)
