@@ -1173,23 +1173,26 @@ HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint3
     fn c_library_spec_reads_the_file_and_maps_io_errors() {
         let dir = TestDir::new();
         let missing = dir.0.join("missing.so");
-        // SAFETY (for every `c_library_spec` below): the spec is never loaded.
+        // SAFETY: the spec is never loaded.
         let err = unsafe { c_library_spec(&missing) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::NotFound);
         assert!(err.message().contains(&*missing.to_string_lossy()), "{err}");
 
+        // SAFETY: the spec is never loaded.
         let err = unsafe { c_library_spec(&dir.0) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument, "{err}");
         assert!(err.message().contains(&*dir.0.to_string_lossy()), "{err}");
 
         let empty = dir.0.join("empty.so");
         std::fs::write(&empty, b"").unwrap();
+        // SAFETY: the spec is never loaded.
         let err = unsafe { c_library_spec(&empty) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument);
         assert!(err.message().contains("empty"), "{err}");
 
         let text = dir.0.join("text.so");
         std::fs::write(&text, b"#!/bin/sh\necho not a library\n").unwrap();
+        // SAFETY: the spec is never loaded.
         let err = unsafe { c_library_spec(&text) }.unwrap_err();
         assert_eq!(err.code(), StatusCode::InvalidArgument);
         assert!(err.message().contains("not an ELF"), "{err}");
@@ -1198,6 +1201,7 @@ HALCYON_CPU_EXPORT const halcyon_cpu_library_v1* halcyon_cpu_library_query(uint3
         let mut image = b"\x7fELF".to_vec();
         image.resize(64, 0);
         std::fs::write(&file, &image).unwrap();
+        // SAFETY: the spec is never loaded.
         let spec = unsafe { c_library_spec(&file) }.expect("spec");
         assert_eq!(spec.format, FORMAT_C_ABI);
         assert!(spec.is_unchecked());

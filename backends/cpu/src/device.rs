@@ -96,6 +96,15 @@ impl CpuDevice {
     }
 }
 
+/// The machine's physical memory, from `/proc/meminfo` (`MemTotal`, in KiB); `None` where
+/// there is no such file.
+fn physical_memory_bytes() -> Option<i64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 impl DeviceBackend for CpuDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -105,6 +114,7 @@ impl DeviceBackend for CpuDevice {
         match key {
             keys::CONCURRENCY => Some(self.concurrency as i64),
             keys::BINDING_ALIGNMENT => Some(1),
+            keys::MEMORY_BYTES => physical_memory_bytes(),
             "buffer.alignment" => Some(ALIGNMENT as i64),
             "cpu.inline" => Some(self.pool.is_none() as i64),
             _ => None,

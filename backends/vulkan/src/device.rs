@@ -674,6 +674,7 @@ impl DeviceBackend for VulkanDevice {
         Some(match key {
             keys::CONCURRENCY => 1,
             keys::BINDING_ALIGNMENT => context.limits.min_storage_buffer_offset_alignment as i64,
+            keys::MEMORY_BYTES => physical_query(context, "vulkan.device_local_bytes")?,
             keys::MAX_WORKGROUP_COUNT_X => {
                 i64::from(context.limits.max_compute_work_group_count[0])
             }

@@ -37,10 +37,9 @@
 //! let error = futures::executor::block_on(fill).unwrap_err();
 //! assert_eq!(error.code(), StatusCode::Cancelled);
 //! # Ok(()) }
-//! # let device = halcyon_cpu::default_device().unwrap();
-//! # let buffer = device.allocator().allocate(4, halcyon::BufferParams::HOST).unwrap();
-//! # demo(&device.queue(0).unwrap(), &buffer).unwrap();
 //! ```
+//!
+//! (`halcyon_cpu`'s `cancelling_queued_work` test runs this example on the CPU device.)
 //!
 //! Work already issued to the device runs to completion; halcyon cannot stop a running kernel.
 

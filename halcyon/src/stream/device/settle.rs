@@ -103,10 +103,12 @@ impl<A: StreamApi> Core<A> {
             if let Some((sink, into)) = timepoint.read.take() {
                 match into {
                     ReadInto::Staging(bytes) => sink.deliver(bytes.into_vec()),
-                    // SAFETY: `len` bytes of the submission's pinned lease, which the timepoint
-                    // still holds; the device's copy into them completed with the event.
                     ReadInto::Pinned(ptr, len) => {
-                        sink.deliver_copy(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) })
+                        // SAFETY: `len` bytes of the submission's pinned lease, which the
+                        // timepoint still holds; the device's copy into them completed with
+                        // the event.
+                        let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+                        sink.deliver_copy(bytes)
                     }
                 }
             }

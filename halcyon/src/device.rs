@@ -74,6 +74,10 @@ pub mod keys {
     pub const MAX_WORKGROUP_COUNT_Y: &str = "dispatch.max_workgroup_count.y";
     /// As [`MAX_WORKGROUP_COUNT_X`], in z.
     pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
+    /// The memory the device's buffers draw on, in bytes: device-local heaps on a GPU, the
+    /// machine's physical memory on the CPU device. Not answered where the backend cannot
+    /// tell.
+    pub const MEMORY_BYTES: &str = "device.memory_bytes";
 }
 
 /// Work a backend runs once a submission's waits are reached.
