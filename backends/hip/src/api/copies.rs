@@ -1,0 +1,273 @@
+//! Copies and fills on a stream. Host↔device copies go through pinned staging buffers
+//! (`halcyon::stream::staging`) in chunks of up to 8 MiB, because `hipMemcpyAsync` from or to
+//! pageable memory waits on the host for the stream; copies from or to this API's own
+//! host-visible or pinned memory go straight to `hipMemcpyAsync`. See
+//! [Copies between host and device](super#copies-between-host-and-device).
+//!
+//! `hipHostFree` waits for every stream of the device, so staging buffers retired beyond the
+//! pool's limits are freed only where the API may block ([`HipStreamApi::free_retired`]).
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use halcyon::stream::staging::{
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned,
+};
+use halcyon::stream::{DevicePtr, StreamHandle};
+use halcyon::Result;
+
+use super::memory::host_resident;
+use super::{invalid, null_from, HipStreamApi};
+use crate::sys;
+
+/// `len` as a host length, `InvalidArgument` if it cannot be one.
+pub(super) fn host_len(len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| invalid(format!("a copy of {len} bytes is too large for this host")))
+}
+
+/// The element count of a fill of `len` bytes at `dst` with a `pattern_len`-byte pattern, or
+/// `InvalidArgument` unless `pattern_len` is 1, 2 or 4 and divides both.
+pub(crate) fn memset_elements(dst: DevicePtr, pattern_len: u8, len: u64) -> Result<usize> {
+    if !matches!(pattern_len, 1 | 2 | 4) {
+        return Err(invalid(format!(
+            "a fill pattern is 1, 2 or 4 bytes, not {pattern_len}"
+        )));
+    }
+    let p = u64::from(pattern_len);
+    if dst.0 % p != 0 || len % p != 0 {
+        return Err(invalid(format!(
+            "a fill with a {pattern_len}-byte pattern needs an address and length that are \
+             multiples of {pattern_len}: {dst:?}, {len} bytes"
+        )));
+    }
+    usize::try_from(len / p).map_err(|_| invalid(format!("a fill of {len} bytes is too large")))
+}
+
+impl HipStreamApi {
+    /// A pinned staging buffer of at least `len` bytes: an idle or retired one, else a new one.
+    pub(super) fn pinned(&self, len: usize) -> Result<Lease> {
+        let buffer = match self.staging.take_unused(len) {
+            Some(buffer) => buffer,
+            None => {
+                let capacity = capacity_for(len);
+                let ptr = self
+                    .hip
+                    .host_malloc(capacity, sys::hipHostMallocDefault)
+                    .map_err(|e| e.context("cannot allocate pinned staging for a copy"))?;
+                let ptr = NonNull::new(ptr.cast()).ok_or_else(|| null_from("hipHostMalloc"))?;
+                Pinned { ptr, capacity }
+            }
+        };
+        self.staging.trim();
+        Ok(Lease::new(buffer, self.staging.clone()))
+    }
+
+    /// Frees pinned buffers no device work uses (`hipHostFree` may wait for the device: only
+    /// where the API may block).
+    pub(super) fn free_pinned(&self, buffers: Vec<Pinned>) {
+        for buffer in buffers {
+            // SAFETY: allocated by hipHostMalloc, handed over by the pool exactly once, and no
+            // longer used by any copy (idle or retired, or everything is synchronised).
+            let _ = unsafe { self.hip.host_free(buffer.ptr.as_ptr().cast()) };
+        }
+    }
+
+    /// Frees the staging buffers retired beyond the pool's limits.
+    pub(super) fn free_retired(&self) {
+        self.free_pinned(self.staging.take_retired());
+    }
+
+    /// [`StreamApi::copy_host_to_device_async`](super::StreamApi::copy_host_to_device_async).
+    ///
+    /// # Safety
+    /// As for [`StreamApi::copy_host_to_device_async`](super::StreamApi::copy_host_to_device_async).
+    pub(super) unsafe fn copy_host_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "copy to the device")?;
+        let bytes = host_len(len)?;
+        let stream = self.stream(stream)?;
+        let _bound = self.bind()?;
+        let copy = |src: *const u8| {
+            // SAFETY: `dst..dst+len` lies in a live allocation; `src..src+len` is pinned or
+            // host-visible memory that stays valid and unmodified until the copy completed on
+            // the (live, held) stream (the caller's contract, or the staging lease).
+            unsafe {
+                self.hip.memcpy_async(
+                    dst.0 as usize as *mut c_void,
+                    src.cast(),
+                    bytes,
+                    sys::hipMemcpyHostToDevice,
+                    stream.raw,
+                )
+            }
+        };
+        if host_resident(&self.memory, src, len) {
+            return copy(src); // already asynchronous: no staging
+        }
+        // Through pinned staging, chunk by chunk: from pageable memory hipMemcpyAsync would
+        // wait for the stream (see the module docs).
+        let lease = self.pinned(staging_len(bytes))?;
+        let copy = |staging: *const u8, offset: usize, n: usize| {
+            // SAFETY: `dst+offset..+n` lies in the checked live allocation; `staging` holds `n`
+            // bytes of pinned memory that stage_to_device keeps for this copy until the
+            // (live, held) stream passed it.
+            unsafe {
+                self.hip.memcpy_async(
+                    (dst.0 as usize + offset) as *mut c_void,
+                    staging.cast(),
+                    n,
+                    sys::hipMemcpyHostToDevice,
+                    stream.raw,
+                )
+            }
+        };
+        // SAFETY: the caller keeps `src..src+len` readable and unmodified until the copy
+        // completed on the stream (which includes the host functions enqueued on it), and
+        // pinned staging is not the caller's memory. A buffer a failure orphans, or whose host
+        // function a stream error drops, is never reused; the API frees it when dropped.
+        unsafe {
+            stage_to_device(lease, src, bytes, copy, |f| {
+                self.enqueue_host_func(&stream, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy to the device"))
+        }
+    }
+
+    /// [`StreamApi::copy_device_to_host_async`](super::StreamApi::copy_device_to_host_async).
+    ///
+    /// # Safety
+    /// As for [`StreamApi::copy_device_to_host_async`](super::StreamApi::copy_device_to_host_async).
+    pub(super) unsafe fn copy_device_to_host_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // Held live until the copy is enqueued (a free meanwhile waits).
+        let _src = self.memory.check(src, len, "copy from the device")?;
+        let bytes = host_len(len)?;
+        let stream = self.stream(stream)?;
+        let _bound = self.bind()?;
+        let copy = |dst: *mut u8| {
+            // SAFETY: `src..src+len` lies in a live allocation; `dst..dst+len` is pinned or
+            // host-visible memory that stays valid and untouched until the copy completed on
+            // the (live, held) stream (the caller's contract, or the staging lease).
+            unsafe {
+                self.hip.memcpy_async(
+                    dst.cast(),
+                    src.0 as usize as *const c_void,
+                    bytes,
+                    sys::hipMemcpyDeviceToHost,
+                    stream.raw,
+                )
+            }
+        };
+        if host_resident(&self.memory, dst, len) {
+            return copy(dst); // already asynchronous: no staging
+        }
+        // Into pinned staging, chunk by chunk: into pageable memory hipMemcpyAsync would wait
+        // for the stream (see the module docs).
+        let lease = self.pinned(staging_len(bytes))?;
+        let copy = |staging: *mut u8, offset: usize, n: usize| {
+            // SAFETY: `src+offset..+n` lies in the checked live allocation; `staging` holds `n`
+            // bytes of pinned memory that stage_from_device keeps for this copy until its host
+            // function copied them out.
+            unsafe {
+                self.hip.memcpy_async(
+                    staging.cast(),
+                    (src.0 as usize + offset) as *const c_void,
+                    n,
+                    sys::hipMemcpyDeviceToHost,
+                    stream.raw,
+                )
+            }
+        };
+        // SAFETY: the caller keeps `dst..dst+len` valid and untouched until the copy completed
+        // on the stream, which includes the host functions enqueued on it (later work on the
+        // stream waits for them); pinned staging and the caller's memory are disjoint.
+        unsafe {
+            stage_from_device(lease, dst, bytes, copy, |f| {
+                self.enqueue_host_func(&stream, f)
+            })
+            .map_err(|e| e.context("cannot stage a copy from the device"))
+        }
+    }
+
+    /// [`StreamApi::copy_device_to_device_async`](super::StreamApi::copy_device_to_device_async).
+    pub(super) fn copy_device_to_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // Both held live until the copy is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "device copy destination")?;
+        let _src = self.memory.check(src, len, "device copy source")?;
+        let stream = self.stream(stream)?;
+        let _bound = self.bind()?;
+        // SAFETY: both ranges lie in live allocations of this API (checked above), so the copy
+        // cannot touch other memory; the stream is live and held.
+        unsafe {
+            self.hip.memcpy_async(
+                dst.0 as usize as *mut c_void,
+                src.0 as usize as *const c_void,
+                len as usize,
+                sys::hipMemcpyDeviceToDevice,
+                stream.raw,
+            )
+        }
+    }
+
+    /// [`StreamApi::memset_async`](super::StreamApi::memset_async).
+    pub(super) fn memset_async(
+        &self,
+        dst: DevicePtr,
+        pattern: u32,
+        pattern_len: u8,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let count = memset_elements(dst, pattern_len, len)?;
+        if count == 0 {
+            return Ok(());
+        }
+        // Held live until the fill is enqueued (a free meanwhile waits).
+        let _dst = self.memory.check(dst, len, "fill")?;
+        let stream = self.stream(stream)?;
+        let _bound = self.bind()?;
+        let ptr = dst.0 as usize as sys::hipDeviceptr_t;
+        // SAFETY: `dst..dst+len` lies in a live allocation (checked above) and is aligned to
+        // the pattern (memset_elements); the stream is live and held.
+        unsafe {
+            match pattern_len {
+                1 => self
+                    .hip
+                    .memset_d8_async(ptr, pattern as u8, count, stream.raw),
+                2 => self
+                    .hip
+                    .memset_d16_async(ptr, pattern as u16, count, stream.raw),
+                _ => self.hip.memset_d32_async(ptr, pattern, count, stream.raw),
+            }
+        }
+    }
+}
