@@ -42,7 +42,7 @@ executables() {
     executables test -p halcyon-cuda --release --no-run | grep -v '/fake_driver' | sed 's/^/test /'
     executables bench -p halcyon-cuda --no-run | grep '/cuda-' | sed 's/^/bench /'
     executables test -p halcyon-vulkan --release --no-run | sed 's/^/test /'
-    executables bench -p halcyon --bench vulkan --no-run | sed 's/^/bench /'
+    executables bench -p halcyon-vulkan --bench vulkan --no-run | sed 's/^/bench /'
 } | while read -r kind path; do
     name=$(basename "$path")
     cp "$path" "$dest/bin/$name"
