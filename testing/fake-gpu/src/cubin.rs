@@ -90,7 +90,7 @@ mod tests {
     use super::*;
 
     /// ptxas 12.8's sm_90 cubin of halcyon-cuda's standard kernels.
-    const CUBIN: &[u8] = include_bytes!("../../cuda/tests/kernels/standard.sm_90.cubin");
+    const CUBIN: &[u8] = include_bytes!("../../../backends/cuda/tests/kernels/standard.sm_90.cubin");
 
     fn patched(at: usize, bytes: &[u8]) -> Vec<u8> {
         let mut image = CUBIN.to_vec();

@@ -886,7 +886,7 @@ fn hip_stream_callbacks_get_success_and_may_not_call_hip() {
 }
 
 /// halcyon-hip's test code object: `tests/data/conformance.hip` built for gfx900.
-const HSACO: &[u8] = include_bytes!("../../hip/tests/data/conformance-gfx900.hsaco");
+const HSACO: &[u8] = include_bytes!("../../../backends/hip/tests/data/conformance-gfx900.hsaco");
 
 #[test]
 fn hip_code_objects_are_read_for_their_kernels_and_target() {
