@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::contract::{lock, sticky};
-use crate::driver::KERNELS_RUN;
-use crate::memory::memory;
+use crate::model::contract::{lock, sticky};
+use crate::model::driver::KERNELS_RUN;
+use crate::model::memory::memory;
 
 /// A loaded module.
 pub(crate) struct Module {
@@ -529,7 +529,7 @@ pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String,
             true,
         ));
     }
-    let check = |memory: &crate::memory::Memory, ptr: u64, len: u64, what: &str| {
+    let check = |memory: &crate::model::memory::Memory, ptr: u64, len: u64, what: &str| {
         memory.check_on(ptr, len as usize, device).map_err(|why| {
             (
                 CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
