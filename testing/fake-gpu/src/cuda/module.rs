@@ -11,11 +11,12 @@ use super::{call, cuda_stream, sync_context};
 use crate::ffi::{as_ptr, handle, no_flags, put};
 use crate::model::contract::{check_same_device, current_device, Needs};
 use crate::model::driver::{driver, next_handle, GRAPH_LAUNCHES};
-use crate::model::kernels::{parse_ptx, MAX_SHARED_OPTIN};
+use crate::model::kernels::MAX_SHARED_OPTIN;
 use crate::model::launch::{launch, Limits, Shape};
 use crate::model::module::{
     find_function, function, register_module, register_named, unload_module,
 };
+use crate::model::ptx::parse_ptx;
 use crate::{cubin, hsaco};
 
 /// CUDA's launch limits: blocks at most 64 deep, grids at most 65535 high and deep, dynamic

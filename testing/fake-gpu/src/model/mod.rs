@@ -13,4 +13,5 @@ pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod ops;
+pub(crate) mod ptx;
 pub(crate) mod stream;
