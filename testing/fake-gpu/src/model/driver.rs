@@ -135,7 +135,7 @@ impl Driver {
         Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
     }
 
-    /// Removes `handle` from the map `pick` chooses and retires it, or reports it as [`find`]
+    /// Removes `handle` from the map `pick` chooses and retires it, or reports it as [`Driver::find`]
     /// does.
     pub(crate) fn remove<T>(
         &mut self,
