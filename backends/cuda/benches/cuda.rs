@@ -10,7 +10,7 @@
 //! context, registry lookups of its handles, the allocation-table range check), as
 //! `record_event` + `query_event` and `memset_async` against the same raw calls, interleaved
 //! (see `calls`). With `HALCYON_CUDA_BENCH_FAKE=1` the benchmark loads the fake driver
-//! (`backends/fake-gpu`) first and prints only this, which then measures halcyon's side
+//! (`testing/fake-gpu`) first and prints only this, which then measures halcyon's side
 //! against the fake's calls on a machine without a GPU.
 //!
 //! Group `cuda_round_trip` (one empty kernel, submitted and awaited):
@@ -720,7 +720,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
 }
 
 fn main() {
-    // HALCYON_CUDA_BENCH_FAKE=1: on the fake driver (backends/fake-gpu), where only the call
+    // HALCYON_CUDA_BENCH_FAKE=1: on the fake driver (testing/fake-gpu), where only the call
     // overhead means anything (its "device" is host threads): `cuda_calls` alone.
     let fake = std::env::var_os("HALCYON_CUDA_BENCH_FAKE").is_some();
     if fake {

@@ -1,4 +1,4 @@
-//! halcyon-cuda on the fake CUDA driver (`backends/fake-gpu`): a `libcuda.so.1` that
+//! halcyon-cuda on the fake CUDA driver (`testing/fake-gpu`): a `libcuda.so.1` that
 //! runs the driver API on host threads and aborts the process, with a backtrace, when the
 //! caller breaks the API's contract (a call without the context current, any call from a host
 //! function, a destroyed handle, memory freed before the device got to work using it, a

@@ -1,4 +1,4 @@
-//! halcyon-hip on the fake GPU runtime (`backends/fake-gpu`): the HIP runtime API on host
+//! halcyon-hip on the fake GPU runtime (`testing/fake-gpu`): the HIP runtime API on host
 //! threads, which aborts the process, with a backtrace, when the caller breaks a rule of HIP's
 //! that halcyon relies on (see `halcyon_fake_gpu`'s `hip` docs): creating things on a thread
 //! that never called `hipSetDevice`, any call from a stream callback or host function, a

@@ -7,8 +7,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::contract::{lock, violation};
-use crate::driver::MAX_DEVICES;
+use crate::model::contract::{lock, violation};
+use crate::model::driver::MAX_DEVICES;
 
 /// Each device's memory (device, managed and stream-ordered allocations together).
 pub(crate) const DEVICE_BYTES: usize = 1 << 30;

@@ -7,10 +7,12 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::contract::{clear_fault, lock, sticky, violation};
-use crate::kernels::{Kernel, Module};
-use crate::memory::memory;
-use crate::stream::{Event, Op, Stream};
+use crate::model::contract::{clear_fault, lock, sticky, violation, Ret};
+use crate::model::event::Event;
+use crate::model::kernels::{Kernel, Module};
+use crate::model::memory::memory;
+use crate::model::ops::Op;
+use crate::model::stream::Stream;
 
 /// The most devices the fake can have.
 pub(crate) const MAX_DEVICES: usize = 8;
@@ -27,6 +29,21 @@ pub(crate) fn device_count() -> u32 {
             .filter(|n| (1..=MAX_DEVICES as u32).contains(n))
             .unwrap_or(2)
     })
+}
+
+/// Checks a device ordinal: the device's index (`CUDA_ERROR_INVALID_DEVICE` for none).
+pub(crate) fn device(ordinal: std::ffi::c_int) -> Result<u32, CUresult> {
+    u32::try_from(ordinal)
+        .ok()
+        .filter(|&d| d < device_count())
+        .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+}
+
+/// Initialises the driver (`cuInit`, `hipInit`): flags must be 0.
+pub(crate) fn init(flags: std::ffi::c_uint) -> Ret {
+    crate::ffi::no_flags(flags)?;
+    driver().initialized = true;
+    Ok(())
 }
 
 /// The handle value of device `device`'s primary context.
@@ -65,7 +82,7 @@ pub(crate) fn epoch(device: u32) -> u64 {
     EPOCHS[device as usize].load(Ordering::Acquire)
 }
 
-/// Everything the driver knows, under one lock (memory has its own: see [`crate::memory`]).
+/// Everything the driver knows, under one lock (memory has its own: see [`crate::model::memory`]).
 #[derive(Default)]
 pub(crate) struct Driver {
     pub initialized: bool,
@@ -118,7 +135,7 @@ impl Driver {
         Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
     }
 
-    /// Removes `handle` from the map `pick` chooses and retires it, or reports it as [`find`]
+    /// Removes `handle` from the map `pick` chooses and retires it, or reports it as [`Driver::find`]
     /// does.
     pub(crate) fn remove<T>(
         &mut self,

@@ -4,7 +4,7 @@
 //! Like the driver, the fake finds the image's extent from its ELF headers, trusting the caller
 //! that they describe bytes it may read ([`crate::hsaco::image`] reads any ELF64 image that
 //! way). The kernel parameter metadata (`.nv.info.<kernel>`) is not read: the kernels the fake
-//! runs are known by name (see [`crate::kernels`]). Fatbins are not modelled.
+//! runs are known by name (see [`crate::model::kernels`]). Fatbins are not modelled.
 
 /// `e_machine` of CUDA images.
 const EM_CUDA: u16 = 190;
@@ -90,7 +90,8 @@ mod tests {
     use super::*;
 
     /// ptxas 12.8's sm_90 cubin of halcyon-cuda's standard kernels.
-    const CUBIN: &[u8] = include_bytes!("../../cuda/tests/kernels/standard.sm_90.cubin");
+    const CUBIN: &[u8] =
+        include_bytes!("../../../backends/cuda/tests/kernels/standard.sm_90.cubin");
 
     fn patched(at: usize, bytes: &[u8]) -> Vec<u8> {
         let mut image = CUBIN.to_vec();

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use cudarc::driver::sys::CUresult;
 
-use crate::driver::{context_device, driver, MAX_DEVICES};
+use crate::model::driver::{context_device, driver, MAX_DEVICES};
 
 /// What a call returns to its export: `Err` is the `CUresult` to return.
 pub(crate) type Ret = Result<(), CUresult>;

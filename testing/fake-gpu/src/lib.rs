@@ -10,7 +10,7 @@
 //! (no context, a current device per thread, an event lock held through
 //! `hipEventSynchronize`, `hipMemcpyAsync` blocking on pageable memory, frees that synchronise,
 //! stream callbacks, AMDGPU code objects), the `hip` module's exports follow and check HIP's:
-//! see `src/hip.rs`. The rest of these docs describe the CUDA side (`src/cuda.rs`).
+//! see `src/hip/`. The rest of these docs describe the CUDA side (`src/cuda/`).
 //!
 //! It is a test instrument, not a CUDA or HIP implementation. What it is for:
 //!
@@ -84,16 +84,13 @@
 //! pools, HIP 6.2.0. One process should use one of the two APIs: they share the model's
 //! handles and counts.
 
-mod contract;
+mod controls;
 mod cubin;
 mod cuda;
-mod driver;
-mod exports;
+mod ffi;
 mod hip;
 mod hsaco;
-mod kernels;
-mod memory;
-mod stream;
+mod model;
 
 pub mod client;
 

@@ -7,7 +7,7 @@
 //! first HIP code object entry for the device's target (`gfx900`, with xnack off) is loaded,
 //! and a bundle with none is `hipErrorNoBinaryForGpu`. Kernel
 //! argument metadata (the MessagePack note) is not read: the kernels the fake runs are known
-//! by name (see [`crate::kernels`]).
+//! by name (see [`crate::model::kernels`]).
 
 /// `e_machine` of AMDGPU code objects.
 const EM_AMDGPU: u16 = 224;
