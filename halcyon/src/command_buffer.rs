@@ -439,7 +439,7 @@ pub(crate) fn check_usage(range: &BufferRef, usage: BufferUsage, what: &str) -> 
 /// command is recorded (for a slot binding, relative to its slot) and again, for slot bindings,
 /// on the resolved range: where the binding table's range starts decides the bytes' alignment.
 fn check_aligned(offset: u64, length: u64, alignment: u64, what: &str) -> Result<()> {
-    if offset % alignment == 0 && length % alignment == 0 {
+    if offset.is_multiple_of(alignment) && length.is_multiple_of(alignment) {
         Ok(())
     } else {
         Err(Error::new(

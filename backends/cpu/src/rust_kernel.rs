@@ -116,7 +116,7 @@ impl WorkgroupContext<'_> {
         };
         let size = std::mem::size_of::<T>();
         let align = std::mem::align_of::<T>();
-        if (ptr as usize) % align != 0 {
+        if !(ptr as usize).is_multiple_of(align) {
             return Err(format!(
                 "binding {index} is not aligned for {} ({align}-byte alignment): bind it at an \
                  offset that is a multiple of {align}",

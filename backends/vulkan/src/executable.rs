@@ -455,7 +455,7 @@ fn check_id_bound(words: &[u32]) -> Result<()> {
 
 /// Little-endian words of `bytes`, refusing a length that is not a multiple of 4.
 fn words_of(bytes: &[u8]) -> Result<Vec<u32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(invalid(format!(
             "the SPIR-V is {} bytes, not a multiple of 4",
             bytes.len()
@@ -550,7 +550,7 @@ fn reflect(
                 )));
             }
             naga::AddressSpace::PushConstant => {
-                if size % 4 != 0 || size > PUSH_CONSTANT_BYTES {
+                if !size.is_multiple_of(4) || size > PUSH_CONSTANT_BYTES {
                     return Err(invalid(format!(
                         "{what}, a push-constant block of {size} bytes; halcyon passes `u32` \
                          constants, so the block must be a multiple of 4 bytes and at most \

@@ -648,7 +648,7 @@ impl Recording {
                 if len == 0 {
                     return Ok(());
                 }
-                if len <= 65536 && len % 4 == 0 && target.offset() % 4 == 0 {
+                if len <= 65536 && len.is_multiple_of(4) && target.offset() % 4 == 0 {
                     // SAFETY: recording into our command buffer; aligned, at most 64 KiB, within
                     // the live buffer.
                     unsafe { device.cmd_update_buffer(cb, buffer, target.offset(), data) };

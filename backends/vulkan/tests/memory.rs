@@ -185,7 +185,7 @@ fn blocks_come_and_go_and_large_buffers_are_dedicated() {
     assert_eq!(first.suballocations, 1, "{first:?}");
     let block = first.block_bytes as u64;
     assert!(
-        block.is_power_of_two() || block % (64 << 10) == 0,
+        block.is_power_of_two() || block.is_multiple_of(64 << 10),
         "{block}"
     );
     eprintln!("block size {} MiB", block >> 20);

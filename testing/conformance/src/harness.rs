@@ -116,7 +116,7 @@ pub fn u32_bytes(values: &[u32]) -> Vec<u8> {
 
 /// `values` read from little-endian bytes (a trailing partial value is an error).
 pub fn bytes_u32(bytes: &[u8]) -> Result<Vec<u32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(Error::new(
             StatusCode::Internal,
             format!("{} bytes are not a whole number of u32s", bytes.len()),

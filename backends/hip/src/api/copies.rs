@@ -37,7 +37,7 @@ pub(crate) fn memset_elements(dst: DevicePtr, pattern_len: u8, len: u64) -> Resu
         )));
     }
     let p = u64::from(pattern_len);
-    if dst.0 % p != 0 || len % p != 0 {
+    if !dst.0.is_multiple_of(p) || !len.is_multiple_of(p) {
         return Err(invalid(format!(
             "a fill with a {pattern_len}-byte pattern needs an address and length that are \
              multiples of {pattern_len}: {dst:?}, {len} bytes"

@@ -88,7 +88,7 @@ impl LaunchArgs<'_> {
 
     fn raw<T: Pod>(&self, index: usize) -> (*mut T, usize) {
         match self.bindings.get(index) {
-            Some(&(ptr, len)) if (ptr as usize) % std::mem::align_of::<T>() == 0 => {
+            Some(&(ptr, len)) if (ptr as usize).is_multiple_of(std::mem::align_of::<T>()) => {
                 (ptr.cast(), len / std::mem::size_of::<T>().max(1))
             }
             _ => (std::ptr::NonNull::dangling().as_ptr(), 0),

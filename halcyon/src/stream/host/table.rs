@@ -279,7 +279,7 @@ unsafe impl StreamApi for HostStreamApi {
     ) -> Result<()> {
         self.shared().control.check()?;
         let width = u64::from(pattern_len);
-        if !matches!(pattern_len, 1 | 2 | 4) || dst.0 % width != 0 || len % width != 0 {
+        if !matches!(pattern_len, 1 | 2 | 4) || !dst.0.is_multiple_of(width) || !len.is_multiple_of(width) {
             return Err(invalid(format!(
                 "memset of {len} bytes at {dst:?} with a {pattern_len}-byte pattern: the pattern \
                  must be 1, 2 or 4 bytes and the address and length multiples of it"
@@ -530,7 +530,7 @@ impl HostStreamApi {
     /// every binding's range (a binding reaches to the end of its allocation), so a kernel may
     /// write the word while it holds binding slices.
     fn resolve_status_word(&self, word: DevicePtr, bindings: &[Resolved]) -> Result<Resolved> {
-        if word.0 % 4 != 0 {
+        if !word.0.is_multiple_of(4) {
             return Err(invalid(format!(
                 "the status word at {word:?} is not 4-byte aligned"
             )));

@@ -74,7 +74,7 @@ pub(crate) fn memset_async(
     stream: &Stream,
     call: &str,
 ) -> Ret {
-    if dst % width as u64 != 0 {
+    if !dst.is_multiple_of(width as u64) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let len = count.checked_mul(width).ok_or(CUDA_ERROR_INVALID_VALUE)?;
