@@ -1,12 +1,12 @@
 //! [`CudaApi`]: halcyon's [`StreamApi`] as a translation table over the CUDA driver API.
 //!
 //! Every method binds the device's context to the calling thread (see below), makes one or two
-//! driver calls ([`crate::raw`]: cudarc's declarations, results as numbers), and turns a
-//! failing result into a [`halcyon::Error`] ([`crate::error`]). No policy lives here: ordering,
+//! driver calls ([`crate::sys`]: cudarc's declarations, results as numbers), and turns a
+//! failing result into a [`halcyon::Error`] ([`crate::result`]). No policy lives here: ordering,
 //! timelines, completion and fault handling are the stream layer's ([`halcyon::stream`]).
 //! cudarc's safe layer is not used at all (its per-slice event tracking would duplicate what
-//! halcyon's timelines do); like cudarc itself, this crate layers raw calls ([`crate::raw`]) →
-//! checked calls ([`crate::error::check`]) → the table.
+//! halcyon's timelines do); like cudarc itself, this crate layers raw calls ([`crate::sys`]) →
+//! checked calls ([`crate::result::check`]) → the table.
 //!
 //! | core vocabulary ([`StreamApi`])     | CUDA driver call                                               |
 //! |-------------------------------------|----------------------------------------------------------------|
@@ -93,8 +93,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use cudarc::driver::sys::{
-    self, CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUfunction,
-    CUgraph, CUgraphExec, CUmodule, CUresult, CUstream,
+    CUcontext, CUdevice, CUdevice_attribute as Attr, CUdeviceptr, CUevent, CUevent_flags,
+    CUfunction, CUfunction_attribute, CUgraph, CUgraphExec, CUjit_option,
+    CUmemAllocationHandleType, CUmemAllocationType, CUmemAttach_flags, CUmemLocationType,
+    CUmemPoolProps, CUmemPool_attribute, CUmemoryPool, CUmodule, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUstream_flags, CU_MEMHOSTALLOC_DEVICEMAP,
+    CU_MEMHOSTALLOC_PORTABLE,
 };
 use halcyon::stream::allocations::Allocations;
 use halcyon::stream::registry::Registry;
@@ -109,11 +113,11 @@ use halcyon::stream::{
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
 
 use crate::capture::CaptureGate;
-use crate::error::{check, cuda_error};
 use crate::module::{check_kernel_params, ptx_status_word, CudaModule, Image, FORMAT_CUDA};
 use crate::objects::{destroy_last, Event, Function, Graph, KernelSignature, Module, Stream};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
-use crate::raw::{self, Code};
+use crate::result::{check, cuda_error};
+use crate::sys::{self, Code};
 use crate::{callback, DRIVER_ID};
 
 static NEXT_API: AtomicU64 = AtomicU64::new(1);
@@ -138,7 +142,7 @@ fn left_context_is_gone(device: CUdevice) -> bool {
     let mut active: std::ffi::c_int = 0;
     // SAFETY: valid out-pointers; `device` is a device handle the driver gave a `CudaApi`
     // (devices are never destroyed).
-    let code = unsafe { raw::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) };
+    let code = unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) };
     !code.is_success() || active == 0
 }
 
@@ -162,7 +166,7 @@ impl Drop for Bound {
             // SAFETY: `previous` was current on this thread when the guard was made, and making
             // a context current is allowed from any thread; if its owner destroyed it since,
             // the driver refuses it, which leaves this thread's context to that owner.
-            let _ = unsafe { raw::cuCtxSetCurrent(previous) };
+            let _ = unsafe { sys::cuCtxSetCurrent(previous) };
         }
     }
 }
@@ -279,7 +283,7 @@ impl AllocKind {
 }
 
 /// A `CUmemoryPool` created by [`CudaApi::new`] and destroyed with the API.
-struct MemPool(sys::CUmemoryPool);
+struct MemPool(CUmemoryPool);
 
 // SAFETY: the CUDA driver API is thread-safe; the raw handles held here (a retained primary
 // context, a memory pool) may be used from any thread once that thread binds the context, which
@@ -306,13 +310,13 @@ impl CudaApi {
         let name = crate::describe_device(probe, ordinal)?;
         let mut device: CUdevice = 0;
         // SAFETY: valid out-pointer; the probe initialised the driver.
-        check(unsafe { raw::cuDeviceGet(&mut device, ordinal) }, || {
+        check(unsafe { sys::cuDeviceGet(&mut device, ordinal) }, || {
             format!("cuDeviceGet({ordinal})")
         })?;
         let attribute = |a: Attr| -> i32 {
             let mut value: c_int = 0;
             // SAFETY: valid out-pointer and device.
-            let r = unsafe { raw::cuDeviceGetAttribute(&mut value, a, device) };
+            let r = unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) };
             if r.is_success() {
                 value
             } else {
@@ -342,7 +346,7 @@ impl CudaApi {
         // SAFETY: valid out-pointer and device. Balanced by cuDevicePrimaryCtxRelease in Drop
         // (or just below on failure).
         check(
-            unsafe { raw::cuDevicePrimaryCtxRetain(&mut context, device) },
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
             || format!("cuDevicePrimaryCtxRetain(device {ordinal})"),
         )?;
         let api = CudaApi {
@@ -395,14 +399,14 @@ impl CudaApi {
     fn create_pool(&self) -> Result<MemPool> {
         // SAFETY: an all-zero CUmemPoolProps is its documented default (every field zero or
         // null); the fields that matter are set below.
-        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
-        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        let mut props: CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type_ = CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = self.ordinal;
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let mut pool: CUmemoryPool = std::ptr::null_mut();
         // SAFETY: valid out-pointer and properties; destroyed in Drop.
-        check(unsafe { raw::cuMemPoolCreate(&mut pool, &props) }, || {
+        check(unsafe { sys::cuMemPoolCreate(&mut pool, &props) }, || {
             format!("cuMemPoolCreate(device {})", self.ordinal)
         })?;
         Ok(MemPool(pool))
@@ -425,9 +429,9 @@ impl CudaApi {
         // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
         check(
             unsafe {
-                raw::cuMemPoolSetAttribute(
+                sys::cuMemPoolSetAttribute(
                     pool.0,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&mut value as *mut u64).cast(),
                 )
             },
@@ -460,7 +464,7 @@ impl CudaApi {
         match &self.pool {
             Some(pool) if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 // SAFETY: a live pool; trimming only releases unused memory.
-                let _ = unsafe { raw::cuMemPoolTrimTo(pool.0, 0) };
+                let _ = unsafe { sys::cuMemPoolTrimTo(pool.0, 0) };
                 call()
             }
             _ => r,
@@ -479,7 +483,7 @@ impl CudaApi {
         let _bound = self.bind()?;
         let mut f: CUfunction = std::ptr::null_mut();
         // SAFETY: a loaded module; a NUL-terminated name; valid out-pointer.
-        let r = unsafe { raw::cuModuleGetFunction(&mut f, module, c_name.as_ptr()) };
+        let r = unsafe { sys::cuModuleGetFunction(&mut f, module, c_name.as_ptr()) };
         check(r, || {
             format!(
                 "cuModuleGetFunction({name:?}) (the module has no such kernel; declare it \
@@ -527,9 +531,9 @@ impl CudaApi {
         // Read as a plain integer: an out-of-range value must not become an enum.
         let mut status: u32 = 0;
         // SAFETY: a live stream; the out-pointer is valid for the 4-byte enum.
-        let r = unsafe { raw::cuStreamIsCapturing(live.raw(), (&mut status as *mut u32).cast()) };
+        let r = unsafe { sys::cuStreamIsCapturing(live.raw(), (&mut status as *mut u32).cast()) };
         check(r, || format!("cuStreamIsCapturing({s:?})"))?;
-        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
+        Ok(status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32)
     }
 
     /// `FailedPrecondition` if `s` is being captured. Host functions here are one-shot closures
@@ -557,7 +561,7 @@ impl CudaApi {
         let user_data = callback::register(self.id, func);
         // SAFETY: the trampoline is a valid `extern "C" fn(*mut c_void)` for the whole process;
         // `user_data` is an id it looks up, never dereferenced, so it cannot dangle.
-        let r = unsafe { raw::cuLaunchHostFunc(live.raw(), Some(callback::trampoline), user_data) };
+        let r = unsafe { sys::cuLaunchHostFunc(live.raw(), Some(callback::trampoline), user_data) };
         if !r.is_success() {
             // Not enqueued: CUDA will never call it.
             callback::cancel(user_data);
@@ -612,7 +616,7 @@ impl CudaApi {
     fn bind(&self) -> Result<Bound> {
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: a valid out-pointer.
-        if !unsafe { raw::cuCtxGetCurrent(&mut current) }.is_success() {
+        if !unsafe { sys::cuCtxGetCurrent(&mut current) }.is_success() {
             current = std::ptr::null_mut();
         }
         // Who left `current` current: (whether it was this API, whether it was a `CudaApi` now
@@ -627,7 +631,7 @@ impl CudaApi {
             return Ok(Bound { restore: None });
         }
         // SAFETY: the context is retained for as long as `self` lives.
-        check(unsafe { raw::cuCtxSetCurrent(self.context) }, || {
+        check(unsafe { sys::cuCtxSetCurrent(self.context) }, || {
             format!(
                 "cuCtxSetCurrent(primary context of device {})",
                 self.ordinal
@@ -666,7 +670,7 @@ impl CudaApi {
     /// it would fail with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. A driver that cannot answer
     /// leaves it to the launch.
     fn check_block_size(&self, function: FunctionHandle, entry: &EntryPoint) -> Result<()> {
-        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
         let max = function_attribute(function, attribute).unwrap_or(0);
         let threads: u64 = entry.workgroup_size.iter().map(|&d| u64::from(d)).product();
         if max <= 0 || threads <= max as u64 {
@@ -704,7 +708,7 @@ impl CudaApi {
         let f = function.0 as usize as CUfunction;
         let read = |attribute| function_attribute(function, attribute).map(|v| v.max(0) as u32);
         let name = &entry.name;
-        let statik = read(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+        let statik = read(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
         let total = u64::from(statik.unwrap_or(0)) + u64::from(bytes);
         if total > u64::from(self.max_shared_memory) {
             return Err(Error::new(
@@ -722,13 +726,13 @@ impl CudaApi {
                 ),
             ));
         }
-        let dynamic = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        let dynamic = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         if read(dynamic).is_some_and(|limit| limit >= bytes) {
             return Ok(());
         }
         // SAFETY: as above; the attribute takes an int, and `bytes` fits one (it is below the
         // device's limit, itself an int).
-        let r = unsafe { raw::cuFuncSetAttribute(f, dynamic, bytes as c_int) };
+        let r = unsafe { sys::cuFuncSetAttribute(f, dynamic, bytes as c_int) };
         check(r, || {
             format!(
                 "cuFuncSetAttribute(kernel '{name}', MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}): \
@@ -763,7 +767,7 @@ impl CudaApi {
         for buffer in buffers {
             // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
             // idle in the pool).
-            let _ = unsafe { raw::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
+            let _ = unsafe { sys::cuMemFreeHost(buffer.ptr.as_ptr().cast()) };
         }
     }
 
@@ -802,7 +806,7 @@ impl CudaApi {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is bound.
         check(
-            unsafe { raw::cuMemAllocHost_v2(&mut ptr, capacity) },
+            unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
             || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
         )?;
         let ptr = NonNull::new(ptr.cast()).ok_or_else(|| {
@@ -827,11 +831,11 @@ impl CudaApi {
     /// kept only if its device address (`cuMemHostGetDevicePointer`) is its host address, and
     /// recorded in `mapped`. The context is bound.
     fn allocate_pinned(&self, bytes: usize) -> Result<CUdeviceptr> {
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let flags = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is bound; the flags are documented ones.
         check(
-            unsafe { raw::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
+            unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
             || {
                 format!(
                     "cuMemHostAlloc({bytes} bytes, CU_MEMHOSTALLOC_DEVICEMAP | \
@@ -848,14 +852,14 @@ impl CudaApi {
         let mut device: CUdeviceptr = 0;
         // SAFETY: valid out-pointer; `host` was just returned by cuMemHostAlloc with
         // CU_MEMHOSTALLOC_DEVICEMAP and is not freed; the flags must be 0.
-        let r = unsafe { raw::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
         let base = host as usize as u64;
         if r.is_success() && device == base {
             self.memory.insert(base, bytes as u64, AllocKind::Pinned);
             return Ok(device);
         }
         // SAFETY: allocated just above by cuMemHostAlloc, freed once; nothing used it.
-        let _ = unsafe { raw::cuMemFreeHost(host) };
+        let _ = unsafe { sys::cuMemFreeHost(host) };
         let why = if r.is_success() {
             format!("its device address {device:#x} differs from its host address {base:#x}")
         } else {
@@ -895,7 +899,7 @@ impl CudaApi {
         let copies = captured.by_stream.entry(s.0).or_default();
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; allowed while capturing in relaxed mode.
-        check(unsafe { raw::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
+        check(unsafe { sys::cuMemAllocHost_v2(&mut ptr, bytes) }, || {
             format!("cuMemAllocHost({bytes} bytes) for a captured host-to-device copy")
         })?;
         let ptr: NonNull<u8> = NonNull::new(ptr.cast()).ok_or_else(|| {
@@ -916,7 +920,7 @@ impl CudaApi {
         // SAFETY: a pinned copy kept with the capture, then its graph, and freed only after the
         // graph was destroyed, by a call that waits for the device's work.
         check(
-            unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, live.raw()) },
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, live.raw()) },
             || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
         )
     }
@@ -976,7 +980,7 @@ impl Drop for CudaApi {
                 // call after `_bound` would run under whatever context it gives back).
                 // Allocations still outstanding (or frees not yet completed) keep it alive in
                 // the driver until they are gone.
-                let _ = unsafe { raw::cuMemPoolDestroy(pool.0) };
+                let _ = unsafe { sys::cuMemPoolDestroy(pool.0) };
             }
         } else {
             // Without the context no driver call is made: the pool goes with the process.
@@ -984,7 +988,7 @@ impl Drop for CudaApi {
         }
         // SAFETY: balances the retain in `new`. Other users of the primary context keep it
         // alive; the last release destroys it, with everything still allocated in it.
-        let _ = unsafe { raw::cuDevicePrimaryCtxRelease_v2(self.device) };
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }
 
@@ -998,11 +1002,11 @@ unsafe fn free_kind(base: u64, kind: AllocKind) -> Result<()> {
     match kind {
         // SAFETY: forwarded from the caller.
         AllocKind::Pinned => check(
-            unsafe { raw::cuMemFreeHost(base as usize as *mut c_void) },
+            unsafe { sys::cuMemFreeHost(base as usize as *mut c_void) },
             || format!("cuMemFreeHost({base:#x})"),
         ),
         // SAFETY: forwarded from the caller; cuMemFree also frees stream-ordered memory.
-        _ => check(unsafe { raw::cuMemFree_v2(base) }, || {
+        _ => check(unsafe { sys::cuMemFree_v2(base) }, || {
             format!("cuMemFree({base:#x})")
         }),
     }
@@ -1033,9 +1037,9 @@ unsafe impl StreamApi for CudaApi {
     fn create_stream(&self) -> Result<StreamHandle> {
         let _bound = self.bind()?;
         let mut s: CUstream = std::ptr::null_mut();
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
         // SAFETY: valid out-pointer; context bound.
-        check(unsafe { raw::cuStreamCreate(&mut s, flags) }, || {
+        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, || {
             "cuStreamCreate(CU_STREAM_NON_BLOCKING)".into()
         })?;
         let handle = StreamHandle(s as usize as u64);
@@ -1059,7 +1063,7 @@ unsafe impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         let live = self.live_stream(handle)?;
         // SAFETY: a live stream of this context, held for the call.
-        let synchronized = check(unsafe { raw::cuStreamSynchronize(live.raw()) }, || {
+        let synchronized = check(unsafe { sys::cuStreamSynchronize(live.raw()) }, || {
             format!("cuStreamSynchronize({handle:?})")
         });
         self.free_retired(); // this method may block
@@ -1072,14 +1076,14 @@ unsafe impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         let mut cu_flags = 0;
         if flags.contains(EventFlags::BLOCKING_SYNC) {
-            cu_flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint;
+            cu_flags |= CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint;
         }
         if flags.contains(EventFlags::DISABLE_TIMING) {
-            cu_flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+            cu_flags |= CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
         }
         let mut e: CUevent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context bound.
-        check(unsafe { raw::cuEventCreate(&mut e, cu_flags) }, || {
+        check(unsafe { sys::cuEventCreate(&mut e, cu_flags) }, || {
             format!("cuEventCreate({flags:?})")
         })?;
         self.events.insert(e as usize as u64, Event::new(e));
@@ -1098,7 +1102,7 @@ unsafe impl StreamApi for CudaApi {
         let (event, live) = (self.live_event(e)?, self.enqueue_stream(s)?);
         // SAFETY: a live event and stream of this context, held for the call.
         check(
-            unsafe { raw::cuEventRecord(event.raw(), live.raw()) },
+            unsafe { sys::cuEventRecord(event.raw(), live.raw()) },
             || format!("cuEventRecord({e:?}, {s:?})"),
         )
     }
@@ -1107,7 +1111,7 @@ unsafe impl StreamApi for CudaApi {
         let _bound = self.bind()?;
         let event = self.live_event(e)?;
         // SAFETY: a live event of this context, held for the call.
-        match unsafe { raw::cuEventQuery(event.raw()) } {
+        match unsafe { sys::cuEventQuery(event.raw()) } {
             Code::SUCCESS => Ok(true),
             Code::NOT_READY => Ok(false),
             code => Err(cuda_error(&format!("cuEventQuery({e:?})"), code)),
@@ -1119,7 +1123,7 @@ unsafe impl StreamApi for CudaApi {
         let event = self.live_event(e)?;
         // SAFETY: a live event of this context, held for the call. With CU_EVENT_BLOCKING_SYNC
         // the thread sleeps.
-        check(unsafe { raw::cuEventSynchronize(event.raw()) }, || {
+        check(unsafe { sys::cuEventSynchronize(event.raw()) }, || {
             format!("cuEventSynchronize({e:?})")
         })
     }
@@ -1130,7 +1134,7 @@ unsafe impl StreamApi for CudaApi {
         // SAFETY: a live stream and event of this context, held for the call; flags 0
         // (CU_EVENT_WAIT_DEFAULT).
         check(
-            unsafe { raw::cuStreamWaitEvent(live.raw(), event.raw(), 0) },
+            unsafe { sys::cuStreamWaitEvent(live.raw(), event.raw(), 0) },
             || format!("cuStreamWaitEvent({s:?}, {e:?})"),
         )
     }
@@ -1159,7 +1163,7 @@ unsafe impl StreamApi for CudaApi {
         match placement {
             MemoryPlacement::Device => {
                 // SAFETY: valid out-pointer; context bound. cuMemAlloc aligns to at least 256.
-                let r = self.trimming_on_oom(|| unsafe { raw::cuMemAlloc_v2(&mut ptr, bytes) });
+                let r = self.trimming_on_oom(|| unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) });
                 check(r, || format!("cuMemAlloc({size} bytes)"))?;
                 self.memory.insert(ptr, size, AllocKind::Device);
             }
@@ -1176,10 +1180,10 @@ unsafe impl StreamApi for CudaApi {
                         ),
                     ));
                 }
-                let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
+                let flags = CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
                 // SAFETY: valid out-pointer; context bound.
                 check(
-                    unsafe { raw::cuMemAllocManaged(&mut ptr, bytes, flags) },
+                    unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, flags) },
                     || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
                 )?;
                 self.memory.insert(ptr, size, AllocKind::Managed);
@@ -1238,10 +1242,10 @@ unsafe impl StreamApi for CudaApi {
         let r = match &self.pool {
             // SAFETY: valid out-pointer; a live pool and a live stream of this context.
             Some(pool) => unsafe {
-                raw::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, live.raw())
+                sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, live.raw())
             },
             // SAFETY: valid out-pointer; a live stream of this context.
-            None => unsafe { raw::cuMemAllocAsync(&mut ptr, bytes, live.raw()) },
+            None => unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, live.raw()) },
         };
         check(r, || {
             let call = if self.pool.is_some() {
@@ -1270,7 +1274,7 @@ unsafe impl StreamApi for CudaApi {
         })?;
         // SAFETY: a stream-ordered allocation of this API, just forgotten (freed once), on a
         // live stream held for the call; freed once the stream reaches this point.
-        let freed = check(unsafe { raw::cuMemFreeAsync(ptr.0, live.raw()) }, || {
+        let freed = check(unsafe { sys::cuMemFreeAsync(ptr.0, live.raw()) }, || {
             format!("cuMemFreeAsync({ptr:?}, {s:?})")
         });
         if freed.is_err() {
@@ -1306,7 +1310,7 @@ unsafe impl StreamApi for CudaApi {
             // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
             // keeps valid and unmodified until the copy completed on `s`.
             return check(
-                unsafe { raw::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, live.raw()) },
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, live.raw()) },
                 || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes from pinned memory, {s:?})"),
             );
         }
@@ -1320,7 +1324,7 @@ unsafe impl StreamApi for CudaApi {
             let to = DevicePtr(dst.0 + offset as u64);
             // SAFETY: `staging` holds `n` bytes of pinned memory that stage_to_device keeps
             // for this copy until the stream passed it.
-            let r = unsafe { raw::cuMemcpyHtoDAsync_v2(to.0, staging.cast(), n, live.raw()) };
+            let r = unsafe { sys::cuMemcpyHtoDAsync_v2(to.0, staging.cast(), n, live.raw()) };
             check(r, || format!("cuMemcpyHtoDAsync({to:?}, {n} bytes, {s:?})"))
         };
         // SAFETY: the caller keeps `src..src+len` readable and unmodified until the copy
@@ -1357,7 +1361,7 @@ unsafe impl StreamApi for CudaApi {
             // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
             // keeps valid and untouched by anything else until the copy completed on `s`.
             return check(
-                unsafe { raw::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, live.raw()) },
+                unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, live.raw()) },
                 || format!("cuMemcpyDtoHAsync({src:?}, {len} bytes into pinned memory, {s:?})"),
             );
         }
@@ -1369,7 +1373,7 @@ unsafe impl StreamApi for CudaApi {
             let from = DevicePtr(src.0 + offset as u64);
             // SAFETY: `staging` holds `n` bytes of pinned memory that stage_from_device keeps
             // for this copy until its host function copied them out.
-            let r = unsafe { raw::cuMemcpyDtoHAsync_v2(staging.cast(), from.0, n, live.raw()) };
+            let r = unsafe { sys::cuMemcpyDtoHAsync_v2(staging.cast(), from.0, n, live.raw()) };
             check(r, || {
                 format!("cuMemcpyDtoHAsync({from:?}, {n} bytes, {s:?})")
             })
@@ -1405,7 +1409,7 @@ unsafe impl StreamApi for CudaApi {
         // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
         // host memory.
         check(
-            unsafe { raw::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, live.raw()) },
+            unsafe { sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, live.raw()) },
             || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
         )
     }
@@ -1441,15 +1445,15 @@ unsafe impl StreamApi for CudaApi {
         let (r, call) = unsafe {
             match pattern_len {
                 1 => (
-                    raw::cuMemsetD8Async(d, pattern as u8, count, st),
+                    sys::cuMemsetD8Async(d, pattern as u8, count, st),
                     "cuMemsetD8Async",
                 ),
                 2 => (
-                    raw::cuMemsetD16Async(d, pattern as u16, count, st),
+                    sys::cuMemsetD16Async(d, pattern as u16, count, st),
                     "cuMemsetD16Async",
                 ),
                 _ => (
-                    raw::cuMemsetD32Async(d, pattern, count, st),
+                    sys::cuMemsetD32Async(d, pattern, count, st),
                     "cuMemsetD32Async",
                 ),
             }
@@ -1502,9 +1506,9 @@ unsafe impl StreamApi for CudaApi {
             .max()
             .unwrap_or(1);
         let mut options = [
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            sys::CUjit_option::CU_JIT_THREADS_PER_BLOCK,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            CUjit_option::CU_JIT_THREADS_PER_BLOCK,
         ];
         let log_ptr: *mut c_void = log.as_mut_ptr().cast();
         let mut handle: CUmodule = std::ptr::null_mut();
@@ -1522,7 +1526,7 @@ unsafe impl StreamApi for CudaApi {
             // caller vouched for it (`CudaModule::binary`'s contract); it, the log buffer,
             // `options` and `values` outlive the call; the option count matches both arrays.
             unsafe {
-                raw::cuModuleLoadDataEx(
+                sys::cuModuleLoadDataEx(
                     &mut handle,
                     image,
                     options.len() as c_uint,
@@ -1779,7 +1783,7 @@ unsafe impl StreamApi for CudaApi {
         // ones, than `args` points at; `pointers` and the constants outlive the call; `extra`
         // is null.
         let r = unsafe {
-            raw::cuLaunchKernel(
+            sys::cuLaunchKernel(
                 f.raw(),
                 grid[0],
                 grid[1],
@@ -1820,7 +1824,7 @@ unsafe impl StreamApi for CudaApi {
         // Relaxed mode also lets other threads free memory and unload modules, which may
         // synchronise the context and so invalidate the capture: the device's capture gate
         // holds them back until it ends (see [`crate::capture`]).
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         CaptureGate::get().begin(self.device);
         // An entry already there is the capture under way on the stream: it stays counted for
         // the thread that began it.
@@ -1848,7 +1852,7 @@ unsafe impl StreamApi for CudaApi {
             .unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live stream of this context, held for the call.
         let began = check(
-            unsafe { raw::cuStreamBeginCapture_v2(live.raw(), mode) },
+            unsafe { sys::cuStreamBeginCapture_v2(live.raw(), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
         );
         drop(transition);
@@ -1868,7 +1872,7 @@ unsafe impl StreamApi for CudaApi {
             .unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live stream, held for the call (a stream not capturing is the driver's
         // error); valid out-pointer.
-        let ended = unsafe { raw::cuStreamEndCapture(live.raw(), &mut graph) };
+        let ended = unsafe { sys::cuStreamEndCapture(live.raw(), &mut graph) };
         drop(transition);
         // The stream no longer captures, whatever the result.
         self.capture_ended(s);
@@ -1880,9 +1884,9 @@ unsafe impl StreamApi for CudaApi {
         let mut exec: CUgraphExec = std::ptr::null_mut();
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
         let r = self
-            .trimming_on_oom(|| unsafe { raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
+            .trimming_on_oom(|| unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
         // SAFETY: the executable graph does not depend on the graph it was instantiated from.
-        let _ = unsafe { raw::cuGraphDestroy(graph) };
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
         if let Err(e) = check(r, || "cuGraphInstantiateWithFlags".into()) {
             self.captured_copies(s.0, None);
             return Err(e);
@@ -1898,7 +1902,7 @@ unsafe impl StreamApi for CudaApi {
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);
         // SAFETY: an executable graph of this API and a live stream, both held for the call.
         check(
-            unsafe { raw::cuGraphLaunch(graph.raw(), live.raw()) },
+            unsafe { sys::cuGraphLaunch(graph.raw(), live.raw()) },
             || format!("cuGraphLaunch({:p}, {s:?})", graph.raw()),
         )
     }
@@ -1921,15 +1925,12 @@ unsafe impl StreamApi for CudaApi {
 
 /// `cuFuncGetAttribute(attribute)` of `function`, a kernel of a module this API loaded, on a
 /// thread where its context is bound; `None` where the driver cannot answer.
-fn function_attribute(
-    function: FunctionHandle,
-    attribute: sys::CUfunction_attribute,
-) -> Option<c_int> {
+fn function_attribute(function: FunctionHandle, attribute: CUfunction_attribute) -> Option<c_int> {
     let mut value: c_int = 0;
     // SAFETY: a valid out-pointer; the caller's contract: a function of a loaded module, with
     // its context bound.
     let r = unsafe {
-        raw::cuFuncGetAttribute(&mut value, attribute, function.0 as usize as CUfunction)
+        sys::cuFuncGetAttribute(&mut value, attribute, function.0 as usize as CUfunction)
     };
     r.is_success().then_some(value)
 }
@@ -1960,7 +1961,7 @@ fn kernel_params(probe: &Probe, f: FunctionHandle) -> Option<Vec<(usize, usize)>
     for index in 0..=crate::module::MAX_PARAM_BYTES as usize {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: a function of a loaded module; valid out-pointers.
-        match unsafe { raw::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
+        match unsafe { sys::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
             Code::SUCCESS => params.push((offset, size)),
             // Past the last parameter.
             Code::INVALID_VALUE => break,
