@@ -1,5 +1,5 @@
 //! Benchmarks of the CUDA device against the CUDA driver API used raw, in the same run (the
-//! raw calls go through `halcyon_cuda::raw`: the driver's own functions, with the result read
+//! raw calls go through `halcyon_cuda::sys`: the driver's own functions, with the result read
 //! as a number). Without libcuda or a device the benchmark prints why and exits successfully.
 //!
 //! Run with `cargo bench -p halcyon-cuda --bench cuda`. The kernel is `empty` from
@@ -70,11 +70,14 @@ use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use cudarc::driver::sys::{self, CUcontext, CUevent, CUfunction, CUgraphExec, CUstream};
+use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUgraph, CUgraphExec,
+    CUmodule, CUstream, CUstreamCaptureMode, CUstream_flags,
+};
 use futures::executor::block_on;
 use halcyon::stream::CompletionStrategy;
 use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
-use halcyon_cuda::raw::{self, Code};
+use halcyon_cuda::sys::{self, Code};
 use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions, CudaModule};
 
 const STANDARD_PTX: &str = include_str!("../tests/kernels/standard.ptx");
@@ -97,10 +100,10 @@ fn ok(r: Code, call: &str) {
 /// The driver API used directly: the primary context, a stream, a blocking-sync event and the
 /// `empty` kernel.
 struct Raw {
-    device: sys::CUdevice,
+    device: CUdevice,
     stream: CUstream,
     event: CUevent,
-    module: sys::CUmodule,
+    module: CUmodule,
     function: CUfunction,
 }
 
@@ -112,12 +115,12 @@ impl Raw {
         // (see main), every out-pointer is valid, every handle was created above and is live,
         // and the PTX is NUL-terminated.
         unsafe {
-            ok(raw::cuDeviceGet(&mut device, 0), "cuDeviceGet");
+            ok(sys::cuDeviceGet(&mut device, 0), "cuDeviceGet");
             ok(
-                raw::cuDevicePrimaryCtxRetain(&mut context, device),
+                sys::cuDevicePrimaryCtxRetain(&mut context, device),
                 "cuDevicePrimaryCtxRetain",
             );
-            ok(raw::cuCtxSetCurrent(context), "cuCtxSetCurrent");
+            ok(sys::cuCtxSetCurrent(context), "cuCtxSetCurrent");
         }
         let mut raw = Raw {
             device,
@@ -128,25 +131,25 @@ impl Raw {
         };
         let ptx = CString::new(STANDARD_PTX).expect("PTX without NULs");
         let name = CString::new("empty").expect("name");
-        let non_blocking = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
-        let event_flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint
-            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+        let non_blocking = CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+        let event_flags = CUevent_flags::CU_EVENT_BLOCKING_SYNC as c_uint
+            | CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
         // SAFETY: as above.
         unsafe {
             ok(
-                raw::cuStreamCreate(&mut raw.stream, non_blocking),
+                sys::cuStreamCreate(&mut raw.stream, non_blocking),
                 "cuStreamCreate",
             );
             ok(
-                raw::cuEventCreate(&mut raw.event, event_flags),
+                sys::cuEventCreate(&mut raw.event, event_flags),
                 "cuEventCreate",
             );
             ok(
-                raw::cuModuleLoadData(&mut raw.module, ptx.as_ptr().cast()),
+                sys::cuModuleLoadData(&mut raw.module, ptx.as_ptr().cast()),
                 "cuModuleLoadData",
             );
             ok(
-                raw::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
+                sys::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
                 "cuModuleGetFunction",
             );
         }
@@ -158,7 +161,7 @@ impl Raw {
         // SAFETY: as in `new`; the kernel takes no parameters (null kernelParams and extra).
         unsafe {
             ok(
-                raw::cuLaunchKernel(
+                sys::cuLaunchKernel(
                     self.function,
                     1,
                     1,
@@ -179,7 +182,7 @@ impl Raw {
     fn stream_sync(&self) {
         // SAFETY: a live stream.
         ok(
-            unsafe { raw::cuStreamSynchronize(self.stream) },
+            unsafe { sys::cuStreamSynchronize(self.stream) },
             "cuStreamSynchronize",
         );
     }
@@ -187,35 +190,35 @@ impl Raw {
     fn event_sync(&self) {
         // SAFETY: a live event and stream.
         unsafe {
-            ok(raw::cuEventRecord(self.event, self.stream), "cuEventRecord");
-            ok(raw::cuEventSynchronize(self.event), "cuEventSynchronize");
+            ok(sys::cuEventRecord(self.event, self.stream), "cuEventRecord");
+            ok(sys::cuEventSynchronize(self.event), "cuEventSynchronize");
         }
     }
 
     /// `REPLAYED` launches captured into an instantiated graph.
     fn graph(&self) -> CUgraphExec {
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        let mut graph: CUgraph = std::ptr::null_mut();
         let mut exec: CUgraphExec = std::ptr::null_mut();
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: as in `new`; the graph is destroyed once instantiated (the executable graph
         // does not depend on it).
         unsafe {
             ok(
-                raw::cuStreamBeginCapture_v2(self.stream, mode),
+                sys::cuStreamBeginCapture_v2(self.stream, mode),
                 "cuStreamBeginCapture",
             );
             for _ in 0..REPLAYED {
                 self.launch();
             }
             ok(
-                raw::cuStreamEndCapture(self.stream, &mut graph),
+                sys::cuStreamEndCapture(self.stream, &mut graph),
                 "cuStreamEndCapture",
             );
             ok(
-                raw::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
                 "cuGraphInstantiateWithFlags",
             );
-            ok(raw::cuGraphDestroy(graph), "cuGraphDestroy");
+            ok(sys::cuGraphDestroy(graph), "cuGraphDestroy");
         }
         exec
     }
@@ -223,7 +226,7 @@ impl Raw {
     fn launch_graph(&self, exec: CUgraphExec) {
         // SAFETY: an instantiated graph and a live stream.
         ok(
-            unsafe { raw::cuGraphLaunch(exec, self.stream) },
+            unsafe { sys::cuGraphLaunch(exec, self.stream) },
             "cuGraphLaunch",
         );
     }
@@ -233,10 +236,10 @@ impl Drop for Raw {
     fn drop(&mut self) {
         // SAFETY: handles created in `new`, idle (every iteration synchronised).
         unsafe {
-            raw::cuModuleUnload(self.module);
-            raw::cuEventDestroy_v2(self.event);
-            raw::cuStreamDestroy_v2(self.stream);
-            raw::cuDevicePrimaryCtxRelease_v2(self.device);
+            sys::cuModuleUnload(self.module);
+            sys::cuEventDestroy_v2(self.event);
+            sys::cuStreamDestroy_v2(self.stream);
+            sys::cuDevicePrimaryCtxRelease_v2(self.device);
         }
     }
 }
@@ -245,7 +248,7 @@ impl Drop for Raw {
 /// `cuda_read_4k`, `cuda_read_64m` and `cuda_write_64m`.
 struct RawTransfer {
     bytes: usize,
-    device_memory: sys::CUdeviceptr,
+    device_memory: CUdeviceptr,
     pinned: *mut std::ffi::c_void,
 }
 
@@ -259,15 +262,15 @@ impl RawTransfer {
         // SAFETY: valid out-pointers; the context was made current by `Raw::new`.
         unsafe {
             ok(
-                raw::cuMemAlloc_v2(&mut transfer.device_memory, bytes),
+                sys::cuMemAlloc_v2(&mut transfer.device_memory, bytes),
                 "cuMemAlloc",
             );
             ok(
-                raw::cuMemsetD8_v2(transfer.device_memory, 7, bytes),
+                sys::cuMemsetD8_v2(transfer.device_memory, 7, bytes),
                 "cuMemsetD8",
             );
             ok(
-                raw::cuMemAllocHost_v2(&mut transfer.pinned, bytes),
+                sys::cuMemAllocHost_v2(&mut transfer.pinned, bytes),
                 "cuMemAllocHost",
             );
         }
@@ -279,7 +282,7 @@ impl RawTransfer {
         // synchronised right after.
         unsafe {
             ok(
-                raw::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, self.bytes, raw.stream),
+                sys::cuMemcpyDtoHAsync_v2(self.pinned, self.device_memory, self.bytes, raw.stream),
                 "cuMemcpyDtoHAsync",
             );
         }
@@ -291,7 +294,7 @@ impl RawTransfer {
         // SAFETY: `bytes` holds `self.bytes` writable bytes; the copy is synchronous.
         ok(
             unsafe {
-                raw::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, self.bytes)
+                sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, self.bytes)
             },
             "cuMemcpyDtoH",
         );
@@ -302,7 +305,7 @@ impl RawTransfer {
         // SAFETY: `pinned` holds `bytes` bytes, unmodified until the stream is synchronised.
         unsafe {
             ok(
-                raw::cuMemcpyHtoDAsync_v2(self.device_memory, self.pinned, self.bytes, raw.stream),
+                sys::cuMemcpyHtoDAsync_v2(self.device_memory, self.pinned, self.bytes, raw.stream),
                 "cuMemcpyHtoDAsync",
             );
         }
@@ -312,7 +315,7 @@ impl RawTransfer {
     fn write_pageable(&self, bytes: &[u8]) {
         // SAFETY: `bytes` holds `self.bytes` readable bytes; the copy is synchronous.
         ok(
-            unsafe { raw::cuMemcpyHtoD_v2(self.device_memory, bytes.as_ptr().cast(), self.bytes) },
+            unsafe { sys::cuMemcpyHtoD_v2(self.device_memory, bytes.as_ptr().cast(), self.bytes) },
             "cuMemcpyHtoD",
         );
     }
@@ -322,8 +325,8 @@ impl Drop for RawTransfer {
     fn drop(&mut self) {
         // SAFETY: allocated in `new`, idle (every copy synchronised).
         unsafe {
-            raw::cuMemFree_v2(self.device_memory);
-            raw::cuMemFreeHost(self.pinned);
+            sys::cuMemFree_v2(self.device_memory);
+            sys::cuMemFreeHost(self.pinned);
         }
     }
 }
@@ -585,7 +588,7 @@ fn replay(c: &mut Criterion, raw: &Raw) {
     });
     // SAFETY: an instantiated graph whose launches were all synchronised.
     ok(
-        unsafe { raw::cuGraphExecDestroy(exec) },
+        unsafe { sys::cuGraphExecDestroy(exec) },
         "cuGraphExecDestroy",
     );
     for (name, graphs) in [("halcyon", false), ("halcyon_graphs", true)] {
@@ -629,10 +632,10 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
     let memory = api
         .allocate(256, MemoryPlacement::Device)
         .expect("allocate");
-    let mut raw_memory: sys::CUdeviceptr = 0;
+    let mut raw_memory: CUdeviceptr = 0;
     // SAFETY: a valid out-pointer; Raw::new made the context current.
     ok(
-        unsafe { raw::cuMemAlloc_v2(&mut raw_memory, 256) },
+        unsafe { sys::cuMemAlloc_v2(&mut raw_memory, 256) },
         "cuMemAlloc",
     );
     let batches: [(&str, &dyn Fn()); 5] = [
@@ -640,8 +643,8 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
             for _ in 0..BATCH {
                 // SAFETY: a live event and stream of the current context.
                 unsafe {
-                    ok(raw::cuEventRecord(raw.event, raw.stream), "cuEventRecord");
-                    let r = raw::cuEventQuery(raw.event);
+                    ok(sys::cuEventRecord(raw.event, raw.stream), "cuEventRecord");
+                    let r = sys::cuEventQuery(raw.event);
                     assert!(
                         r.is_success() || r == Code::NOT_READY,
                         "cuEventQuery: {r:?}"
@@ -658,7 +661,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
         ("raw cuMemsetD8Async (256 B)", &|| {
             for _ in 0..BATCH {
                 // SAFETY: 256 bytes of live device memory and a live stream.
-                let r = unsafe { raw::cuMemsetD8Async(raw_memory, 0, 256, raw.stream) };
+                let r = unsafe { sys::cuMemsetD8Async(raw_memory, 0, 256, raw.stream) };
                 ok(r, "cuMemsetD8Async");
             }
         }),
@@ -674,7 +677,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
                 let mut current: CUcontext = std::ptr::null_mut();
                 // SAFETY: a valid out-pointer.
                 ok(
-                    unsafe { raw::cuCtxGetCurrent(&mut current) },
+                    unsafe { sys::cuCtxGetCurrent(&mut current) },
                     "cuCtxGetCurrent",
                 );
             }
@@ -716,7 +719,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
     api.destroy_event(event).expect("destroy_event");
     api.destroy_stream(stream).expect("destroy_stream");
     // SAFETY: allocated above; the stream that used it was synchronised.
-    ok(unsafe { raw::cuMemFree_v2(raw_memory) }, "cuMemFree");
+    ok(unsafe { sys::cuMemFree_v2(raw_memory) }, "cuMemFree");
 }
 
 fn main() {

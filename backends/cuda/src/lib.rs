@@ -12,7 +12,7 @@
 //! bindings are CUDA 12.8's, but symbols are resolved one at a time on first use, and calls
 //! newer than 12.0 are made only where the driver has them: see [`probe`]) and runs
 //! `cuInit(0)`. Every function here that calls the driver takes the resulting
-//! [`probe::Probe`] as proof, except the [`raw`] calls themselves, which fail (never panic)
+//! [`probe::Probe`] as proof, except the [`sys`] calls themselves, which fail (never panic)
 //! without a driver. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
 //! `catch_unwind`, so this holds under `panic = "abort"` too.
 //!
@@ -41,15 +41,15 @@
 //! }
 //! ```
 //!
-//! Modules, bottom up (cudarc's own layering, `sys` → checked calls → safe API):
+//! Modules, bottom up (cudarc's own layering, `sys` → `result` → `api`, as in halcyon-hip):
 //!
 //! * [`probe`]: the gate in front of the driver (libcuda present, CUDA 12.0 or newer,
 //!   initialised).
-//! * [`raw`]: the driver calls this crate makes, resolved from the library the probe opened, with
-//!   cudarc's parameter types and the result as a plain number ([`raw::Code`]), so codes from a
+//! * [`sys`]: the driver calls this crate makes, resolved from the library the probe opened, with
+//!   cudarc's parameter types and the result as a plain number ([`sys::Code`]), so codes from a
 //!   driver newer than the bindings and missing symbols are errors, not undefined behaviour or
 //!   panics.
-//! * [`error`]: a [`raw::Code`] → [`halcyon::Error`] with the call, the error's name and number.
+//! * [`result`]: a [`sys::Code`] → [`halcyon::Error`] with the call, the error's name and number.
 //! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
 //! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX, or through `unsafe`
 //!   constructors a cubin or fatbin, plus entry-point metadata; native, or as bytes in a
@@ -111,18 +111,18 @@
 pub mod api;
 mod callback;
 mod capture;
-pub mod error;
 pub mod module;
 pub mod nvrtc;
 mod objects;
 pub mod probe;
-pub mod raw;
+pub mod result;
+pub mod sys;
 
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::sys;
+use cudarc::driver::sys::{CUdevice, CUdevice_attribute};
 use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
@@ -137,7 +137,7 @@ pub const DRIVER_ID: &str = "cuda";
 pub(crate) fn device_count(probe: &Probe) -> Result<i32> {
     let mut count: c_int = 0;
     // SAFETY: a valid out-pointer; the probe initialised the driver.
-    error::check(unsafe { raw::cuDeviceGetCount(&mut count) }, || {
+    result::check(unsafe { sys::cuDeviceGetCount(&mut count) }, || {
         "cuDeviceGetCount".into()
     })?;
     if count <= 0 {
@@ -154,25 +154,25 @@ pub(crate) fn device_count(probe: &Probe) -> Result<i32> {
 
 /// Device `ordinal`'s name with its compute capability, multiprocessors and memory.
 pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
-    let mut device: sys::CUdevice = 0;
+    let mut device: CUdevice = 0;
     // SAFETY: a valid out-pointer; the probe initialised the driver.
-    error::check(unsafe { raw::cuDeviceGet(&mut device, ordinal) }, || {
+    result::check(unsafe { sys::cuDeviceGet(&mut device, ordinal) }, || {
         format!("cuDeviceGet({ordinal})")
     })?;
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; `device` came from cuDeviceGet; the probe
     // guarantees libcuda is loaded and initialised.
-    let e = unsafe { raw::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, device) };
-    error::check(e, || format!("cuDeviceGetName({ordinal})"))?;
+    let e = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, device) };
+    result::check(e, || format!("cuDeviceGetName({ordinal})"))?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let mut name = String::from_utf8_lossy(&buf[..end]).into_owned();
 
-    use sys::CUdevice_attribute as A;
+    use CUdevice_attribute as A;
     // SAFETY: `device` came from cuDeviceGet (after a successful probe).
     let attr = |a| {
         let mut value: c_int = 0;
         // SAFETY: a valid out-pointer and a device from cuDeviceGet.
-        unsafe { raw::cuDeviceGetAttribute(&mut value, a, device) }
+        unsafe { sys::cuDeviceGetAttribute(&mut value, a, device) }
             .is_success()
             .then_some(value)
     };
@@ -188,7 +188,7 @@ pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
     }
     let mut bytes = 0usize;
     // SAFETY: a valid out-pointer and a device from cuDeviceGet.
-    if unsafe { raw::cuDeviceTotalMem_v2(&mut bytes, device) }.is_success() {
+    if unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, device) }.is_success() {
         details.push(format!("{} MiB", bytes >> 20));
     }
     if !details.is_empty() {

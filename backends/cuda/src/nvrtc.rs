@@ -12,11 +12,11 @@
 //! CUDA 12.8 driver, NVRTC 12.8 is used. A missing or unusable libnvrtc is `Unavailable`,
 //! never a panic. NVRTC's API is the same in CUDA 12 and 13 for the calls made here.
 //!
-//! The calls go through a `raw` layer: cudarc's declarations (checked at compile time) with the
+//! The calls go through a `sys` layer: cudarc's declarations (checked at compile time) with the
 //! result read as a number, since cudarc's `nvrtcResult` is a Rust enum of CUDA 12.8's codes
 //! and a newer NVRTC may return one it lacks (CUDA 13.0 added
 //! `NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED = 17`), which as that enum would be undefined
-//! behaviour (see [`crate::raw`] for the driver's side of the same problem).
+//! behaviour (see [`crate::sys`] for the driver's side of the same problem).
 //!
 //! NVRTC needs no GPU and no libcuda: it is a compiler.
 
@@ -36,7 +36,7 @@ static LIBRARY: OnceLock<Library> = OnceLock::new();
 /// The NVRTC calls [`compile_ptx`] makes, with cudarc's parameter types and the result as its
 /// number (see the [module docs](self)). Each resolves its symbol on first use, from the
 /// library [`probe`] kept, which it checked has every one.
-mod raw {
+mod sys {
     use std::ffi::{c_char, c_int};
     use std::sync::OnceLock;
 
@@ -256,12 +256,12 @@ fn check(r: u32, call: &str) -> Result<()> {
             | R::NVRTC_ERROR_INVALID_OPTION
             | R::NVRTC_ERROR_COMPILATION,
         ) => StatusCode::InvalidArgument,
-        None if r == raw::MISSING_SYMBOL => StatusCode::Unavailable,
+        None if r == sys::MISSING_SYMBOL => StatusCode::Unavailable,
         _ => StatusCode::Internal,
     };
     let what = match known {
         Some(known) => format!("{known:?} ({r})"),
-        None if r == raw::MISSING_SYMBOL => "libnvrtc lacks this function".into(),
+        None if r == sys::MISSING_SYMBOL => "libnvrtc lacks this function".into(),
         None => format!("NVRTC error {r} (newer than halcyon-cuda's CUDA 12.8 bindings)"),
     };
     Err(Error::new(code, format!("{call} failed: {what}")))
@@ -273,7 +273,7 @@ struct Program(nvrtcProgram);
 impl Drop for Program {
     fn drop(&mut self) {
         // SAFETY: the program was created by nvrtcCreateProgram and is destroyed once.
-        let _ = unsafe { raw::nvrtcDestroyProgram(&mut self.0) };
+        let _ = unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
     }
 }
 
@@ -314,7 +314,7 @@ pub fn compile_ptx(source: &str, name: &str, options: &[&str]) -> Result<String>
     // program (NVRTC may keep pointers to them until it is destroyed; `Program` is dropped
     // before them, below); no headers are passed (count 0, null arrays).
     let r = unsafe {
-        raw::nvrtcCreateProgram(
+        sys::nvrtcCreateProgram(
             &mut raw,
             c_source.as_ptr(),
             c_name.as_ptr(),
@@ -328,7 +328,7 @@ pub fn compile_ptx(source: &str, name: &str, options: &[&str]) -> Result<String>
 
     // SAFETY: a live program; `option_ptrs` holds `len` valid C strings that outlive the call.
     let compiled = unsafe {
-        raw::nvrtcCompileProgram(program.0, option_ptrs.len() as c_int, option_ptrs.as_ptr())
+        sys::nvrtcCompileProgram(program.0, option_ptrs.len() as c_int, option_ptrs.as_ptr())
     };
     if compiled != nvrtcResult::NVRTC_SUCCESS as u32 {
         let log = program_log(&program).unwrap_or_default();
@@ -342,14 +342,14 @@ pub fn compile_ptx(source: &str, name: &str, options: &[&str]) -> Result<String>
     let mut size = 0usize;
     // SAFETY: a live, compiled program; the out-pointer is valid.
     check(
-        unsafe { raw::nvrtcGetPTXSize(program.0, &mut size) },
+        unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) },
         "nvrtcGetPTXSize",
     )?;
     let mut ptx: Vec<c_char> = vec![0; size.max(1)];
     // SAFETY: the buffer holds `size` bytes, which nvrtcGetPTXSize says the PTX (with its NUL)
     // takes.
     check(
-        unsafe { raw::nvrtcGetPTX(program.0, ptx.as_mut_ptr()) },
+        unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr()) },
         "nvrtcGetPTX",
     )?;
     drop(program);
@@ -361,13 +361,13 @@ fn program_log(program: &Program) -> Result<String> {
     let mut size = 0usize;
     // SAFETY: a live program; the out-pointer is valid.
     check(
-        unsafe { raw::nvrtcGetProgramLogSize(program.0, &mut size) },
+        unsafe { sys::nvrtcGetProgramLogSize(program.0, &mut size) },
         "nvrtcGetProgramLogSize",
     )?;
     let mut log: Vec<c_char> = vec![0; size.max(1)];
     // SAFETY: the buffer holds the `size` bytes the log (with its NUL) takes.
     check(
-        unsafe { raw::nvrtcGetProgramLog(program.0, log.as_mut_ptr()) },
+        unsafe { sys::nvrtcGetProgramLog(program.0, log.as_mut_ptr()) },
         "nvrtcGetProgramLog",
     )?;
     Ok(text(&log))
@@ -418,7 +418,7 @@ mod tests {
         let e = check(17, "nvrtcCompileProgram(k)").unwrap_err();
         assert_eq!(e.code(), StatusCode::Internal);
         assert!(e.message().contains("NVRTC error 17"), "{e}");
-        let e = check(raw::MISSING_SYMBOL, "nvrtcGetPTX").unwrap_err();
+        let e = check(sys::MISSING_SYMBOL, "nvrtcGetPTX").unwrap_err();
         assert_eq!(e.code(), StatusCode::Unavailable);
     }
 

@@ -31,8 +31,8 @@ use cudarc::driver::sys::{CUdevice, CUevent, CUfunction, CUgraphExec, CUmodule, 
 use halcyon::Result;
 
 use crate::capture::CaptureGate;
-use crate::error::check;
-use crate::raw;
+use crate::result::check;
+use crate::sys;
 
 /// An object the API destroys exactly once: by [`Destroy::destroy`] or, failing that, by its
 /// `Drop`.
@@ -98,21 +98,21 @@ macro_rules! owned {
 owned!(
     /// A `CUstream` made by `cuStreamCreate`.
     Stream(CUstream),
-    |s| raw::cuStreamDestroy_v2(s),
+    |s| sys::cuStreamDestroy_v2(s),
     "cuStreamDestroy"
 );
 
 owned!(
     /// A `CUevent` made by `cuEventCreate`.
     Event(CUevent),
-    |e| raw::cuEventDestroy_v2(e),
+    |e| sys::cuEventDestroy_v2(e),
     "cuEventDestroy"
 );
 
 owned!(
     /// A `CUgraphExec` made by `cuGraphInstantiateWithFlags`.
     Graph(CUgraphExec),
-    |g| raw::cuGraphExecDestroy(g),
+    |g| sys::cuGraphExecDestroy(g),
     "cuGraphExecDestroy"
 );
 
@@ -159,7 +159,7 @@ impl Destroy for Module {
         let _no_captures = CaptureGate::get().sync(self.device);
         // SAFETY: a module this API loaded, unloaded once by its last holder (every function
         // of it holds it); the stream layer unloads only after the work using it completed.
-        check(unsafe { raw::cuModuleUnload(module) }, || {
+        check(unsafe { sys::cuModuleUnload(module) }, || {
             format!("cuModuleUnload({module:p})")
         })
     }

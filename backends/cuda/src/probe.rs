@@ -5,14 +5,14 @@
 //! the driver through cudarc's loader: [`probe`] opens libcuda itself with [`libloading`],
 //! reads `cuDriverGetVersion`, compares it with the oldest CUDA version this crate supports
 //! ([`MIN_DRIVER_VERSION`], CUDA 12.0), and calls `cuInit(0)`; every driver call then resolves
-//! its symbol from that same library ([`crate::raw`]), so the version checked is the version
+//! its symbol from that same library ([`crate::sys`]), so the version checked is the version
 //! called (cudarc's loader tries `libcuda.so` first, which may be another file: a toolkit's
 //! stub on the loader path, or a second driver). Only a successful probe yields a [`Probe`],
 //! and every function of this crate that calls the driver takes one; the result is cached for
 //! the process.
 //!
 //! **Driver versions.** The bindings are CUDA 12.8's ([`BINDINGS_VERSION`]), but the driver
-//! need not be that new: [`crate::raw`] resolves each driver symbol by name the first time it
+//! need not be that new: [`crate::sys`] resolves each driver symbol by name the first time it
 //! is called (and fails that call with `Unimplemented` if the driver lacks it), so an older
 //! driver works as long as nothing calls a function it does not have. Every driver function
 //! this crate calls exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
@@ -23,7 +23,7 @@
 //! 12.x on any 12.x driver, and nothing is tested against CUDA 11 drivers. When adding a
 //! driver call, check the version that introduced it and gate it like `cuFuncGetParamInfo` if
 //! it is newer than [`MIN_DRIVER_VERSION`]. A driver newer than the bindings is fine too: its
-//! new error codes stay numbers ([`crate::raw::Code`]).
+//! new error codes stay numbers ([`crate::sys::Code`]).
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::OnceLock;
@@ -90,7 +90,7 @@ static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
 static LIBRARY: OnceLock<Library> = OnceLock::new();
 
 /// The libcuda a successful [`probe`] opened, initialised and checked; `None` before one.
-/// [`crate::raw`] resolves every driver call from it.
+/// [`crate::sys`] resolves every driver call from it.
 pub(crate) fn library() -> Option<&'static Library> {
     LIBRARY.get()
 }

@@ -53,7 +53,7 @@ fn api_or_skip(test: &str) -> Option<CudaApi> {
 fn current_context() -> cudarc::driver::sys::CUcontext {
     let mut context = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the probe initialised the driver.
-    let code = unsafe { halcyon_cuda::raw::cuCtxGetCurrent(&mut context) };
+    let code = unsafe { halcyon_cuda::sys::cuCtxGetCurrent(&mut context) };
     assert!(code.is_success(), "cuCtxGetCurrent: {code:?}");
     context
 }
@@ -470,14 +470,14 @@ fn calls_bind_their_context_whatever_is_current() {
     let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
     for round in 0..2u8 {
         // SAFETY: making no context current is always allowed; the API binds its own again.
-        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(std::ptr::null_mut()) };
+        let code = unsafe { halcyon_cuda::sys::cuCtxSetCurrent(std::ptr::null_mut()) };
         assert!(code.is_success(), "cuCtxSetCurrent(null): {code:?}");
         api.memset_async(buf, u32::from(round) + 1, 1, 16, s)
             .unwrap();
         assert_eq!(current_context(), api.context(), "round {round}");
         let mut out = [0u8; 16];
         // SAFETY: nothing current again before a call that must bind first.
-        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(std::ptr::null_mut()) };
+        let code = unsafe { halcyon_cuda::sys::cuCtxSetCurrent(std::ptr::null_mut()) };
         assert!(code.is_success(), "cuCtxSetCurrent(null): {code:?}");
         // SAFETY: `out` outlives the copy: the stream is synchronised before it is read.
         unsafe { api.copy_device_to_host_async(out.as_mut_ptr(), buf, 16, s) }.unwrap();
@@ -519,7 +519,7 @@ fn calls_give_another_current_context_back() {
             "on a thread with none, the API's stays"
         );
         // SAFETY: the other device's retained primary context, alive while `other` is.
-        let code = unsafe { halcyon_cuda::raw::cuCtxSetCurrent(other.context()) };
+        let code = unsafe { halcyon_cuda::sys::cuCtxSetCurrent(other.context()) };
         assert!(code.is_success(), "cuCtxSetCurrent(other): {code:?}");
         let buf = api.allocate(16, MemoryPlacement::Device).unwrap();
         assert_eq!(current_context(), other.context(), "after allocate");

@@ -1,7 +1,7 @@
 //! `CUresult` → [`halcyon::Error`]: the status code a CUDA error maps to, and messages such as
 //! `cuMemAlloc(1048576 bytes) failed: CUDA_ERROR_OUT_OF_MEMORY (2)`.
 //!
-//! Results arrive as [`Code`]s, the driver's number (see [`crate::raw`]). The error's name is
+//! Results arrive as [`Code`]s, the driver's number (see [`crate::sys`]). The error's name is
 //! the `CUresult`'s C name (`CUDA_ERROR_OUT_OF_MEMORY`), which is exactly what `cuGetErrorName`
 //! returns; for the codes cudarc's bindings have it is taken from them, so formatting an error
 //! does not call back into the driver (which may be the thing that is broken) and works in unit
@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use cudarc::driver::sys::CUresult;
 use halcyon::{Error, StatusCode};
 
-use crate::raw::Code;
+use crate::sys::Code;
 
 /// Whether `code` is a sticky error: once it happened the CUDA context is unusable and every
 /// later call in it fails with the same error (host functions enqueued in it never run).
