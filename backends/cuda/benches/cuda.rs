@@ -111,7 +111,7 @@ impl Raw {
     fn new() -> Raw {
         let mut device = 0;
         let mut context: CUcontext = std::ptr::null_mut();
-        // SAFETY (this block and the ones below): the probe succeeded before any of this runs
+        // SAFETY: (this block and the ones below) the probe succeeded before any of this runs
         // (see main), every out-pointer is valid, every handle was created above and is live,
         // and the PTX is NUL-terminated.
         unsafe {
@@ -180,8 +180,8 @@ impl Raw {
     }
 
     fn stream_sync(&self) {
-        // SAFETY: a live stream.
         ok(
+            // SAFETY: a live stream.
             unsafe { sys::cuStreamSynchronize(self.stream) },
             "cuStreamSynchronize",
         );
@@ -224,8 +224,8 @@ impl Raw {
     }
 
     fn launch_graph(&self, exec: CUgraphExec) {
-        // SAFETY: an instantiated graph and a live stream.
         ok(
+            // SAFETY: an instantiated graph and a live stream.
             unsafe { sys::cuGraphLaunch(exec, self.stream) },
             "cuGraphLaunch",
         );
@@ -291,8 +291,8 @@ impl RawTransfer {
 
     fn read_pageable(&self) -> Vec<u8> {
         let mut bytes = vec![0u8; self.bytes];
-        // SAFETY: `bytes` holds `self.bytes` writable bytes; the copy is synchronous.
         ok(
+            // SAFETY: `bytes` holds `self.bytes` writable bytes; the copy is synchronous.
             unsafe {
                 sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), self.device_memory, self.bytes)
             },
@@ -313,8 +313,8 @@ impl RawTransfer {
     }
 
     fn write_pageable(&self, bytes: &[u8]) {
-        // SAFETY: `bytes` holds `self.bytes` readable bytes; the copy is synchronous.
         ok(
+            // SAFETY: `bytes` holds `self.bytes` readable bytes; the copy is synchronous.
             unsafe { sys::cuMemcpyHtoD_v2(self.device_memory, bytes.as_ptr().cast(), self.bytes) },
             "cuMemcpyHtoD",
         );
@@ -586,8 +586,8 @@ fn replay(c: &mut Criterion, raw: &Raw) {
             raw.stream_sync();
         })
     });
-    // SAFETY: an instantiated graph whose launches were all synchronised.
     ok(
+        // SAFETY: an instantiated graph whose launches were all synchronised.
         unsafe { sys::cuGraphExecDestroy(exec) },
         "cuGraphExecDestroy",
     );
@@ -633,8 +633,8 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
         .allocate(256, MemoryPlacement::Device)
         .expect("allocate");
     let mut raw_memory: CUdeviceptr = 0;
-    // SAFETY: a valid out-pointer; Raw::new made the context current.
     ok(
+        // SAFETY: a valid out-pointer; Raw::new made the context current.
         unsafe { sys::cuMemAlloc_v2(&mut raw_memory, 256) },
         "cuMemAlloc",
     );
@@ -675,8 +675,8 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
         ("raw cuCtxGetCurrent", &|| {
             for _ in 0..BATCH {
                 let mut current: CUcontext = std::ptr::null_mut();
-                // SAFETY: a valid out-pointer.
                 ok(
+                    // SAFETY: a valid out-pointer.
                     unsafe { sys::cuCtxGetCurrent(&mut current) },
                     "cuCtxGetCurrent",
                 );

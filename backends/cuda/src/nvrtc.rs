@@ -340,15 +340,15 @@ pub fn compile_ptx(source: &str, name: &str, options: &[&str]) -> Result<String>
     }
 
     let mut size = 0usize;
-    // SAFETY: a live, compiled program; the out-pointer is valid.
     check(
+        // SAFETY: a live, compiled program; the out-pointer is valid.
         unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) },
         "nvrtcGetPTXSize",
     )?;
     let mut ptx: Vec<c_char> = vec![0; size.max(1)];
-    // SAFETY: the buffer holds `size` bytes, which nvrtcGetPTXSize says the PTX (with its NUL)
-    // takes.
     check(
+        // SAFETY: the buffer holds `size` bytes, which nvrtcGetPTXSize says the PTX (with its NUL)
+        // takes.
         unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr()) },
         "nvrtcGetPTX",
     )?;
@@ -359,14 +359,14 @@ pub fn compile_ptx(source: &str, name: &str, options: &[&str]) -> Result<String>
 
 fn program_log(program: &Program) -> Result<String> {
     let mut size = 0usize;
-    // SAFETY: a live program; the out-pointer is valid.
     check(
+        // SAFETY: a live program; the out-pointer is valid.
         unsafe { sys::nvrtcGetProgramLogSize(program.0, &mut size) },
         "nvrtcGetProgramLogSize",
     )?;
     let mut log: Vec<c_char> = vec![0; size.max(1)];
-    // SAFETY: the buffer holds the `size` bytes the log (with its NUL) takes.
     check(
+        // SAFETY: the buffer holds the `size` bytes the log (with its NUL) takes.
         unsafe { sys::nvrtcGetProgramLog(program.0, log.as_mut_ptr()) },
         "nvrtcGetProgramLog",
     )?;

@@ -168,12 +168,14 @@ fn driver_error_name(code: Code) -> Option<String> {
             .map(|s| *s)
     });
     let mut name: *const c_char = std::ptr::null();
-    // SAFETY: the out-pointer is valid; cuGetErrorName only reads a static table (it answers
-    // CUDA_ERROR_INVALID_VALUE for a code it does not know).
-    let ok =
-        (*function).is_some_and(|f| unsafe { f(code.number(), &mut name) } == 0 && !name.is_null());
-    // SAFETY: on success the driver points at a static NUL-terminated string.
+    let ok = (*function).is_some_and(|f| {
+        // SAFETY: the out-pointer is valid; cuGetErrorName only reads a static table (it
+        // answers CUDA_ERROR_INVALID_VALUE for a code it does not know).
+        let status = unsafe { f(code.number(), &mut name) };
+        status == 0 && !name.is_null()
+    });
     ok.then(|| {
+        // SAFETY: on success the driver points at a static NUL-terminated string.
         unsafe { CStr::from_ptr(name) }
             .to_string_lossy()
             .into_owned()

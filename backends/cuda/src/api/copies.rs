@@ -50,8 +50,8 @@ impl CudaApi {
         }
         let capacity = capacity_for(len);
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is bound.
         check(
+            // SAFETY: valid out-pointer; the context is bound.
             unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
             || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
         )?;
@@ -97,9 +97,9 @@ impl CudaApi {
         }
         if self.pinned_range(src as usize as u64, len) {
             // From this API's pinned memory the copy is asynchronous as it is: no staging.
-            // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
-            // keeps valid and unmodified until the copy completed on `s`.
             return check(
+                // SAFETY: `src..src+len` lies within a live pinned allocation, which the caller
+                // keeps valid and unmodified until the copy completed on `s`.
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, src.cast(), bytes, live.raw()) },
                 || format!("cuMemcpyHtoDAsync({dst:?}, {len} bytes from pinned memory, {s:?})"),
             );
@@ -150,9 +150,9 @@ impl CudaApi {
         self.refuse_capture(s, &live, "a device-to-host copy")?;
         if self.pinned_range(dst as usize as u64, len) {
             // Into this API's pinned memory the copy is asynchronous as it is: no staging.
-            // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
-            // keeps valid and untouched by anything else until the copy completed on `s`.
             return check(
+                // SAFETY: `dst..dst+len` lies within a live pinned allocation, which the caller
+                // keeps valid and untouched by anything else until the copy completed on `s`.
                 unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src.0, bytes, live.raw()) },
                 || format!("cuMemcpyDtoHAsync({src:?}, {len} bytes into pinned memory, {s:?})"),
             );
@@ -198,9 +198,9 @@ impl CudaApi {
         let _src = self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
         let live = self.enqueue_stream(s)?;
-        // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
-        // host memory.
         check(
+            // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
+            // host memory.
             unsafe { sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, live.raw()) },
             || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
         )
@@ -215,7 +215,10 @@ impl CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         let width = u64::from(pattern_len);
-        if !matches!(pattern_len, 1 | 2 | 4) || dst.0 % width != 0 || len % width != 0 {
+        if !matches!(pattern_len, 1 | 2 | 4)
+            || !dst.0.is_multiple_of(width)
+            || !len.is_multiple_of(width)
+        {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
                 format!(

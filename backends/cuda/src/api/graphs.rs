@@ -148,9 +148,9 @@ impl CudaApi {
         unsafe { pinned.fill_from(src, bytes) };
         copies.push(pinned);
         drop(captured);
-        // SAFETY: a pinned copy kept with the capture, then its graph, and freed only after the
-        // graph was destroyed, by a call that waits for the device's work.
         check(
+            // SAFETY: a pinned copy kept with the capture, then its graph, and freed only after the
+            // graph was destroyed, by a call that waits for the device's work.
             unsafe { sys::cuMemcpyHtoDAsync_v2(dst.0, ptr.as_ptr().cast(), bytes, live.raw()) },
             || format!("cuMemcpyHtoDAsync({dst:?}, {bytes} bytes, {s:?}) during capture"),
         )
@@ -192,8 +192,8 @@ impl CudaApi {
             .capture_transitions
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        // SAFETY: a live stream of this context, held for the call.
         let began = check(
+            // SAFETY: a live stream of this context, held for the call.
             unsafe { sys::cuStreamBeginCapture_v2(live.raw(), mode) },
             || format!("cuStreamBeginCapture({s:?}, CU_STREAM_CAPTURE_MODE_RELAXED)"),
         );
@@ -244,8 +244,8 @@ impl CudaApi {
     pub(super) unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);
-        // SAFETY: an executable graph of this API and a live stream, both held for the call.
         check(
+            // SAFETY: an executable graph of this API and a live stream, both held for the call.
             unsafe { sys::cuGraphLaunch(graph.raw(), live.raw()) },
             || format!("cuGraphLaunch({:p}, {s:?})", graph.raw()),
         )

@@ -78,8 +78,8 @@ impl CudaApi {
         };
         let _bound = self.bind()?;
         let mut value: u64 = bytes;
-        // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
         check(
+            // SAFETY: a live pool; the attribute takes a cuuint64_t, which `value` is.
             unsafe {
                 sys::cuMemPoolSetAttribute(
                     pool.0,
@@ -123,8 +123,8 @@ impl CudaApi {
     fn allocate_pinned(&self, bytes: usize) -> Result<CUdeviceptr> {
         let flags = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
         let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is bound; the flags are documented ones.
         check(
+            // SAFETY: valid out-pointer; the context is bound; the flags are documented ones.
             unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags as c_uint) },
             || {
                 format!(
@@ -201,8 +201,8 @@ impl CudaApi {
                     ));
                 }
                 let flags = CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as c_uint;
-                // SAFETY: valid out-pointer; context bound.
                 check(
+                    // SAFETY: valid out-pointer; context bound.
                     unsafe { sys::cuMemAllocManaged(&mut ptr, bytes, flags) },
                     || format!("cuMemAllocManaged({size} bytes, CU_MEM_ATTACH_GLOBAL)"),
                 )?;
@@ -313,8 +313,8 @@ impl CudaApi {
 /// freed only here.
 pub(super) unsafe fn free_kind(base: u64, kind: AllocKind) -> Result<()> {
     match kind {
-        // SAFETY: forwarded from the caller.
         AllocKind::Pinned => check(
+            // SAFETY: forwarded from the caller.
             unsafe { sys::cuMemFreeHost(base as usize as *mut c_void) },
             || format!("cuMemFreeHost({base:#x})"),
         ),

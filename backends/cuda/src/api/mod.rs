@@ -256,9 +256,9 @@ impl CudaApi {
             attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR).max(1) as u32;
 
         let mut context: CUcontext = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and device. Balanced by cuDevicePrimaryCtxRelease in Drop
-        // (or just below on failure).
         check(
+            // SAFETY: valid out-pointer and device. Balanced by cuDevicePrimaryCtxRelease in Drop
+            // (or just below on failure).
             unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
             || format!("cuDevicePrimaryCtxRetain(device {ordinal})"),
         )?;

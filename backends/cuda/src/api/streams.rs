@@ -144,8 +144,8 @@ impl CudaApi {
     pub(super) fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (event, live) = (self.live_event(e)?, self.enqueue_stream(s)?);
-        // SAFETY: a live event and stream of this context, held for the call.
         check(
+            // SAFETY: a live event and stream of this context, held for the call.
             unsafe { sys::cuEventRecord(event.raw(), live.raw()) },
             || format!("cuEventRecord({e:?}, {s:?})"),
         )
@@ -175,9 +175,9 @@ impl CudaApi {
     pub(super) fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (live, event) = (self.enqueue_stream(s)?, self.live_event(e)?);
-        // SAFETY: a live stream and event of this context, held for the call; flags 0
-        // (CU_EVENT_WAIT_DEFAULT).
         check(
+            // SAFETY: a live stream and event of this context, held for the call; flags 0
+            // (CU_EVENT_WAIT_DEFAULT).
             unsafe { sys::cuStreamWaitEvent(live.raw(), event.raw(), 0) },
             || format!("cuStreamWaitEvent({s:?}, {e:?})"),
         )

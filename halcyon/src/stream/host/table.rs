@@ -279,7 +279,10 @@ unsafe impl StreamApi for HostStreamApi {
     ) -> Result<()> {
         self.shared().control.check()?;
         let width = u64::from(pattern_len);
-        if !matches!(pattern_len, 1 | 2 | 4) || !dst.0.is_multiple_of(width) || !len.is_multiple_of(width) {
+        if !matches!(pattern_len, 1 | 2 | 4)
+            || !dst.0.is_multiple_of(width)
+            || !len.is_multiple_of(width)
+        {
             return Err(invalid(format!(
                 "memset of {len} bytes at {dst:?} with a {pattern_len}-byte pattern: the pattern \
                  must be 1, 2 or 4 bytes and the address and length multiples of it"

@@ -110,8 +110,8 @@ fn releasing_one_devices_context_reports_only_its_leaks() {
     assert_eq!(retained, CUresult::CUDA_SUCCESS);
     make_current(1);
     let _leaked = alloc(64);
-    // SAFETY: balances the retain above.
     assert_eq!(
+        // SAFETY: balances the retain above.
         unsafe { cuDevicePrimaryCtxRelease_v2(1) },
         CUresult::CUDA_SUCCESS
     );
@@ -159,8 +159,8 @@ fn a_released_context_can_be_made_current_but_not_used() {
         found.len() == 2 && found[1].contains("not a context of this driver"),
         "{found:?}"
     );
-    // SAFETY: nothing current, as the next test expects to find it.
     assert_eq!(
+        // SAFETY: nothing current, as the next test expects to find it.
         unsafe { cuCtxSetCurrent(null_mut()) },
         CUresult::CUDA_SUCCESS
     );

@@ -28,8 +28,8 @@ impl HipSession {
 
     fn stream(&self) -> *mut c_void {
         let mut s = null_mut();
-        // SAFETY: a valid out-pointer.
         assert_eq!(
+            // SAFETY: a valid out-pointer.
             unsafe { crate::hip::hipStreamCreateWithFlags(&mut s, 1) },
             0
         );
@@ -38,8 +38,8 @@ impl HipSession {
 
     fn event(&self) -> *mut c_void {
         let mut e = null_mut();
-        // SAFETY: a valid out-pointer.
         assert_eq!(
+            // SAFETY: a valid out-pointer.
             unsafe { crate::hip::hipEventCreateWithFlags(&mut e, 0x3) },
             0
         );
@@ -73,8 +73,8 @@ impl Drop for HipSession {
 /// Makes `s` wait at the gate (see [`gate`]) through `hipLaunchHostFunc`.
 fn hip_gate(s: *mut c_void) {
     GATE.store(false, Ordering::SeqCst);
-    // SAFETY: a live stream; the function may be called with any pointer.
     assert_eq!(
+        // SAFETY: a live stream; the function may be called with any pointer.
         unsafe { crate::hip::hipLaunchHostFunc(s, Some(wait_for_gate), null_mut()) },
         0
     );
@@ -256,8 +256,8 @@ fn hip_code_objects_are_read_for_their_kernels_and_target() {
     relocatable[0x10] = 1; // ET_REL
     assert_eq!(crate::hsaco::kernel_names(&relocatable).unwrap_err().0, 200);
     let not_elf = [0u8; 64];
-    // SAFETY: 64 readable bytes.
     assert_eq!(
+        // SAFETY: 64 readable bytes.
         unsafe { crate::hsaco::image(not_elf.as_ptr()) }
             .unwrap_err()
             .0,

@@ -153,8 +153,8 @@ unsafe extern "C" fn wait_for_gate(_: *mut c_void) {
 /// flight (not yet run) until [`open_gate`].
 fn gate(s: *mut c_void) {
     GATE.store(false, Ordering::SeqCst);
-    // SAFETY: a live stream; the function may be called with any pointer.
     assert_eq!(
+        // SAFETY: a live stream; the function may be called with any pointer.
         unsafe { cuLaunchHostFunc(s, Some(wait_for_gate), null_mut()) },
         CUresult::CUDA_SUCCESS
     );
@@ -166,8 +166,8 @@ fn open_gate() {
 
 fn alloc(bytes: usize) -> u64 {
     let mut p = 0;
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { cuMemAlloc_v2(&mut p, bytes) },
         CUresult::CUDA_SUCCESS
     );
@@ -176,8 +176,8 @@ fn alloc(bytes: usize) -> u64 {
 
 fn read_u32s(src: u64, n: usize) -> Vec<u32> {
     let mut out = vec![0u32; n];
-    // SAFETY: `out` holds `n` u32s.
     assert_eq!(
+        // SAFETY: `out` holds `n` u32s.
         unsafe { cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, 4 * n) },
         CUresult::CUDA_SUCCESS
     );
