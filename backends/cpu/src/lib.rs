@@ -163,3 +163,8 @@ impl Driver for CpuDriver {
 pub fn register(registry: &DriverRegistry) -> Result<()> {
     registry.register(Arc::new(CpuDriver::default()))
 }
+
+/// The README's Rust examples, run as this crate's doctests (they use the CPU device).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
