@@ -112,6 +112,18 @@ impl Drop for Tracked {
 }
 
 /// A device's allocator: cheap to clone.
+///
+/// ```
+/// use halcyon::{BufferParams, Device};
+///
+/// fn scratch(device: &Device) -> halcyon::Result<()> {
+///     let allocator = device.allocator();
+///     let before = allocator.stats();
+///     let buffer = allocator.allocate(1 << 20, BufferParams::DEVICE)?;
+///     assert!(allocator.stats().bytes_in_use >= before.bytes_in_use + buffer.size());
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Allocator {
     backend: Arc<dyn DeviceBackend>,

@@ -200,6 +200,21 @@ struct Inner {
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A device buffer. Cloning gives another handle to the same memory.
+///
+/// Commands take byte ranges of buffers ([`BufferRef`]: [`Buffer::whole`], [`Buffer::slice`]).
+/// Host-visible memory maps directly; a mapping is refused while device work that could race
+/// it is in flight (or waited for, with [`Buffer::map_write_async`]).
+///
+/// ```
+/// use halcyon::{BufferParams, Device};
+///
+/// fn upload(device: &Device, data: &[u8]) -> halcyon::Result<halcyon::Buffer> {
+///     let buffer = device.allocator().allocate(data.len() as u64, BufferParams::HOST)?;
+///     buffer.map_write(..)?.copy_from_slice(data); // the guard unmaps when dropped
+///     let _second_half = buffer.slice(data.len() as u64 / 2..)?;
+///     Ok(buffer)
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Buffer {
     inner: Arc<Inner>,
@@ -584,6 +599,15 @@ pub struct MappedRead<'a> {
     memory: Arc<dyn BufferMemory>,
 }
 
+impl fmt::Debug for MappedRead<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedRead")
+            .field("buffer", &self.buffer.id())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 // SAFETY: the guard only hands out shared access to memory that no device work writes while it
 // lives (enforced by the tracker), and the memory is `Send + Sync` backend memory.
 unsafe impl Send for MappedRead<'_> {}
@@ -619,6 +643,16 @@ pub struct MappedWrite<'a> {
     offset: u64,
     len: usize,
     memory: Arc<dyn BufferMemory>,
+}
+
+impl fmt::Debug for MappedWrite<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedWrite")
+            .field("buffer", &self.buffer.id())
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
 }
 
 // SAFETY: the guard has exclusive host access and no device access runs while it lives.

@@ -251,6 +251,25 @@ struct Recorded {
 }
 
 /// An immutable, validated list of commands. Cheap to clone.
+///
+/// Recorded once with a [`CommandBufferBuilder`], then executed on a queue. A reusable buffer
+/// names binding-table slots instead of buffers, so each execution can supply its own.
+///
+/// ```
+/// use halcyon::{Binding, BindingTable, Buffer, CommandBuffer, CommandBufferMode, Queue, Timepoints};
+///
+/// async fn clear_twice(queue: &Queue, a: &Buffer, b: &Buffer) -> halcyon::Result<()> {
+///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+///     builder.fill(Binding::slot(0, 0, 64), &[0])?; // the first 64 bytes of slot 0
+///     let clear = builder.finish();
+///     for buffer in [a, b] {
+///         let mut table = BindingTable::new();
+///         table.set(0, buffer.whole())?;
+///         queue.execute(Timepoints::default(), &clear, Some(&table)).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone)]
 pub struct CommandBuffer {
     inner: Arc<Recorded>,
@@ -418,6 +437,16 @@ pub struct CommandBufferBuilder {
     mode: CommandBufferMode,
     commands: Vec<Command<Binding>>,
     slots: Vec<Option<(u64, BufferUsage)>>,
+}
+
+impl std::fmt::Debug for CommandBufferBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandBufferBuilder")
+            .field("mode", &self.mode)
+            .field("commands", &self.commands.len())
+            .field("slots", &self.slots.len())
+            .finish()
+    }
 }
 
 pub(crate) fn check_usage(range: &BufferRef, usage: BufferUsage, what: &str) -> Result<()> {
@@ -735,8 +764,7 @@ mod tests {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         let error = builder
             .fill(Binding::slot(u32::MAX, 0, 4), &[0])
-            .err()
-            .expect("slot u32::MAX must be refused");
+            .expect_err("slot u32::MAX must be refused");
         assert_eq!(error.code(), StatusCode::OutOfRange);
         assert!(error.message().contains(&u32::MAX.to_string()), "{error}");
         assert_eq!(builder.finish().slot_count(), 0);

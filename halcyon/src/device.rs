@@ -181,6 +181,23 @@ struct Inner {
 /// handle goes are dropped unissued: their signal fences fail with
 /// [`crate::StatusCode::Aborted`] (see [`crate::queue`]), so keep the
 /// device alive until what you submitted has been issued.
+///
+/// A device comes from a backend: `halcyon_cpu::default_device()`, or a
+/// [`DriverRegistry`](crate::DriverRegistry) the backends registered their drivers in, by URI.
+///
+/// ```
+/// use halcyon::{BufferParams, DriverRegistry};
+///
+/// /// Fills 256 bytes with 0xab on the device at `uri` and reads them back.
+/// async fn fill_and_read(registry: &DriverRegistry, uri: &str) -> halcyon::Result<Vec<u8>> {
+///     let device = registry.create_device(uri)?; // "cpu://0", "vulkan://0", ...
+///     let buffer = device.allocator().allocate(256, BufferParams::DEVICE)?;
+///     let queue = device.queue(0)?;
+///     let timeline = queue.timeline()?; // each operation waits for the one before
+///     queue.fill(timeline.next(), &buffer.whole(), &[0xab]).await?;
+///     queue.read(timeline.next(), &buffer.whole()).await
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Device {
     inner: Arc<Inner>,

@@ -133,8 +133,7 @@ fn reflection_gives_bindings_constants_and_workgroup_size() {
                 &[3, 5, 64],
                 [Binding::from(input.whole())],
             )
-            .err()
-            .expect("one binding for two is refused");
+            .expect_err("one binding for two is refused");
         assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
         assert!(error.message().contains("takes 2 bindings"), "{error}");
         let error = builder
@@ -145,8 +144,7 @@ fn reflection_gives_bindings_constants_and_workgroup_size() {
                 &[3, 5],
                 [Binding::from(input.whole()), Binding::from(output.whole())],
             )
-            .err()
-            .expect("two constants for three are refused");
+            .expect_err("two constants for three are refused");
         assert!(error.message().contains("takes 3 constants"), "{error}");
         builder.dispatch(
             &executable,

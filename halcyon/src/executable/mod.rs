@@ -137,6 +137,22 @@ struct Inner {
 static NEXT_EXECUTABLE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A loaded executable. Cloning gives another handle; submissions keep it alive.
+///
+/// A device loads one from an [`ExecutableSpec`] in a format it supports (each backend makes
+/// its own: `halcyon_cpu::RustKernels::spec`, `halcyon_vulkan::SpirvModule::from_wgsl`, ...);
+/// loading the same spec again returns the cached executable.
+///
+/// ```
+/// use halcyon::{Device, ExecutableSpec};
+///
+/// fn load(device: &Device, spec: &ExecutableSpec) -> halcyon::Result<u32> {
+///     let executable = device.load_executable(spec)?;
+///     for entry in executable.entry_points() {
+///         println!("{}: {:?} per workgroup", entry.name, entry.workgroup_size);
+///     }
+///     executable.entry_point_index("main")
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Executable {
     inner: Arc<Inner>,
@@ -250,6 +266,14 @@ type CacheEntry = (ExecutableSource, Weak<Inner>);
 #[derive(Default)]
 pub struct ExecutableCache {
     entries: Mutex<HashMap<Key, Vec<CacheEntry>>>,
+}
+
+impl fmt::Debug for ExecutableCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecutableCache")
+            .field("live", &self.len())
+            .finish()
+    }
 }
 
 impl ExecutableCache {

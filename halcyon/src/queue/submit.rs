@@ -208,6 +208,15 @@ pub struct ReadSink {
     spare: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
+impl fmt::Debug for ReadSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let delivered = self.slot.lock().is_ok_and(|slot| slot.is_some());
+        f.debug_struct("ReadSink")
+            .field("delivered", &delivered)
+            .finish()
+    }
+}
+
 impl ReadSink {
     /// A sink whose bytes go into `buffer` where the backend can put them there
     /// ([`ReadSink::buffer`]).
@@ -595,6 +604,21 @@ impl Queue {
     }
 
     /// Dispatches an entry point (see [`crate::command_buffer::CommandBufferBuilder::dispatch`]).
+    ///
+    /// ```
+    /// use halcyon::{Buffer, Executable, Queue, Timepoints};
+    ///
+    /// /// y = a * x + y over `n` floats, 256 per workgroup, once `Timepoints` allow.
+    /// async fn saxpy(queue: &Queue, saxpy: &Executable, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
+    ///     let entry = saxpy.entry_point_index("saxpy")?;
+    ///     let n = (x.size() / 4) as u32;
+    ///     let constants = [a.to_bits(), n];
+    ///     let groups = [n.div_ceil(256), 1, 1];
+    ///     queue
+    ///         .dispatch(Timepoints::default(), saxpy, entry, groups, &constants, &[x.whole(), y.whole()])
+    ///         .await
+    /// }
+    /// ```
     pub fn dispatch(
         &self,
         timepoints: impl Into<Timepoints>,
