@@ -78,3 +78,14 @@ impl halcyon::backend::ExecutableBackend for CpuExecutable {
         self
     }
 }
+
+impl std::fmt::Debug for DispatchState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatchState")
+            .field("workgroup_count", &self.workgroup_count)
+            .field("workgroup_size", &self.workgroup_size)
+            .field("constants", &self.constants)
+            .field("binding_lengths", &self.binding_lengths)
+            .finish_non_exhaustive()
+    }
+}

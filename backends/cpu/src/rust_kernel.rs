@@ -531,3 +531,29 @@ pub(crate) fn load(object: &(dyn Any + Send + Sync)) -> Result<CpuExecutable> {
         _keep_alive: None,
     })
 }
+
+impl std::fmt::Debug for WorkgroupContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkgroupContext")
+            .field("workgroup_id", &self.workgroup_id)
+            .field("workgroup_index", &self.workgroup_index)
+            .field("dispatch", self.dispatch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> std::fmt::Debug for RawBinding<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawBinding")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RustKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|(entry, _)| entry))
+            .finish()
+    }
+}

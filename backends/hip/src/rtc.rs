@@ -70,6 +70,7 @@ pub const HIPRTC_ERROR_COMPILATION: hiprtcResult = 6;
 
 /// The opaque program object.
 #[repr(C)]
+#[derive(Debug)]
 pub struct _hiprtcProgram {
     _data: [u8; 0],
 }

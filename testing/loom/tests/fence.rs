@@ -1,5 +1,5 @@
-#![cfg(loom)]
 //! Model checks of fence waits over two semaphores moved by two other threads.
+#![cfg(loom)]
 
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 use loom::future::block_on;

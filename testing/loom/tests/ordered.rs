@@ -1,9 +1,9 @@
-#![cfg(loom)]
 //! Model checks of failing a signal fence in timeline order through the pending-signal
 //! registry: `Semaphore::expect_signal` records work that will signal a value, and
 //! `fail_in_order` holds a failure of a later value until that work settled (see
 //! `halcyon::queue`). Unlike the reactor models, the earlier work here is known only through
 //! the registry, not through the failing action's own waits.
+#![cfg(loom)]
 
 use halcyon::queue::fail_in_order;
 use halcyon::reactor::Reactor;

@@ -1,9 +1,9 @@
-#![cfg(loom)]
 //! Model checks of the completion reactor and the pending-action executor on it.
 //!
 //! Under loom the reactor runs on a loom thread, so every model drops its [`Reactor`] (which
 //! joins that thread) inside the model. loom reports a reactor or a waiter that is never woken as
 //! a deadlock, and an `Arc` kept alive by a cycle as a leak.
+#![cfg(loom)]
 
 use halcyon::queue::{ActionQueue, Issue};
 use halcyon::reactor::{Completion, Reactor};

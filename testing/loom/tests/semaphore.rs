@@ -1,9 +1,9 @@
-#![cfg(loom)]
 //! Model checks of the timeline semaphore: wait registration against signals, racing signalers,
 //! failure, and cancelled waits.
 //!
 //! A `block_on` that is never woken parks forever, which loom reports as a deadlock, so every
 //! model that awaits also checks that no wakeup is lost.
+#![cfg(loom)]
 
 use std::sync::Arc;
 use std::task::Poll;

@@ -1,4 +1,3 @@
-#![cfg(loom)]
 //! Model checks of the stream layer's timepoint and event-pool logic: the reference-counted
 //! events of an [`EventPool`] and the `(value, event)` timepoints of a [`Timeline`], raced
 //! against each other the way submissions, completions, host signals and failures race; and
@@ -7,6 +6,7 @@
 //! The events come from a test factory whose bookkeeping is plain `std` (only touched outside
 //! loom-visible critical sections, and read after the threads are joined), so it adds nothing to
 //! explore.
+#![cfg(loom)]
 
 use std::collections::HashSet;
 use std::sync::Mutex as StdMutex;

@@ -198,6 +198,14 @@ pub struct CudaApi {
     capture_transitions: RwLock<()>,
 }
 
+impl std::fmt::Debug for CudaApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaApi")
+            .field("ordinal", &self.ordinal)
+            .finish_non_exhaustive()
+    }
+}
+
 // SAFETY: the CUDA driver API is thread-safe; the raw handles held here (a retained primary
 // context, a memory pool) may be used from any thread once that thread binds the context, which
 // every method does first.
