@@ -20,10 +20,10 @@ mod gpu;
 use std::time::Duration;
 
 use common::CudaKernels;
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Error, StatusCode};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions, CudaModule};
 use halcyon_fake_gpu::client::Fake;
+use halcyon_stream::CompletionStrategy;
 
 /// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
 /// failure; one that another libcuda.so.1 loaded first shadows skips.
@@ -148,9 +148,9 @@ fn frees_on_other_threads_wait_for_graph_captures() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    use halcyon::stream::keys;
     use halcyon::{BufferParams, CommandBuffer, CommandBufferMode, Fence, Timepoints};
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    use halcyon_stream::keys;
 
     let fake = match prepare_driver() {
         Ok(fake) => fake,
@@ -282,8 +282,8 @@ fn work_reaches_the_fake_driver() {
 /// `CHUNK_BYTES`, chunk by chunk, and arrive whole; the staging comes back to the pool.
 #[test]
 fn large_transfers_stage_in_bounded_chunks() {
-    use halcyon::stream::staging::CHUNK_BYTES;
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    use halcyon_stream::staging::CHUNK_BYTES;
 
     let fake = match prepare_driver() {
         Ok(fake) => fake,

@@ -18,11 +18,11 @@ mod gpu;
 
 use std::time::Duration;
 
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Result};
 use halcyon_conformance::{kernels, Kernels as _};
 use halcyon_hip::result::Hip;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HostVisibleMemory};
+use halcyon_stream::CompletionStrategy;
 
 use fake::{fake, hip, hip_5_2, FakeKernels, CODE_OBJECT};
 
@@ -451,9 +451,9 @@ fn an_offload_bundle_runs_the_devices_code_object() {
 /// stores to it, so a made-up, freed or misaligned address is refused before HIP sees it.
 #[test]
 fn a_status_word_outside_the_apis_memory_is_refused() {
-    use halcyon::stream::{DevicePtr, KernelParams, LaunchConfig, MemoryPlacement, StreamApi};
     use halcyon::StatusCode;
     use halcyon_hip::HipStreamApi;
+    use halcyon_stream::{DevicePtr, KernelParams, LaunchConfig, MemoryPlacement, StreamApi};
     let api = HipStreamApi::new(hip(), 0, HostVisibleMemory::Auto).unwrap();
     let module = fake::module(CODE_OBJECT, vec![kernels::fail()]).unwrap();
     let loaded = api.load_module(&module.spec()).unwrap();
@@ -507,8 +507,8 @@ fn a_status_word_outside_the_apis_memory_is_refused() {
 /// copy from or to pageable memory).
 #[test]
 fn large_transfers_stage_in_bounded_chunks() {
-    use halcyon::stream::staging::CHUNK_BYTES;
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    use halcyon_stream::staging::CHUNK_BYTES;
 
     let before = fake().stats();
     for hip in [hip(), hip_5_2()] {

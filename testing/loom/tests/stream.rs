@@ -13,9 +13,9 @@ use std::sync::Mutex as StdMutex;
 
 use std::time::Duration;
 
-use halcyon::stream::handoff::Handoff;
-use halcyon::stream::{EventFactory, EventHandle, EventPool, Timeline, WaitSource};
 use halcyon::{Error, StatusCode};
+use halcyon_stream::handoff::Handoff;
+use halcyon_stream::{EventFactory, EventHandle, EventPool, Timeline, WaitSource};
 use loom::future::block_on;
 use loom::sync::Arc;
 use loom::thread;
@@ -302,8 +302,8 @@ fn handoff_drains_before_it_stops() {
 /// checked call still uses, and the removal always ends once the guards drop.
 #[test]
 fn allocation_removal_waits_for_checked_calls() {
-    use halcyon::stream::allocations::Allocations;
-    use halcyon::stream::DevicePtr;
+    use halcyon_stream::allocations::Allocations;
+    use halcyon_stream::DevicePtr;
     use loom::sync::atomic::{AtomicBool, Ordering};
 
     model(|| {

@@ -8,9 +8,9 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUstreamCaptureMode, CUstreamCaptureStatus};
-use halcyon::stream::staging::Pinned;
-use halcyon::stream::{Capabilities, DevicePtr, GraphHandle, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::staging::Pinned;
+use halcyon_stream::{Capabilities, DevicePtr, GraphHandle, StreamHandle};
 
 use super::CudaApi;
 use crate::capture::CaptureGate;
@@ -240,7 +240,7 @@ impl CudaApi {
     }
 
     /// # Safety
-    /// The contract of [`StreamApi`](halcyon::stream::StreamApi)'s method of the same name.
+    /// The contract of [`StreamApi`](halcyon_stream::StreamApi)'s method of the same name.
     pub(super) unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use halcyon::stream::staging::{stage_from_device, stage_to_device, Lease, Pinned};
+use halcyon_stream::staging::{stage_from_device, stage_to_device, Lease, Pinned};
 
 use super::copies::{host_len, memset_elements};
 use super::host_funcs::{host_fn, host_func_user_data, settle_host_func, stream_callback};
