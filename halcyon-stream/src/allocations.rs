@@ -11,7 +11,7 @@
 //! the base of a live allocation, and a copy or fill must lie within one (an
 //! [`StatusCode::InvalidArgument`] error otherwise, naming the range).
 //!
-//! A check holds what it checked: [`Allocations::check`] returns a [`Pinned`] guard, and the
+//! A check holds what it checked: [`Allocations::check`] returns an [`AllocationGuard`], and the
 //! allocation stays live until the guard drops, so a backend keeps it across the driver call
 //! that uses the range. A [`Allocations::remove`] (a free) on another thread meanwhile
 //! waits for the guards already taken (each lasts one enqueueing call, which never waits for
@@ -54,7 +54,7 @@ pub struct Allocations<K> {
 struct Entry<K> {
     len: u64,
     kind: K,
-    /// [`Pinned`] guards alive.
+    /// [`AllocationGuard`]s alive.
     pins: usize,
     /// A removal is waiting for the guards: the allocation is no longer live to new checks.
     removing: bool,
@@ -63,12 +63,12 @@ struct Entry<K> {
 /// An allocation held live by a successful [`Allocations::check`] until this drops (see the
 /// [module docs](self)).
 #[must_use = "the allocation is held only while the guard lives: keep it across the call"]
-pub struct Pinned<'a, K> {
+pub struct AllocationGuard<'a, K> {
     allocations: &'a Allocations<K>,
     base: u64,
 }
 
-impl<K> Drop for Pinned<'_, K> {
+impl<K> Drop for AllocationGuard<'_, K> {
     fn drop(&mut self) {
         let mut live = crate::sync::lock(&self.allocations.live);
         if let Some(entry) = live.get_mut(&self.base) {
@@ -80,9 +80,9 @@ impl<K> Drop for Pinned<'_, K> {
     }
 }
 
-impl<K> fmt::Debug for Pinned<'_, K> {
+impl<K> fmt::Debug for AllocationGuard<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinned")
+        f.debug_struct("AllocationGuard")
             .field("base", &format_args!("{:#x}", self.base))
             .finish()
     }
@@ -123,7 +123,7 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
     /// Forgets the allocation starting at `base` if `accept` accepts its kind, and returns
     /// `(len, kind)`; `InvalidArgument` if `base` is not the start of a live allocation (or
     /// `accept`'s error). Only one of several concurrent removals of a base succeeds. Waits
-    /// for the [`Pinned`] guards of the allocation that are alive (see the
+    /// for the [`AllocationGuard`]s of the allocation that are alive (see the
     /// [module docs](self)); a thread must not remove an allocation it holds a guard of. A
     /// caller whose free then fails without freeing inserts it again.
     pub fn remove(&self, base: u64, accept: impl FnOnce(K) -> Result<()>) -> Result<(u64, K)> {
@@ -184,7 +184,7 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
     /// A guard holding the allocation live (see the [module docs](self)) if `len` bytes at
     /// `ptr` lie within one live allocation; else `InvalidArgument` naming `what` (`"fill"`,
     /// `"copy to the device"`) and the range.
-    pub fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<Pinned<'_, K>> {
+    pub fn check(&self, ptr: DevicePtr, len: u64, what: &str) -> Result<AllocationGuard<'_, K>> {
         self.check_kind(ptr, len, what, |_| true)
     }
 
@@ -195,12 +195,12 @@ impl<K: Copy + fmt::Debug> Allocations<K> {
         len: u64,
         what: &str,
         kind: impl FnOnce(K) -> bool,
-    ) -> Result<Pinned<'_, K>> {
+    ) -> Result<AllocationGuard<'_, K>> {
         let mut live = self.lock();
         if let Some(base) = Self::base_within(&live, ptr.0, len, kind) {
             if let Some(entry) = live.get_mut(&base) {
                 entry.pins += 1;
-                return Ok(Pinned {
+                return Ok(AllocationGuard {
                     allocations: self,
                     base,
                 });

@@ -12,7 +12,7 @@
 //!   modules and kernel launches, optional stream-ordered allocation and graphs. A backend
 //!   implements it as a translation table (vendor errors turned into [`halcyon::Error`]s) and gets
 //!   a whole device from [`StreamDevice`].
-//! * **Timelines** ([`Timeline`]): each semaphore a stream device creates keeps the device
+//! * **Timelines** ([`EventTimeline`]): each semaphore a stream device creates keeps the device
 //!   signals scheduled on streams as `(value, event)` timepoints. Events come from an
 //!   [`EventPool`] and are reference counted ([`Event`]): a timepoint, the in-flight record of
 //!   the submission that recorded it, and a submission enqueueing a wait on it each hold one, and
@@ -71,4 +71,4 @@ pub use api::{
 };
 pub use device::{create_device, keys, CompletionStrategy, StreamDevice, StreamDeviceOptions};
 pub use event_pool::{Event, EventFactory, EventPool, EventPoolStats};
-pub use timeline::{StreamSemaphore, Timeline, WaitSource};
+pub use timeline::{EventTimeline, StreamSemaphore, WaitSource};

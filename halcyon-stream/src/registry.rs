@@ -14,7 +14,7 @@
 //!
 //! Lookups take a read lock and clone an `Arc`; inserting and removing take the write lock
 //! briefly. No vendor call is ever made under the lock. Handles are hashed with one multiply
-//! ([`HandleHasher`]) rather than the standard library's SipHash: every driver call looks
+//! (a private `HandleHasher`) rather than the standard library's SipHash: every driver call looks
 //! handles up, and they are addresses chosen by the driver, not keys an attacker picks.
 //!
 //! ```
@@ -42,7 +42,7 @@ use halcyon::{Error, Result, StatusCode};
 /// together, so both the low bits the table indexes by and the high bits it tags with depend
 /// on every bit of the handle (driver handles are aligned addresses: their low bits are zero).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct HandleHasher(u64);
+struct HandleHasher(u64);
 
 impl Hasher for HandleHasher {
     fn write(&mut self, bytes: &[u8]) {

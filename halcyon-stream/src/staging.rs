@@ -7,14 +7,14 @@
 //! through pinned buffers held here:
 //!
 //! * host to device: the caller's bytes are copied into a pinned buffer at enqueue time (see
-//!   [`Pinned::fill_from`]), the device copies from that buffer, and a host function enqueued
+//!   [`PinnedBuffer::fill_from`]), the device copies from that buffer, and a host function enqueued
 //!   after the copy hands the buffer back to the pool;
 //! * device to host: the device copies into a pinned buffer, and a host function enqueued after
 //!   the copy moves the bytes to the caller's memory and hands the buffer back. The work
 //!   enqueued after it (the submission's completion event) waits for the host function, so the
 //!   bytes are in place when the event completes.
 //!
-//! A copy larger than [`CHUNK_BYTES`] (8 MiB) goes through one buffer of that size, chunk by
+//! A copy larger than `CHUNK_BYTES` (8 MiB) goes through one buffer of that size, chunk by
 //! chunk ([`stage_to_device`], [`stage_from_device`]): a host function moves each chunk
 //! between the caller's memory and the buffer, and stream order keeps the device's copy of one
 //! chunk and the host's of the next apart. Staging the whole copy at once instead would pin
@@ -31,8 +31,8 @@
 //! host function runs on a driver thread that must not call the driver. Allocating and freeing
 //! the pinned memory is the backend's job: it passes buffers in ([`StagingPool::give`],
 //! [`Lease::new`]) and takes out the ones to free ([`StagingPool::take_retired`],
-//! [`StagingPool::drain`]) where it may call the driver. At most [`MAX_BUFFERS`] buffers and
-//! [`MAX_BYTES`] bytes are kept idle; [`StagingPool::trim`] *retires* the excess, for the
+//! [`StagingPool::drain`]) where it may call the driver. At most `MAX_BUFFERS` (8) buffers and
+//! `MAX_BYTES` (64 MiB) are kept idle; [`StagingPool::trim`] *retires* the excess, for the
 //! backend to free.
 //!
 //! A buffer in use may be held by a [`Lease`]. Released (the host function ran after the copy),
@@ -48,32 +48,32 @@ use crate::api::HostFunc;
 use halcyon::{Error, Result, StatusCode};
 
 /// Idle buffers kept at most.
-pub const MAX_BUFFERS: usize = 8;
+pub(crate) const MAX_BUFFERS: usize = 8;
 /// Idle bytes kept at most.
-pub const MAX_BYTES: usize = 64 << 20;
+pub(crate) const MAX_BYTES: usize = 64 << 20;
 /// The smallest buffer allocated (small copies share sizes this way).
-pub const MIN_BUFFER: usize = 64 << 10;
+pub(crate) const MIN_BUFFER: usize = 64 << 10;
 /// The most bytes a staged copy moves through its buffer at once: a larger copy goes through
 /// one buffer of this size, chunk by chunk (see the [module docs](self)).
-pub const CHUNK_BYTES: usize = 8 << 20;
+pub(crate) const CHUNK_BYTES: usize = 8 << 20;
 
 /// A pinned host buffer allocated by a backend. Not freed on drop (freeing calls the driver,
 /// which the driver thread that may drop one must not do): the backend frees what the pool
 /// hands it.
 #[derive(Debug)]
-pub struct Pinned {
+pub struct PinnedBuffer {
     /// The buffer's start.
     pub ptr: NonNull<u8>,
     /// The buffer's size in bytes.
     pub capacity: usize,
 }
 
-// SAFETY: a `Pinned` owns its host allocation exclusively (nothing here dereferences it but the
+// SAFETY: a `PinnedBuffer` owns its host allocation exclusively (nothing here dereferences it but the
 // unsafe `fill_from`, under its caller's guarantees); pinned host memory may be used from any
 // thread.
-unsafe impl Send for Pinned {}
+unsafe impl Send for PinnedBuffer {}
 
-impl Pinned {
+impl PinnedBuffer {
     /// Copies `len` bytes from `src` into the start of the buffer.
     ///
     /// # Safety
@@ -94,14 +94,15 @@ impl Pinned {
     }
 }
 
-/// The size to allocate for a copy of `len` bytes: a power of two, at least [`MIN_BUFFER`].
+/// The size to allocate for a copy of `len` bytes: a power of two, at least `MIN_BUFFER`
+/// (64 KiB).
 pub fn capacity_for(len: usize) -> usize {
     len.max(MIN_BUFFER)
         .checked_next_power_of_two()
         .unwrap_or(len)
 }
 
-/// The staging a copy of `len` bytes needs: one chunk (at most [`CHUNK_BYTES`]). Lease at
+/// The staging a copy of `len` bytes needs: one chunk (at most `CHUNK_BYTES`, 8 MiB). Lease at
 /// least this many bytes for [`stage_to_device`] or [`stage_from_device`].
 pub fn staging_len(len: usize) -> usize {
     len.min(CHUNK_BYTES)
@@ -257,11 +258,11 @@ pub unsafe fn stage_from_device(
 #[derive(Debug, Default)]
 struct Buffers {
     /// Free to reuse.
-    idle: Vec<Pinned>,
+    idle: Vec<PinnedBuffer>,
     /// Unused, beyond the limits: to be freed by the backend.
-    retired: Vec<Pinned>,
+    retired: Vec<PinnedBuffer>,
     /// Possibly still used by the device (their host function never ran): drained only.
-    orphaned: Vec<Pinned>,
+    orphaned: Vec<PinnedBuffer>,
 }
 
 /// Pinned staging buffers not in use (see the [module docs](self)).
@@ -276,7 +277,7 @@ impl StagingPool {
     }
 
     /// The smallest idle buffer of at least `len` bytes, if any.
-    pub fn take(&self, len: usize) -> Option<Pinned> {
+    pub fn take(&self, len: usize) -> Option<PinnedBuffer> {
         let idle = &mut self.buffers().idle;
         let best = idle
             .iter()
@@ -292,7 +293,7 @@ impl StagingPool {
     /// allocating keeps the pinned memory bounded by what the most copies in flight at once
     /// needed, while the frees wait for such a call. The caller trims the pool afterwards,
     /// which retires the excess again.
-    pub fn take_unused(&self, len: usize) -> Option<Pinned> {
+    pub fn take_unused(&self, len: usize) -> Option<PinnedBuffer> {
         if let Some(buffer) = self.take(len) {
             return Some(buffer);
         }
@@ -312,16 +313,16 @@ impl StagingPool {
     }
 
     /// Returns an unused buffer to the idle buffers (from host functions too: no driver call).
-    pub fn give(&self, buffer: Pinned) {
+    pub fn give(&self, buffer: PinnedBuffer) {
         self.buffers().idle.push(buffer);
     }
 
     /// Keeps a buffer the device may still use until [`StagingPool::drain`].
-    fn orphan(&self, buffer: Pinned) {
+    fn orphan(&self, buffer: PinnedBuffer) {
         self.buffers().orphaned.push(buffer);
     }
 
-    /// Retires the largest idle buffers until at most [`MAX_BUFFERS`] and [`MAX_BYTES`] remain
+    /// Retires the largest idle buffers until at most `MAX_BUFFERS` and `MAX_BYTES` remain
     /// (see [`StagingPool::take_retired`]).
     pub fn trim(&self) {
         self.trim_to(MAX_BUFFERS, MAX_BYTES);
@@ -342,12 +343,12 @@ impl StagingPool {
     }
 
     /// Takes the retired buffers (the caller frees them).
-    pub fn take_retired(&self) -> Vec<Pinned> {
+    pub fn take_retired(&self) -> Vec<PinnedBuffer> {
         std::mem::take(&mut self.buffers().retired)
     }
 
     /// Takes every idle and retired buffer, leaving the orphaned ones (the caller frees them).
-    pub fn drain_unused(&self) -> Vec<Pinned> {
+    pub fn drain_unused(&self) -> Vec<PinnedBuffer> {
         let mut buffers = self.buffers();
         let Buffers { idle, retired, .. } = &mut *buffers;
         let mut all = std::mem::take(idle);
@@ -357,7 +358,7 @@ impl StagingPool {
 
     /// Takes every buffer the pool holds, orphaned ones included (the caller frees them, once
     /// no device work can use them any more).
-    pub fn drain(&self) -> Vec<Pinned> {
+    pub fn drain(&self) -> Vec<PinnedBuffer> {
         let mut buffers = self.buffers();
         let Buffers {
             idle,
@@ -381,13 +382,13 @@ impl StagingPool {
 /// completed; dropping it unreleased orphans it (see the [module docs](self)).
 #[derive(Debug)]
 pub struct Lease {
-    buffer: Option<Pinned>,
+    buffer: Option<PinnedBuffer>,
     pool: Arc<StagingPool>,
 }
 
 impl Lease {
     /// Leases `buffer` (taken from `pool` or newly allocated) for one copy.
-    pub fn new(buffer: Pinned, pool: Arc<StagingPool>) -> Self {
+    pub fn new(buffer: PinnedBuffer, pool: Arc<StagingPool>) -> Self {
         Lease {
             buffer: Some(buffer),
             pool,
@@ -427,8 +428,8 @@ impl Drop for Lease {
 mod tests {
     use super::*;
 
-    fn fake(capacity: usize) -> Pinned {
-        Pinned {
+    fn fake(capacity: usize) -> PinnedBuffer {
+        PinnedBuffer {
             ptr: NonNull::dangling(),
             capacity,
         }
@@ -437,7 +438,7 @@ mod tests {
     #[test]
     fn fill_from_copies_into_the_start_of_the_buffer() {
         let mut backing = vec![0u8; 16];
-        let buffer = Pinned {
+        let buffer = PinnedBuffer {
             ptr: NonNull::new(backing.as_mut_ptr()).unwrap(),
             capacity: backing.len(),
         };
@@ -452,7 +453,7 @@ mod tests {
     #[should_panic(expected = "staging")]
     fn fill_from_refuses_more_than_the_capacity() {
         let mut backing = vec![0u8; 4];
-        let buffer = Pinned {
+        let buffer = PinnedBuffer {
             ptr: NonNull::new(backing.as_mut_ptr()).unwrap(),
             capacity: backing.len(),
         };
@@ -607,7 +608,7 @@ mod tests {
         let bytes: Box<[u8]> = vec![0xEE; capacity].into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(bytes).cast::<u8>()).unwrap();
         let pool = Arc::new(StagingPool::default());
-        let lease = Lease::new(Pinned { ptr, capacity }, pool.clone());
+        let lease = Lease::new(PinnedBuffer { ptr, capacity }, pool.clone());
         (pool, lease)
     }
 

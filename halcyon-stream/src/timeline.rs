@@ -7,29 +7,29 @@
 //!
 //! * **Signal timepoints.** When a submission that signals `(semaphore, v)` is issued to a
 //!   stream, the event recorded after its work is added here as the timepoint `(v, event)`
-//!   ([`Timeline::schedule`]): once that event completes, the semaphore is at `v` or above.
-//! * **Device waits.** A submission that waits for `v` asks [`Timeline::wait_source`]: if `v` was
+//!   ([`EventTimeline::schedule`]): once that event completes, the semaphore is at `v` or above.
+//! * **Device waits.** A submission that waits for `v` asks [`EventTimeline::wait_source`]: if `v` was
 //!   reached there is nothing to wait for; if some timepoint `w >= v` is scheduled, its stream
 //!   waits on that event (the smallest such `w`, so it waits no longer than needed): no host
 //!   round trip. The submission takes a reference to the event, so the event cannot be recycled
 //!   and re-recorded while it enqueues the wait.
 //! * **Not yet scheduled.** Otherwise the submission is parked in the pending-action executor
-//!   on [`Timeline::scheduled`], a host semaphore that tracks the highest value that is
-//!   scheduled or reached. [`Timeline::schedule`] inserts the timepoint *before* it advances
+//!   on [`EventTimeline::scheduled`], a host semaphore that tracks the highest value that is
+//!   scheduled or reached. [`EventTimeline::schedule`] inserts the timepoint *before* it advances
 //!   that semaphore, so the parked submission, released by the advance, always finds the
 //!   timepoint (or, if it completed meanwhile, the value reached).
-//! * **Retiring.** When the device reaches `v` ([`Timeline::retire`]) or the host signals it
-//!   ([`Timeline::host_signal`]), timepoints at or below `v` are dropped; their events return to
+//! * **Retiring.** When the device reaches `v` ([`EventTimeline::retire`]) or the host signals it
+//!   ([`EventTimeline::host_signal`]), timepoints at or below `v` are dropped; their events return to
 //!   the pool once their other holders are done.
-//! * **Failure.** [`Timeline::fail`] drops every timepoint, refuses new ones and fails the
+//! * **Failure.** [`EventTimeline::fail`] drops every timepoint, refuses new ones and fails the
 //!   scheduled semaphore with the same error, so parked submissions are released and fail.
 //! * **Outcomes.** A device wait trusts the event, which completes whether or not the work
 //!   behind it succeeded on the host's terms (the work's own inputs may have failed while it ran,
 //!   or its status words may report a failure after it). So a timepoint may carry the *outcome*
-//!   of the submission that scheduled it ([`Timeline::schedule_by`]): a host semaphore that
+//!   of the submission that scheduled it ([`EventTimeline::schedule_by`]): a host semaphore that
 //!   reaches 1 once that submission settled successfully and fails with its error otherwise. A
 //!   submission that waited on the event takes the outcome too
-//!   ([`Timeline::wait_source_by`]) and settles only after it: successfully if it succeeded,
+//!   ([`EventTimeline::wait_source_by`]) and settles only after it: successfully if it succeeded,
 //!   failed with its error if not. Outcomes only ever wait for submissions scheduled before, so
 //!   they never wait in a cycle.
 //!
@@ -68,16 +68,16 @@ struct State {
 }
 
 /// The `(value, event)` timepoints of one semaphore (see the [module docs](self)).
-pub struct Timeline {
+pub struct EventTimeline {
     owner: u64,
     state: Mutex<State>,
     scheduled: Semaphore,
 }
 
-impl Timeline {
+impl EventTimeline {
     /// A timeline of a semaphore created by device `owner` at `initial`.
-    pub fn new(owner: u64, initial: u64) -> Timeline {
-        Timeline {
+    pub fn new(owner: u64, initial: u64) -> EventTimeline {
+        EventTimeline {
             owner,
             state: Mutex::new(State {
                 reached: initial,
@@ -106,7 +106,7 @@ impl Timeline {
         self.schedule_by(value, event, None);
     }
 
-    /// [`Timeline::schedule`], with the `outcome` of the work that signals `value` (see the
+    /// [`EventTimeline::schedule`], with the `outcome` of the work that signals `value` (see the
     /// [module docs](self)): a host semaphore that work sets to 1 once it settled successfully,
     /// or fails with its error, in any case eventually.
     pub fn schedule_by(&self, value: u64, event: &Event, outcome: Option<&Semaphore>) {
@@ -128,7 +128,7 @@ impl Timeline {
         self.wait_source_by(value).0
     }
 
-    /// [`Timeline::wait_source`], with the outcome of the work behind the event, if it was
+    /// [`EventTimeline::wait_source`], with the outcome of the work behind the event, if it was
     /// scheduled with one (see the [module docs](self)).
     pub fn wait_source_by(&self, value: u64) -> (WaitSource, Option<Semaphore>) {
         let state = lock(&self.state);
@@ -184,10 +184,10 @@ impl Timeline {
     }
 }
 
-impl fmt::Debug for Timeline {
+impl fmt::Debug for EventTimeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = lock(&self.state);
-        f.debug_struct("Timeline")
+        f.debug_struct("EventTimeline")
             .field("owner", &self.owner)
             .field("reached", &state.reached)
             .field("timepoints", &state.timepoints.keys().collect::<Vec<_>>())
@@ -196,10 +196,10 @@ impl fmt::Debug for Timeline {
     }
 }
 
-/// The [`NativeSemaphore`] of a stream device: a [`Timeline`]. The core semaphore keeps the
+/// The [`NativeSemaphore`] of a stream device: an [`EventTimeline`]. The core semaphore keeps the
 /// payload and the waiters; the timeline knows which device signals are scheduled.
 pub struct StreamSemaphore {
-    timeline: Timeline,
+    timeline: EventTimeline,
 }
 
 impl StreamSemaphore {
@@ -209,13 +209,13 @@ impl StreamSemaphore {
         Semaphore::with_native(
             initial,
             Box::new(StreamSemaphore {
-                timeline: Timeline::new(owner, initial),
+                timeline: EventTimeline::new(owner, initial),
             }),
         )
     }
 
     /// The timeline behind `semaphore`, if a stream device created it.
-    pub fn timeline_of(semaphore: &Semaphore) -> Option<&Timeline> {
+    pub fn timeline_of(semaphore: &Semaphore) -> Option<&EventTimeline> {
         SemaphoreExt::native(semaphore)?
             .as_any()
             .downcast_ref::<StreamSemaphore>()

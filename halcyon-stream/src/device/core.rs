@@ -19,7 +19,7 @@ use crate::device::pinned::PinnedMemory;
 use crate::device::reclaim::Reclaim;
 use crate::device::CompletionStrategy;
 use crate::event_pool::{Event, EventPool};
-use crate::timeline::{StreamSemaphore, Timeline};
+use crate::timeline::{EventTimeline, StreamSemaphore};
 use crate::timepoint::{ReadInto, Timepoint, TimepointPool};
 use halcyon::backend::BufferMemory;
 use halcyon::backend::Work;
@@ -166,7 +166,7 @@ impl<A: StreamApi> Core<A> {
     }
 
     /// The timeline of `semaphore` if this device created it.
-    pub(crate) fn own_timeline<'a>(&self, semaphore: &'a Semaphore) -> Option<&'a Timeline> {
+    pub(crate) fn own_timeline<'a>(&self, semaphore: &'a Semaphore) -> Option<&'a EventTimeline> {
         StreamSemaphore::timeline_of(semaphore).filter(|t| t.owner() == self.id)
     }
 

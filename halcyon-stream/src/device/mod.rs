@@ -3,7 +3,7 @@
 //! | core                                   | stream device                                          |
 //! |----------------------------------------|--------------------------------------------------------|
 //! | queue `i`                              | stream `i` (plus callback stream `i` with host callbacks) |
-//! | semaphore                              | core semaphore backed by a [`Timeline`] of `(value, event)` timepoints |
+//! | semaphore                              | core semaphore backed by an [`EventTimeline`] of `(value, event)` timepoints |
 //! | wait on this device's semaphore, signal already issued | `stream_wait_event` on the signal's event: no host round trip |
 //! | wait on this device's semaphore, signal not yet issued | parked in the [`ActionQueue`] until the signal is issued, then as above |
 //! | wait on a host / other device's semaphore | parked in the [`ActionQueue`] until reached         |
@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use crate::api::{Capabilities, EventFlags, EventHandle, StreamApi};
 use crate::event_pool::{EventFactory, EventPool};
-use crate::timeline::{StreamSemaphore, Timeline};
+use crate::timeline::{EventTimeline, StreamSemaphore};
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
 use halcyon::device::{keys as device_keys, DeviceFeatures, DeviceInfo};
 use halcyon::queue::{failure_order, ActionQueue};
@@ -469,7 +469,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         for (semaphore, value) in wait.iter() {
             match core.own_timeline(semaphore) {
                 Some(timeline) => {
-                    let scheduled: &Semaphore = Timeline::scheduled(timeline);
+                    let scheduled: &Semaphore = EventTimeline::scheduled(timeline);
                     if !reached(scheduled, value) {
                         Stats::bump(&stats.deferred_waits, 1);
                     }

@@ -46,7 +46,7 @@ use std::sync::Arc;
 
 use crate::api::{DevicePtr, MemoryPlacement, StreamApi};
 use crate::device::reclaim::{Reclaim, Reclaimed};
-use crate::staging::{capacity_for, Lease, Pinned, StagingPool};
+use crate::staging::{capacity_for, Lease, PinnedBuffer, StagingPool};
 use halcyon::{Error, Result, StatusCode};
 
 /// Pinned host memory leased to submissions (see the [module docs](self)).
@@ -105,7 +105,7 @@ impl PinnedMemory {
         self.lease(api, name, len).ok()
     }
 
-    fn allocate<A: StreamApi>(&self, api: &A, name: &str, capacity: usize) -> Result<Pinned> {
+    fn allocate<A: StreamApi>(&self, api: &A, name: &str, capacity: usize) -> Result<PinnedBuffer> {
         if self.refused.load(Ordering::Relaxed) {
             return Err(no_pinned(name, "it refused an earlier allocation"));
         }
@@ -123,7 +123,7 @@ impl PinnedMemory {
         match api.host_pointer(ptr) {
             Some(host) if host.as_ptr() as usize as u64 == ptr.0 => {
                 self.allocated.fetch_add(1, Ordering::Relaxed);
-                Ok(Pinned {
+                Ok(PinnedBuffer {
                     ptr: host,
                     capacity,
                 })
@@ -166,7 +166,7 @@ impl PinnedMemory {
 
 /// The API address of a pinned buffer: its host address ([`MemoryPlacement::Pinned`] memory has
 /// one address on both sides).
-fn address(buffer: &Pinned) -> DevicePtr {
+fn address(buffer: &PinnedBuffer) -> DevicePtr {
     DevicePtr(buffer.ptr.as_ptr() as usize as u64)
 }
 

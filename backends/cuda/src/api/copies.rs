@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use halcyon::{Error, Result, StatusCode};
 use halcyon_stream::staging::{
-    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned,
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
 };
 use halcyon_stream::{DevicePtr, StreamHandle};
 
@@ -18,7 +18,7 @@ use crate::result::check;
 use crate::sys;
 
 impl CudaApi {
-    pub(super) fn free_pinned(&self, buffers: Vec<Pinned>) {
+    pub(super) fn free_pinned(&self, buffers: Vec<PinnedBuffer>) {
         let _no_captures = (!buffers.is_empty()).then(|| self.no_captures());
         for buffer in buffers {
             // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
@@ -44,7 +44,7 @@ impl CudaApi {
 
     /// A pinned staging buffer of at least `len` bytes: an unused one (idle, or retired and not
     /// yet freed), else a new one. The caller trims the pool once it took it.
-    fn pinned(&self, len: usize) -> Result<Pinned> {
+    fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
         if let Some(buffer) = self.staging.take_unused(len) {
             return Ok(buffer);
         }
@@ -61,7 +61,7 @@ impl CudaApi {
                 "cuMemAllocHost succeeded but returned a null pointer",
             )
         })?;
-        Ok(Pinned { ptr, capacity })
+        Ok(PinnedBuffer { ptr, capacity })
     }
 
     /// A lease of pinned staging of at least `len` bytes for one copy ([`Self::pinned`]), after
