@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the core's unit tests and the CPU backend's FFI-free kernel tests under Miri (nightly): the Rust-kernel binding
+# Runs the core's and the stream layer's unit tests and the CPU backend's FFI-free kernel tests under Miri (nightly): the Rust-kernel binding
 # views on the worker pool (data races, aliasing), device teardown with work in flight, the
 # refusal of checked C-ABI specs, and the access bookkeeping's unit tests. Tests that dlopen C
 # libraries are skipped under cfg(miri).
@@ -24,8 +24,11 @@ export MIRIFLAGS=${MIRIFLAGS:--Zmiri-permissive-provenance}
 
 set -x
 # The concurrency core's unit tests (semaphores, fences, buffers and their mapping guards,
-# command buffers, the stream layer's tables).
+# command buffers).
 cargo "+$toolchain" miri test -p halcyon --lib
+# The stream layer's unit tests (its tables: staging pool, registry, allocations, timepoints,
+# the reclaimer's deferral).
+cargo "+$toolchain" miri test -p halcyon-stream --lib
 cargo "+$toolchain" miri test -p halcyon-cpu --test rust_kernels
 cargo "+$toolchain" miri test -p halcyon-cpu --test device_drop
 cargo "+$toolchain" miri test -p halcyon-cpu --test c_kernels

@@ -10,8 +10,9 @@
 //! * [`Fence`]: a set of `(semaphore, value)` timepoints with `wait_all` / `wait_any` futures;
 //! * [`reactor`]: the per-device completion reactor that turns device completions into wakes;
 //! * [`queue`]: the pending-action executor that issues queue work once its waits are reached;
-//! * [`backend`]: the hooks device backends build on (native semaphores);
-//! * [`stream`]: the stream layer shared by CUDA and HIP (and its host implementation).
+//! * [`backend`]: the hooks device backends build on (native semaphores).
+//!
+//! The stream layer CUDA and HIP share is the `halcyon-stream` crate, built on [`backend`].
 //!
 //! Futures use std `Waker`s only, so they run under tokio, `futures::executor` or any executor.
 //!
@@ -57,7 +58,6 @@ mod fence;
 pub mod queue;
 pub mod reactor;
 mod semaphore;
-pub mod stream;
 mod sync;
 
 pub use allocator::{Allocator, AllocatorStats};

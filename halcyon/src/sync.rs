@@ -7,7 +7,7 @@
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-    pub(crate) use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use std::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
         pub(crate) use std::thread::{
             current, park, park_timeout, Builder, JoinHandle, Thread, ThreadId,
@@ -18,7 +18,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-    pub(crate) use loom::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::sync::{mpsc, Arc, Mutex, MutexGuard};
     pub(crate) mod thread {
         pub(crate) use loom::thread::{current, park, Builder, JoinHandle, Thread, ThreadId};
 

@@ -54,7 +54,7 @@
 //!
 //! Group `cuda_read_64m`: the same three for 64 MiB, where halcyon's read goes through the API's
 //! pinned staging in 8 MiB chunks, a host function copying each out
-//! (`halcyon::stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
+//! (`halcyon_stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
 //! comparison that matters. Plus `completion_thread/read_into_block_on`: `queue.read_into`
 //! handed the vector the previous read returned, so that no read touches fresh memory (a
 //! fresh 64 MiB vector costs tens of milliseconds of page faults on some hosts).
@@ -75,10 +75,10 @@ use cudarc::driver::sys::{
     CUmodule, CUstream, CUstreamCaptureMode, CUstream_flags,
 };
 use futures::executor::block_on;
-use halcyon::stream::CompletionStrategy;
 use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
 use halcyon_cuda::sys::{self, Code};
 use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions, CudaModule};
+use halcyon_stream::CompletionStrategy;
 
 const STANDARD_PTX: &str = include_str!("../tests/kernels/standard.ptx");
 const REPLAYED: usize = 100;
@@ -378,7 +378,7 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
     println!(
         "{name} completion_thread/read_block_on: {} submissions leased pinned memory",
         device
-            .query(halcyon::stream::keys::PINNED_LEASES)
+            .query(halcyon_stream::keys::PINNED_LEASES)
             .unwrap_or(-1)
     );
     group.finish();
@@ -603,11 +603,11 @@ fn replay(c: &mut Criterion, raw: &Raw) {
             "{name}: {} graph launches in {} submissions",
             device
                 ._device
-                .query(halcyon::stream::keys::GRAPH_LAUNCHES)
+                .query(halcyon_stream::keys::GRAPH_LAUNCHES)
                 .unwrap_or(-1),
             device
                 ._device
-                .query(halcyon::stream::keys::SUBMISSIONS)
+                .query(halcyon_stream::keys::SUBMISSIONS)
                 .unwrap_or(-1)
         );
     }
@@ -621,7 +621,7 @@ fn replay(c: &mut Criterion, raw: &Raw) {
 /// 2000 rounds, with `cuCtxGetCurrent` (what binding an already-current context costs); prints
 /// the median per call and the differences.
 fn calls(raw: &Raw, probe: &'static probe::Probe) {
-    use halcyon::stream::{EventFlags, MemoryPlacement, StreamApi};
+    use halcyon_stream::{EventFlags, MemoryPlacement, StreamApi};
     const ROUNDS: usize = 2000;
     const BATCH: u32 = 100;
     let api = CudaApi::new(probe, 0).expect("CudaApi");

@@ -22,7 +22,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use halcyon::stream::HostFunc;
+use halcyon_stream::HostFunc;
 
 /// Pending host functions: id → (owner, closure).
 static PENDING: Mutex<BTreeMap<usize, (u64, HostFunc)>> = Mutex::new(BTreeMap::new());

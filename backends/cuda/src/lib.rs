@@ -16,14 +16,14 @@
 //! without a driver. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
 //! `catch_unwind`, so this holds under `panic = "abort"` too.
 //!
-//! A device is halcyon's generic stream device ([`halcyon::stream::StreamDevice`]) over
-//! [`CudaApi`], the CUDA driver API as a [`halcyon::stream::StreamApi`] translation table: one
+//! A device is halcyon's generic stream device ([`halcyon_stream::StreamDevice`]) over
+//! [`CudaApi`], the CUDA driver API as a [`halcyon_stream::StreamApi`] translation table: one
 //! stream per queue, timeline semaphores as `(value, CUevent)` timepoints, device-side waits with
 //! `cuStreamWaitEvent`, completion through a thread per queue blocked on blocking-sync events
 //! (the default) or through `cuLaunchHostFunc` callbacks ([`CudaDeviceOptions`]).
 //!
 //! **Failing a dispatch.** A kernel fails its dispatch through a status word, the stream
-//! layer's convention ([`halcyon::stream::api`]): a kernel whose entry point declares `b`
+//! layer's convention ([`halcyon_stream::api`]): a kernel whose entry point declares `b`
 //! bindings and `c` constants and that takes one more parameter, a pointer, after the
 //! constants gets a `u32` in device memory, zero when it starts; writing a nonzero value fails
 //! the submission on completion (`StatusCode::Internal`, naming the entry point and the value),
@@ -123,8 +123,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{CUdevice, CUdevice_attribute};
-use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
+use halcyon_stream::{CompletionStrategy, StreamDeviceOptions};
 
 pub use api::CudaApi;
 pub use module::{CudaModule, FORMAT_CUDA};
@@ -227,7 +227,7 @@ pub struct CudaDeviceOptions {
     /// With completion threads: how long a queue's thread polls (for the next submission,
     /// then `cuEventQuery` on its event) before it sleeps in the driver. Default zero (never
     /// polls; an idle device uses no CPU). See
-    /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
+    /// [`halcyon_stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
     /// Bytes of freed stream-ordered (`alloca`) memory the device's memory pool keeps for reuse
     /// (see [`CudaApi::set_pool_release_threshold`]). Default `u64::MAX`: all of it, given back
@@ -262,7 +262,7 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
         api.enable_graphs();
     }
     api.set_pool_release_threshold(options.pool_release_threshold)?;
-    halcyon::stream::create_device(
+    halcyon_stream::create_device(
         api,
         StreamDeviceOptions {
             index,

@@ -1,11 +1,11 @@
 //! The CUDA objects behind [`CudaApi`](crate::CudaApi)'s handles, each destroyed by its
 //! `Drop`.
 //!
-//! [`StreamApi`](halcyon::stream::StreamApi)'s methods are safe, and its handles are numbers:
+//! [`StreamApi`](halcyon_stream::StreamApi)'s methods are safe, and its handles are numbers:
 //! a caller can keep one after destroying what it named, make one up, or pass one of another
 //! device's API. The driver dereferences `CUstream`s, `CUevent`s, `CUfunction`s and
 //! `CUgraphExec`s unchecked, so `CudaApi` keeps the objects it made in
-//! [`Registry`](halcyon::stream::registry::Registry)s, one per kind, and refuses a handle that
+//! [`Registry`](halcyon_stream::registry::Registry)s, one per kind, and refuses a handle that
 //! is not live there (`InvalidArgument`) before any driver call. A call holds the object for as
 //! long as it uses it; a destroy on another thread meanwhile only unregisters it, and the last
 //! holder destroys it ([`destroy_last`] makes the destroy's own call report the driver's error

@@ -18,9 +18,9 @@ mod common;
 use std::time::Duration;
 
 use common::CudaKernels;
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Result};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions};
+use halcyon_stream::CompletionStrategy;
 
 fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
     CudaDeviceOptions {

@@ -20,10 +20,10 @@ mod gpu;
 use std::time::Duration;
 
 use common::CudaKernels;
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Error, StatusCode};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions, CudaModule};
 use halcyon_fake_gpu::client::Fake;
+use halcyon_stream::CompletionStrategy;
 
 /// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
 /// failure; one that another libcuda.so.1 loaded first shadows skips.
@@ -148,9 +148,9 @@ fn frees_on_other_threads_wait_for_graph_captures() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    use halcyon::stream::keys;
     use halcyon::{BufferParams, CommandBuffer, CommandBufferMode, Fence, Timepoints};
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    use halcyon_stream::keys;
 
     let fake = match prepare_driver() {
         Ok(fake) => fake,
@@ -279,11 +279,12 @@ fn work_reaches_the_fake_driver() {
 }
 
 /// A write and a read larger than a staging chunk go through pinned staging of at most
-/// `CHUNK_BYTES`, chunk by chunk, and arrive whole; the staging comes back to the pool.
+/// one chunk (`staging_len` of an unbounded copy), chunk by chunk, and arrive whole; the staging comes back to the pool.
 #[test]
 fn large_transfers_stage_in_bounded_chunks() {
-    use halcyon::stream::staging::CHUNK_BYTES;
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    // The staging one copy needs at most: one chunk.
+    let chunk_bytes = halcyon_stream::staging::staging_len(usize::MAX);
 
     let fake = match prepare_driver() {
         Ok(fake) => fake,
@@ -293,7 +294,7 @@ fn large_transfers_stage_in_bounded_chunks() {
     let device = fake_device(options(CompletionStrategy::CompletionThread)).unwrap();
     let queue = device.queue(0).unwrap();
     // Two and a half chunks, and a few words more.
-    let words = 5 * CHUNK_BYTES / 8 + 3;
+    let words = 5 * chunk_bytes / 8 + 3;
     let data: Vec<u32> = (0..words as u32)
         .map(|i| i.wrapping_mul(2_654_435_761))
         .collect();
@@ -306,7 +307,7 @@ fn large_transfers_stage_in_bounded_chunks() {
     drop(device);
     let after = fake.stats();
     assert!(
-        after.largest_pinned <= CHUNK_BYTES as u64,
+        after.largest_pinned <= chunk_bytes as u64,
         "staging of at most one chunk: {after:?}"
     );
     // Per round: two fills and a release for the write, three copies out for the read.

@@ -10,11 +10,11 @@ mod common;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Fence, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions};
 use halcyon_fake_gpu::client::Fake;
+use halcyon_stream::CompletionStrategy;
 
 /// One test at a time: a fault is the whole process's.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -11,11 +11,11 @@ mod common;
 use std::time::Duration;
 
 use common::CudaKernels;
-use halcyon::stream::{CompletionStrategy, MemoryPlacement, StreamApi};
 use halcyon::{Device, Error, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions};
 use halcyon_fake_gpu::client::Fake;
+use halcyon_stream::{CompletionStrategy, MemoryPlacement, StreamApi};
 
 /// The fake driver, loaded before anything opens libcuda, with mapped pointers that differ
 /// from their host addresses. A fake that was not built is a test failure; one that another

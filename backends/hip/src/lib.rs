@@ -19,9 +19,9 @@
 //!   [`halcyon::PackedExecutable`] ([`HipModule::to_packed`]), loaded from unchecked specs only.
 //! * [`code_object`]: what halcyon reads of code objects for its cheap checks: the ELF header
 //!   (through `object`), the kernel metadata (MessagePack, through `rmpv`), a bundle's table.
-//! * [`api`]: [`HipStreamApi`], halcyon's [`halcyon::stream::StreamApi`] over HIP (its docs
+//! * [`api`]: [`HipStreamApi`], halcyon's [`halcyon_stream::StreamApi`] over HIP (its docs
 //!   have the "core vocabulary → HIP call" table). The generic stream layer
-//!   ([`halcyon::stream::StreamDevice`]) turns it into a device: timeline semaphores over HIP
+//!   ([`halcyon_stream::StreamDevice`]) turns it into a device: timeline semaphores over HIP
 //!   events, device-side waits, completion, the fault probe (defensive on HIP: see
 //!   [Device faults](#device-faults)).
 //! * [`rtc`]: [`rtc::HipRtc`], hiprtc opened at run time, to compile HIP C++ to code objects
@@ -68,7 +68,7 @@
 //!
 //! A HIP kernel can only stop with an error through a trap (`abort()`, `__builtin_trap()`), a
 //! device fault that aborts the whole process (above). So a kernel fails its dispatch through a
-//! status word instead, the stream layer's convention ([`halcyon::stream::api`]): a kernel whose
+//! status word instead, the stream layer's convention ([`halcyon_stream::api`]): a kernel whose
 //! entry point declares `b` bindings and `c` constants and whose argument metadata shows one more
 //! global pointer after the constants gets a `u32` in device memory, zero when it starts; writing a
 //! nonzero value fails the submission on completion (`StatusCode::Internal`, naming the entry point
@@ -94,8 +94,8 @@ pub mod sys;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use halcyon::stream::{CompletionStrategy, StreamDeviceOptions};
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
+use halcyon_stream::{CompletionStrategy, StreamDeviceOptions};
 
 pub use api::{HipStreamApi, HostVisibleMemory};
 pub use module::{HipModule, FORMAT_HSACO};
@@ -291,7 +291,7 @@ pub struct HipDeviceOptions {
     /// With completion threads: how long a queue's thread polls (for the next submission,
     /// then `hipEventQuery` on its event) before it sleeps in the driver. Default zero (never
     /// polls; an idle device uses no CPU). See
-    /// [`halcyon::stream::StreamDeviceOptions::completion_spin`] for the trade.
+    /// [`halcyon_stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
     /// Bytes of freed stream-ordered (`alloca`) memory the device's own memory pool keeps for
     /// reuse (see [`HipStreamApi::set_pool_release_threshold`]). Default `u64::MAX`: as much
@@ -357,7 +357,7 @@ impl HipDriver {
             // Best effort: without it the device works, and its completion threads poll.
             let _ = api.schedule_blocking_sync();
         }
-        halcyon::stream::create_device(
+        halcyon_stream::create_device(
             api,
             StreamDeviceOptions {
                 index,

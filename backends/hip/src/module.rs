@@ -47,7 +47,7 @@
 //! # Status word
 //!
 //! A kernel fails its dispatch through a status word (the stream layer's convention, see
-//! [`halcyon::stream::api`]): its last explicit argument, after the constants, a pointer to a
+//! [`halcyon_stream::api`]): its last explicit argument, after the constants, a pointer to a
 //! `u32` that is zero when it starts and that it sets nonzero to fail
 //! (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int* status)`). A trap
 //! (`abort()`, `__builtin_trap()`) would instead be a device fault, on which ROCm aborts the

@@ -12,11 +12,11 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Error, Executable, Result, StatusCode};
 use halcyon_conformance::kernels;
 use halcyon_hip::rtc::{self, HipRtc};
 use halcyon_hip::{HipDeviceOptions, HipDriver, HipModule, HostVisibleMemory};
+use halcyon_stream::CompletionStrategy;
 
 const SOURCE: &str = include_str!("data/conformance.hip");
 

@@ -18,11 +18,11 @@ mod gpu;
 
 use std::time::Duration;
 
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Device, Driver, Result};
 use halcyon_conformance::{kernels, Kernels as _};
 use halcyon_hip::result::Hip;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HostVisibleMemory};
+use halcyon_stream::CompletionStrategy;
 
 use fake::{fake, hip, hip_5_2, FakeKernels, CODE_OBJECT};
 
@@ -451,9 +451,9 @@ fn an_offload_bundle_runs_the_devices_code_object() {
 /// stores to it, so a made-up, freed or misaligned address is refused before HIP sees it.
 #[test]
 fn a_status_word_outside_the_apis_memory_is_refused() {
-    use halcyon::stream::{DevicePtr, KernelParams, LaunchConfig, MemoryPlacement, StreamApi};
     use halcyon::StatusCode;
     use halcyon_hip::HipStreamApi;
+    use halcyon_stream::{DevicePtr, KernelParams, LaunchConfig, MemoryPlacement, StreamApi};
     let api = HipStreamApi::new(hip(), 0, HostVisibleMemory::Auto).unwrap();
     let module = fake::module(CODE_OBJECT, vec![kernels::fail()]).unwrap();
     let loaded = api.load_module(&module.spec()).unwrap();
@@ -503,12 +503,13 @@ fn a_status_word_outside_the_apis_memory_is_refused() {
 }
 
 /// A write and a read larger than a staging chunk go through pinned staging of at most
-/// `CHUNK_BYTES`, chunk by chunk, and arrive whole, without a contract violation (such as a
+/// one chunk (`staging_len` of an unbounded copy), chunk by chunk, and arrive whole, without a contract violation (such as a
 /// copy from or to pageable memory).
 #[test]
 fn large_transfers_stage_in_bounded_chunks() {
-    use halcyon::stream::staging::CHUNK_BYTES;
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
+    // The staging one copy needs at most: one chunk.
+    let chunk_bytes = halcyon_stream::staging::staging_len(usize::MAX);
 
     let before = fake().stats();
     for hip in [hip(), hip_5_2()] {
@@ -520,7 +521,7 @@ fn large_transfers_stage_in_bounded_chunks() {
         .unwrap();
         let queue = device.queue(0).unwrap();
         // Two and a half chunks, and a few words more.
-        let words = 5 * CHUNK_BYTES / 8 + 3;
+        let words = 5 * chunk_bytes / 8 + 3;
         let data: Vec<u32> = (0..words as u32)
             .map(|i| i.wrapping_mul(2_654_435_761))
             .collect();
@@ -530,7 +531,7 @@ fn large_transfers_stage_in_bounded_chunks() {
     }
     let after = fake().stats();
     assert!(
-        after.largest_pinned <= CHUNK_BYTES as u64,
+        after.largest_pinned <= chunk_bytes as u64,
         "staging of at most one chunk: {after:?}"
     );
     // Per device: two fills and a release for the write, three copies out for the read.

@@ -8,10 +8,10 @@ mod fake;
 
 use std::time::{Duration, Instant};
 
-use halcyon::stream::CompletionStrategy;
 use halcyon_conformance::{cases, Case};
 use halcyon_fake_gpu::FakeStats;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HostVisibleMemory};
+use halcyon_stream::CompletionStrategy;
 
 /// What is alive in the runtime (not what ran).
 fn alive(stats: FakeStats) -> [u64; 5] {

@@ -11,12 +11,12 @@ mod fake;
 
 use std::time::Duration;
 
-use halcyon::stream::{CompletionStrategy, MemoryPlacement, StreamApi};
 use halcyon::{Device, Fence, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 use halcyon_conformance::Kernels;
 use halcyon_hip::result::Hip;
 use halcyon_hip::{HipDeviceOptions, HipDriver, HipStreamApi, HostVisibleMemory};
+use halcyon_stream::{CompletionStrategy, MemoryPlacement, StreamApi};
 
 use fake::{fake, FakeKernels};
 

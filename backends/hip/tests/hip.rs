@@ -4,10 +4,10 @@
 
 mod gpu;
 
-use halcyon::stream::CompletionStrategy;
 use halcyon::{Driver, DriverRegistry, StatusCode};
 use halcyon_hip::result::{status_code, Hip};
 use halcyon_hip::{sys, HipDeviceOptions, HipDriver, HipStreamApi, HostVisibleMemory};
+use halcyon_stream::CompletionStrategy;
 
 const SONAMES: [&str; 4] = [
     "libamdhip64.so",

@@ -1,5 +1,5 @@
 //! Model checks of the stream layer's timepoint and event-pool logic: the reference-counted
-//! events of an [`EventPool`] and the `(value, event)` timepoints of a [`Timeline`], raced
+//! events of an [`EventPool`] and the `(value, event)` timepoints of an [`EventTimeline`], raced
 //! against each other the way submissions, completions, host signals and failures race; and
 //! the [`Handoff`] that feeds a completion thread, for lost wake-ups.
 //!
@@ -13,9 +13,9 @@ use std::sync::Mutex as StdMutex;
 
 use std::time::Duration;
 
-use halcyon::stream::handoff::Handoff;
-use halcyon::stream::{EventFactory, EventHandle, EventPool, Timeline, WaitSource};
 use halcyon::{Error, StatusCode};
+use halcyon_stream::handoff::Handoff;
+use halcyon_stream::{EventFactory, EventHandle, EventPool, EventTimeline, WaitSource};
 use loom::future::block_on;
 use loom::sync::Arc;
 use loom::thread;
@@ -133,7 +133,7 @@ fn event_returned_while_the_pool_closes_is_destroyed_once() {
 fn schedule_releases_the_parked_wait_with_its_event() {
     model(|| {
         let (pool, _ledger) = pool();
-        let timeline = Arc::new(Timeline::new(1, 0));
+        let timeline = Arc::new(EventTimeline::new(1, 0));
         let issuer = {
             let (pool, timeline) = (pool.clone(), timeline.clone());
             thread::spawn(move || {
@@ -160,7 +160,7 @@ fn schedule_releases_the_parked_wait_with_its_event() {
 fn retire_never_recycles_an_event_a_waiter_holds() {
     model(|| {
         let (pool, _ledger) = pool();
-        let timeline = Arc::new(Timeline::new(1, 0));
+        let timeline = Arc::new(EventTimeline::new(1, 0));
         let event = pool.acquire().unwrap();
         timeline.schedule(1, &event);
         drop(event);
@@ -192,7 +192,7 @@ fn retire_never_recycles_an_event_a_waiter_holds() {
 fn schedule_vs_host_signal_leaves_no_stale_timepoint() {
     model(|| {
         let (pool, _ledger) = pool();
-        let timeline = Arc::new(Timeline::new(1, 0));
+        let timeline = Arc::new(EventTimeline::new(1, 0));
         let event = pool.acquire().unwrap();
         let issuer = {
             let timeline = timeline.clone();
@@ -218,7 +218,7 @@ fn schedule_vs_host_signal_leaves_no_stale_timepoint() {
 fn failure_vs_schedule_releases_the_parked_wait() {
     model(|| {
         let (pool, _ledger) = pool();
-        let timeline = Arc::new(Timeline::new(1, 0));
+        let timeline = Arc::new(EventTimeline::new(1, 0));
         let failure = Error::new(StatusCode::DataLoss, "semaphore failed");
         let event = pool.acquire().unwrap();
         let issuer = {
@@ -302,8 +302,8 @@ fn handoff_drains_before_it_stops() {
 /// checked call still uses, and the removal always ends once the guards drop.
 #[test]
 fn allocation_removal_waits_for_checked_calls() {
-    use halcyon::stream::allocations::Allocations;
-    use halcyon::stream::DevicePtr;
+    use halcyon_stream::allocations::Allocations;
+    use halcyon_stream::DevicePtr;
     use loom::sync::atomic::{AtomicBool, Ordering};
 
     model(|| {

@@ -1,16 +1,16 @@
 //! Copies and fills on a stream. Host memory reaches the device through pooled pinned staging
-//! (`halcyon::stream::staging`), except from or into this API's own pinned allocations, which
+//! (`halcyon_stream::staging`), except from or into this API's own pinned allocations, which
 //! are copied as they are; staging beyond the pool's limits is retired on the copy paths and
 //! freed only where the API may block (see the [module docs](super), "Freeing staging").
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use halcyon::stream::staging::{
-    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned,
-};
-use halcyon::stream::{DevicePtr, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::staging::{
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
+};
+use halcyon_stream::{DevicePtr, StreamHandle};
 
 use super::memory::usize_len;
 use super::CudaApi;
@@ -18,7 +18,7 @@ use crate::result::check;
 use crate::sys;
 
 impl CudaApi {
-    pub(super) fn free_pinned(&self, buffers: Vec<Pinned>) {
+    pub(super) fn free_pinned(&self, buffers: Vec<PinnedBuffer>) {
         let _no_captures = (!buffers.is_empty()).then(|| self.no_captures());
         for buffer in buffers {
             // SAFETY: allocated by cuMemAllocHost in this context and no longer in use (it was
@@ -44,7 +44,7 @@ impl CudaApi {
 
     /// A pinned staging buffer of at least `len` bytes: an unused one (idle, or retired and not
     /// yet freed), else a new one. The caller trims the pool once it took it.
-    fn pinned(&self, len: usize) -> Result<Pinned> {
+    fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
         if let Some(buffer) = self.staging.take_unused(len) {
             return Ok(buffer);
         }
@@ -61,7 +61,7 @@ impl CudaApi {
                 "cuMemAllocHost succeeded but returned a null pointer",
             )
         })?;
-        Ok(Pinned { ptr, capacity })
+        Ok(PinnedBuffer { ptr, capacity })
     }
 
     /// A lease of pinned staging of at least `len` bytes for one copy ([`Self::pinned`]), after
@@ -73,7 +73,7 @@ impl CudaApi {
     }
 
     /// # Safety
-    /// The contract of [`StreamApi`](halcyon::stream::StreamApi)'s method of the same name.
+    /// The contract of [`StreamApi`](halcyon_stream::StreamApi)'s method of the same name.
     pub(super) unsafe fn copy_host_to_device_async(
         &self,
         dst: DevicePtr,
@@ -108,7 +108,7 @@ impl CudaApi {
         // the bytes and may synchronise to do so); from pinned memory it returns at once. So
         // the caller's bytes go through pooled pinned staging, chunk by chunk, the buffer
         // returned to the pool by a host function once the stream passed the last copy from it
-        // (see halcyon::stream::staging).
+        // (see halcyon_stream::staging).
         let lease = self.staging_lease(staging_len(bytes))?;
         let copy = |staging: *const u8, offset: usize, n: usize| {
             let to = DevicePtr(dst.0 + offset as u64);
@@ -130,7 +130,7 @@ impl CudaApi {
     }
 
     /// # Safety
-    /// The contract of [`StreamApi`](halcyon::stream::StreamApi)'s method of the same name.
+    /// The contract of [`StreamApi`](halcyon_stream::StreamApi)'s method of the same name.
     pub(super) unsafe fn copy_device_to_host_async(
         &self,
         dst: *mut u8,
@@ -159,7 +159,7 @@ impl CudaApi {
         }
         // Into pinned memory: into pageable memory cuMemcpyDtoHAsync would block until the
         // stream reached and finished it. So the bytes come through pooled pinned staging,
-        // chunk by chunk, each copied out by a host function (see halcyon::stream::staging).
+        // chunk by chunk, each copied out by a host function (see halcyon_stream::staging).
         let lease = self.staging_lease(staging_len(bytes))?;
         let copy = |staging: *mut u8, offset: usize, n: usize| {
             let from = DevicePtr(src.0 + offset as u64);

@@ -8,9 +8,9 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUstreamCaptureMode, CUstreamCaptureStatus};
-use halcyon::stream::staging::Pinned;
-use halcyon::stream::{Capabilities, DevicePtr, GraphHandle, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::staging::PinnedBuffer;
+use halcyon_stream::{Capabilities, DevicePtr, GraphHandle, StreamHandle};
 
 use super::CudaApi;
 use crate::capture::CaptureGate;
@@ -21,9 +21,9 @@ use crate::sys;
 /// Pinned copies of captured host-to-device data (see [`CudaApi::captured`]).
 #[derive(Default)]
 pub(super) struct CapturedCopies {
-    pub(super) by_stream: HashMap<u64, Vec<Pinned>>,
-    pub(super) by_graph: HashMap<u64, Vec<Pinned>>,
-    pub(super) retired: Vec<Pinned>,
+    pub(super) by_stream: HashMap<u64, Vec<PinnedBuffer>>,
+    pub(super) by_graph: HashMap<u64, Vec<PinnedBuffer>>,
+    pub(super) retired: Vec<PinnedBuffer>,
 }
 
 impl CudaApi {
@@ -46,7 +46,7 @@ impl CudaApi {
     /// destroyed whose copies a later `free`, `synchronize_stream` or drop frees.
     pub fn captured_copy_bytes(&self) -> usize {
         let captured = self.captured.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes = |copies: &Vec<Pinned>| copies.iter().map(|p| p.capacity).sum::<usize>();
+        let bytes = |copies: &Vec<PinnedBuffer>| copies.iter().map(|p| p.capacity).sum::<usize>();
         captured.by_stream.values().map(bytes).sum::<usize>()
             + captured.by_graph.values().map(bytes).sum::<usize>()
             + bytes(&captured.retired)
@@ -139,7 +139,7 @@ impl CudaApi {
                 "cuMemAllocHost returned a null pointer",
             )
         })?;
-        let pinned = Pinned {
+        let pinned = PinnedBuffer {
             ptr,
             capacity: bytes,
         };
@@ -240,7 +240,7 @@ impl CudaApi {
     }
 
     /// # Safety
-    /// The contract of [`StreamApi`](halcyon::stream::StreamApi)'s method of the same name.
+    /// The contract of [`StreamApi`](halcyon_stream::StreamApi)'s method of the same name.
     pub(super) unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);

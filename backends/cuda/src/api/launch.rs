@@ -6,8 +6,8 @@
 use std::ffi::c_void;
 
 use cudarc::driver::sys::CUdeviceptr;
-use halcyon::stream::{FunctionHandle, KernelParams, LaunchConfig, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::{FunctionHandle, KernelParams, LaunchConfig, StreamHandle};
 
 use super::CudaApi;
 use crate::result::check;

@@ -11,8 +11,8 @@ use cudarc::driver::sys::{
     CUmemLocationType, CUmemPoolProps, CUmemPool_attribute, CUmemoryPool, CUresult,
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
 };
-use halcyon::stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 
 use super::CudaApi;
 use crate::result::{check, cuda_error};
@@ -244,7 +244,7 @@ impl CudaApi {
             .capabilities
             .contains(Capabilities::STREAM_ORDERED_ALLOC)
         {
-            return Err(halcyon::stream::api::unimplemented(
+            return Err(halcyon_stream::api::unimplemented(
                 DRIVER_ID,
                 "stream-ordered allocation on a device without memory pools",
             ));

@@ -3,7 +3,7 @@
 //! Every method binds the device's context to the calling thread (see below), makes one or two
 //! driver calls ([`crate::sys`]: cudarc's declarations, results as numbers), and turns a
 //! failing result into a [`halcyon::Error`] ([`crate::result`]). No policy lives here: ordering,
-//! timelines, completion and fault handling are the stream layer's ([`halcyon::stream`]).
+//! timelines, completion and fault handling are the stream layer's ([`halcyon_stream`]).
 //! cudarc's safe layer is not used at all (its per-slice event tracking would duplicate what
 //! halcyon's timelines do); like cudarc itself, this crate layers raw calls ([`crate::sys`]) →
 //! checked calls ([`crate::result::check`]) → the table.
@@ -25,8 +25,8 @@
 //! | `free`                              | the base of a live allocation only (each recorded with its allocator): `cuMemFreeHost` for a pinned one, else `cuMemFree` |
 //! | `host_pointer`                      | the address itself inside a pinned or managed allocation (no driver call) |
 //! | `allocate_async` / `free_async`     | `cuMemAllocFromPoolAsync` from the API's own pool (`cuMemPoolCreate`, release threshold [`CudaApi::set_pool_release_threshold`]) / `cuMemFreeAsync`; when `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` |
-//! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `cuMemcpyHtoDAsync` from the buffer after each, and a host function returning it (`halcyon::stream::staging`) |
-//! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: `cuMemcpyDtoHAsync` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`) |
+//! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `cuMemcpyHtoDAsync` from the buffer after each, and a host function returning it (`halcyon_stream::staging`) |
+//! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: `cuMemcpyDtoHAsync` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon_stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads); an entry point declaring dynamic shared memory ([`CudaModule::with_shared_memory`]): `cuFuncGetAttribute(SHARED_SIZE_BYTES)` plus it within `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, and `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` where it exceeds the kernel's default limit |
@@ -48,7 +48,7 @@
 //! destroyed, made-up or other API's handle is an `InvalidArgument` error, and an object
 //! destroyed on one thread while a call on another uses it is destroyed when that call returns.
 //! Likewise every allocation is recorded with its allocator
-//! ([`halcyon::stream::allocations`]): a free must name the base of a live allocation, and a
+//! ([`halcyon_stream::allocations`]): a free must name the base of a live allocation, and a
 //! copy or fill must lie within one (`InvalidArgument` otherwise, before the driver is called).
 //! Kernel bindings are not checked: which bytes a kernel touches is the kernel's business.
 //!
@@ -113,15 +113,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdevice_attribute as Attr};
-use halcyon::stream::allocations::Allocations;
-use halcyon::stream::registry::Registry;
-use halcyon::stream::staging::StagingPool;
-use halcyon::stream::{
+use halcyon::{Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::allocations::Allocations;
+use halcyon_stream::registry::Registry;
+use halcyon_stream::staging::StagingPool;
+use halcyon_stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle,
     HostFunc, KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
     StreamHandle,
 };
-use halcyon::{Error, ExecutableSpec, Result, StatusCode};
 
 use crate::module::FORMAT_CUDA;
 use crate::objects::{Event, Function, Graph, Module, Stream};

@@ -7,8 +7,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUfunction, CUfunction_attribute, CUjit_option, CUmodule};
-use halcyon::stream::{FunctionHandle, LoadedModule, ModuleHandle};
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::{FunctionHandle, LoadedModule, ModuleHandle};
 
 use super::CudaApi;
 use crate::module::{check_kernel_params, ptx_status_word, CudaModule, Image};

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLockReadGuard};
 
 use cudarc::driver::sys::{CUevent, CUevent_flags, CUstream, CUstream_flags};
-use halcyon::stream::{EventFlags, EventHandle, HostFunc, StreamHandle};
 use halcyon::Result;
+use halcyon_stream::{EventFlags, EventHandle, HostFunc, StreamHandle};
 
 use super::CudaApi;
 use crate::callback;

@@ -37,7 +37,7 @@
 //! CUDA 12.0 to 12.3 driver is not checked: that is part of [`CudaModule::binary`]'s contract.
 //!
 //! **Status word.** A kernel fails its dispatch through a status word (the stream layer's
-//! convention, see [`halcyon::stream::api`]): one more parameter after the constants, an
+//! convention, see [`halcyon_stream::api`]): one more parameter after the constants, an
 //! 8-byte pointer to a `u32` that is zero when the kernel starts and that the kernel sets
 //! nonzero to fail (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int*
 //! status)`). A trap or an illegal address would instead be a sticky fault that kills the

@@ -6,14 +6,14 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use halcyon::stream::{
-    Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle, KernelParams,
-    LaunchConfig, MemoryPlacement, ModuleHandle, StreamApi, StreamHandle,
-};
 use halcyon::{BufferParams, Fence, StatusCode, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 use halcyon_conformance::kernels;
 use halcyon_cuda::{probe, CudaApi, CudaModule};
+use halcyon_stream::{
+    Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, GraphHandle, KernelParams,
+    LaunchConfig, MemoryPlacement, ModuleHandle, StreamApi, StreamHandle,
+};
 
 use super::common;
 
@@ -905,7 +905,7 @@ fn dynamic_shared_memory_reaches_the_kernel() {
         Ok::<(), halcyon::Error>(())
     })
     .unwrap();
-    let launches = device.query(halcyon::stream::keys::GRAPH_LAUNCHES).unwrap();
+    let launches = device.query(halcyon_stream::keys::GRAPH_LAUNCHES).unwrap();
     assert!(launches >= 1, "the third execution launches the graph");
 
     let Err(e) = device.load_executable(&common::shared_module(1 << 30).spec()) else {

@@ -1,5 +1,5 @@
 //! Copies and fills on a stream. Host↔device copies go through pinned staging buffers
-//! (`halcyon::stream::staging`) in chunks of up to 8 MiB, because `hipMemcpyAsync` from or to
+//! (`halcyon_stream::staging`) in chunks of up to 8 MiB, because `hipMemcpyAsync` from or to
 //! pageable memory waits on the host for the stream; copies from or to this API's own
 //! host-visible or pinned memory go straight to `hipMemcpyAsync`. See
 //! [Copies between host and device](super#copies-between-host-and-device).
@@ -10,11 +10,11 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use halcyon::stream::staging::{
-    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, Pinned,
-};
-use halcyon::stream::{DevicePtr, StreamHandle};
 use halcyon::Result;
+use halcyon_stream::staging::{
+    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
+};
+use halcyon_stream::{DevicePtr, StreamHandle};
 
 use super::memory::host_resident;
 use super::{invalid, null_from, HipStreamApi};
@@ -58,7 +58,7 @@ impl HipStreamApi {
                     .host_malloc(capacity, sys::hipHostMallocDefault)
                     .map_err(|e| e.context("cannot allocate pinned staging for a copy"))?;
                 let ptr = NonNull::new(ptr.cast()).ok_or_else(|| null_from("hipHostMalloc"))?;
-                Pinned { ptr, capacity }
+                PinnedBuffer { ptr, capacity }
             }
         };
         self.staging.trim();
@@ -67,7 +67,7 @@ impl HipStreamApi {
 
     /// Frees pinned buffers no device work uses (`hipHostFree` may wait for the device: only
     /// where the API may block).
-    pub(super) fn free_pinned(&self, buffers: Vec<Pinned>) {
+    pub(super) fn free_pinned(&self, buffers: Vec<PinnedBuffer>) {
         for buffer in buffers {
             // SAFETY: allocated by hipHostMalloc, handed over by the pool exactly once, and no
             // longer used by any copy (idle or retired, or everything is synchronised).

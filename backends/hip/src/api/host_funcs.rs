@@ -9,8 +9,8 @@
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-use halcyon::stream::{HostFunc, StreamHandle};
 use halcyon::Result;
+use halcyon_stream::{HostFunc, StreamHandle};
 
 use super::streams::RawStream;
 use super::HipStreamApi;

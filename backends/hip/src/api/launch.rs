@@ -8,8 +8,8 @@
 
 use std::ffi::c_void;
 
-use halcyon::stream::{FunctionHandle, KernelParams, LaunchConfig, StreamHandle};
 use halcyon::Result;
+use halcyon_stream::{FunctionHandle, KernelParams, LaunchConfig, StreamHandle};
 
 use super::{invalid, HipStreamApi};
 

@@ -10,9 +10,9 @@
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 
-use halcyon::stream::allocations::Allocations;
-use halcyon::stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::allocations::Allocations;
+use halcyon_stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 
 use super::{invalid, null_from, HipStreamApi};
 use crate::result::Hip;
@@ -299,7 +299,7 @@ impl HipStreamApi {
             .capabilities
             .contains(Capabilities::STREAM_ORDERED_ALLOC)
         {
-            return Err(halcyon::stream::api::unimplemented(
+            return Err(halcyon_stream::api::unimplemented(
                 crate::DRIVER_ID,
                 "stream-ordered allocation (hipMallocAsync is missing or the device reports no \
                  memory pools)",

@@ -1,5 +1,5 @@
 //! [`HipStreamApi`]: halcyon's [`StreamApi`] translation table over the HIP runtime
-//! ([`crate::result::Hip`]), so that the generic stream layer ([`halcyon::stream`]) makes a
+//! ([`crate::result::Hip`]), so that the generic stream layer ([`halcyon_stream`]) makes a
 //! whole device of it.
 //!
 //! | core vocabulary ([`StreamApi`])  | HIP call                                                     |
@@ -16,8 +16,8 @@
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
 //! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped \| hipHostMallocCoherent)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
 //! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon::stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
-//! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon::stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon_stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon_stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after the checks of [`HipModule`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
@@ -107,12 +107,12 @@
 //! In hipamd, `hipMemcpyAsync` with a pageable host pointer (a `Vec`, which is what the stream
 //! layer hands a queue write or read) on either side waits on the host for the stream, which
 //! [`StreamApi`] forbids outside `synchronize_*`. So both directions go through pinned staging
-//! buffers (`hipHostMalloc`, pooled; see `halcyon::stream::staging`), from which `hipMemcpyAsync` is
+//! buffers (`hipHostMalloc`, pooled; see `halcyon_stream::staging`), from which `hipMemcpyAsync` is
 //! asynchronous, with a host function on the same stream after the copy: for a write it only
 //! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
 //! read it first copies the bytes to the caller's memory, and the stream's later work (the
 //! submission's completion event) waits for it. A copy over 8 MiB goes through one 8 MiB
-//! buffer chunk by chunk, a host function moving each chunk (`halcyon::stream::staging`
+//! buffer chunk by chunk, a host function moving each chunk (`halcyon_stream::staging`
 //! explains why). The host functions call no HIP function. Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
 //! [`MemoryPlacement::Pinned`] and [`HostVisibleMemory::MappedHost`]; known from the allocation
 //! registry) need no staging and go straight to `hipMemcpyAsync`.
@@ -164,15 +164,15 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use halcyon::stream::allocations::Allocations;
-use halcyon::stream::registry::Registry;
-use halcyon::stream::staging::StagingPool;
-use halcyon::stream::{
+use halcyon::{Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::allocations::Allocations;
+use halcyon_stream::registry::Registry;
+use halcyon_stream::staging::StagingPool;
+use halcyon_stream::{
     ApiInfo, Capabilities, DevicePtr, EventFlags, EventHandle, FunctionHandle, HostFunc,
     KernelParams, LaunchConfig, LoadedModule, MemoryPlacement, ModuleHandle, StreamApi,
     StreamHandle,
 };
-use halcyon::{Error, ExecutableSpec, Result, StatusCode};
 
 use crate::module::FORMAT_HSACO;
 use crate::result::Hip;
@@ -216,7 +216,7 @@ pub struct HipStreamApi {
     modules: Registry<RawModule>,
     functions: Registry<RawFunction>,
     memory: Allocations<AllocKind>,
-    /// Pinned staging for host↔device copies (`halcyon::stream::staging`).
+    /// Pinned staging for host↔device copies (`halcyon_stream::staging`).
     staging: Arc<StagingPool>,
     /// The most blocks a launch may have in x, y and z (`hipDeviceAttributeMaxGridDim*`, else
     /// [`DEFAULT_MAX_GRID`]): see [`check_grid`](launch::check_grid).

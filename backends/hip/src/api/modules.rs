@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use halcyon::stream::{FunctionHandle, LoadedModule, ModuleHandle};
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::{FunctionHandle, LoadedModule, ModuleHandle};
 
 use super::{invalid, null_from, HipStreamApi};
 use crate::code_object::ImageKind;

@@ -10,8 +10,8 @@ use std::ffi::c_uint;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use halcyon::stream::{EventFlags, EventHandle, StreamHandle};
 use halcyon::Result;
+use halcyon_stream::{EventFlags, EventHandle, StreamHandle};
 
 use super::{null_from, HipStreamApi};
 use crate::result::Hip;

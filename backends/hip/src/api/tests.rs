@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use halcyon::stream::staging::{stage_from_device, stage_to_device, Lease, Pinned};
+use halcyon_stream::staging::{stage_from_device, stage_to_device, Lease, PinnedBuffer};
 
 use super::copies::{host_len, memset_elements};
 use super::host_funcs::{host_fn, host_func_user_data, settle_host_func, stream_callback};
@@ -287,10 +287,10 @@ fn host_lengths_fit_the_address_space() {
 }
 
 /// A heap buffer standing in for pinned memory (never given to HIP).
-fn fake_pinned(capacity: usize, fill: u8) -> Pinned {
+fn fake_pinned(capacity: usize, fill: u8) -> PinnedBuffer {
     let buffer = vec![fill; capacity].into_boxed_slice();
     let ptr = NonNull::new(Box::into_raw(buffer).cast::<u8>()).unwrap();
-    Pinned { ptr, capacity }
+    PinnedBuffer { ptr, capacity }
 }
 
 fn free_fake(pool: &StagingPool) -> usize {

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halcyon::stream::{EventFlags, MemoryPlacement, StreamApi};
 use halcyon::{Driver, StatusCode};
 use halcyon_hip::{HipDriver, HipStreamApi, HostVisibleMemory};
+use halcyon_stream::{EventFlags, MemoryPlacement, StreamApi};
 
 #[test]
 fn devices_are_listed_and_created() {

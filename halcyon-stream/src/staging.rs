@@ -1,0 +1,754 @@
+//! Pinned staging buffers for host↔device copies, shared by the stream backends.
+//!
+//! GPU stream APIs copy asynchronously only to and from *pinned* (page-locked) host memory: an
+//! asynchronous copy with an ordinary (pageable) host pointer on either side may wait on the
+//! host for the stream, that is for everything enqueued before it. The threads issuing copies
+//! (the async executor, the reactor) must never block on the device, so a backend copies
+//! through pinned buffers held here:
+//!
+//! * host to device: the caller's bytes are copied into a pinned buffer at enqueue time (see
+//!   [`PinnedBuffer::fill_from`]), the device copies from that buffer, and a host function enqueued
+//!   after the copy hands the buffer back to the pool;
+//! * device to host: the device copies into a pinned buffer, and a host function enqueued after
+//!   the copy moves the bytes to the caller's memory and hands the buffer back. The work
+//!   enqueued after it (the submission's completion event) waits for the host function, so the
+//!   bytes are in place when the event completes.
+//!
+//! A copy larger than `CHUNK_BYTES` (8 MiB) goes through one buffer of that size, chunk by
+//! chunk ([`stage_to_device`], [`stage_from_device`]): a host function moves each chunk
+//! between the caller's memory and the buffer, and stream order keeps the device's copy of one
+//! chunk and the host's of the next apart. Staging the whole copy at once instead would pin
+//! memory the size of the copy rounded up to a power of two (2 GiB for a 1.1 GiB tensor, page
+//! locking that alone takes a long time), copy a large write's bytes on the submitting thread
+//! (an async executor's worker, for as long as a memcpy of the whole tensor takes), and hold
+//! the driver's callback thread, which runs every host function of the process in turn, for
+//! the whole copy out of a large read. In chunks, the submitting thread copies at most one
+//! chunk, a host function runs for about a millisecond, and the pinned memory a copy needs is
+//! bounded whatever its size; the cost is a host function per chunk (a few microseconds
+//! against the milliseconds the chunk's bytes take).
+//!
+//! The pool only holds buffers and chooses among them; it never calls a vendor API, because a
+//! host function runs on a driver thread that must not call the driver. Allocating and freeing
+//! the pinned memory is the backend's job: it passes buffers in ([`StagingPool::give`],
+//! [`Lease::new`]) and takes out the ones to free ([`StagingPool::take_retired`],
+//! [`StagingPool::drain`]) where it may call the driver. At most `MAX_BUFFERS` (8) buffers and
+//! `MAX_BYTES` (64 MiB) are kept idle; [`StagingPool::trim`] *retires* the excess, for the
+//! backend to free.
+//!
+//! A buffer in use may be held by a [`Lease`]. Released (the host function ran after the copy),
+//! it goes back to the idle buffers. Dropped unreleased (the host function was dropped unrun:
+//! the driver reported a stream error, or refused to enqueue it), the device may still be using
+//! the buffer, so it is *orphaned*: kept, never reused, and handed out only by
+//! [`StagingPool::drain`], which a backend calls once no device work can use it any more.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::api::HostFunc;
+use halcyon::{Error, Result, StatusCode};
+
+/// Idle buffers kept at most.
+pub(crate) const MAX_BUFFERS: usize = 8;
+/// Idle bytes kept at most.
+pub(crate) const MAX_BYTES: usize = 64 << 20;
+/// The smallest buffer allocated (small copies share sizes this way).
+pub(crate) const MIN_BUFFER: usize = 64 << 10;
+/// The most bytes a staged copy moves through its buffer at once: a larger copy goes through
+/// one buffer of this size, chunk by chunk (see the [module docs](self)).
+pub(crate) const CHUNK_BYTES: usize = 8 << 20;
+
+/// A pinned host buffer allocated by a backend. Not freed on drop (freeing calls the driver,
+/// which the driver thread that may drop one must not do): the backend frees what the pool
+/// hands it.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    /// The buffer's start.
+    pub ptr: NonNull<u8>,
+    /// The buffer's size in bytes.
+    pub capacity: usize,
+}
+
+// SAFETY: a `PinnedBuffer` owns its host allocation exclusively (nothing here dereferences it but the
+// unsafe `fill_from`, under its caller's guarantees); pinned host memory may be used from any
+// thread.
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Copies `len` bytes from `src` into the start of the buffer.
+    ///
+    /// # Safety
+    /// `ptr..ptr+capacity` must be valid for writes; `src..src+len` must be readable and must
+    /// not overlap the buffer; the buffer must not be in use by a copy in flight.
+    ///
+    /// # Panics
+    /// If `len` exceeds the buffer's capacity.
+    pub unsafe fn fill_from(&self, src: *const u8, len: usize) {
+        assert!(
+            len <= self.capacity,
+            "{len} bytes into {} of staging",
+            self.capacity
+        );
+        // SAFETY: the buffer holds `capacity >= len` writable bytes; the caller guarantees the
+        // source is readable, disjoint, and that nothing else uses the buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, self.ptr.as_ptr(), len) };
+    }
+}
+
+/// The size to allocate for a copy of `len` bytes: a power of two, at least `MIN_BUFFER`
+/// (64 KiB).
+pub fn capacity_for(len: usize) -> usize {
+    len.max(MIN_BUFFER)
+        .checked_next_power_of_two()
+        .unwrap_or(len)
+}
+
+/// The staging a copy of `len` bytes needs: one chunk (at most `CHUNK_BYTES`, 8 MiB). Lease at
+/// least this many bytes for [`stage_to_device`] or [`stage_from_device`].
+pub fn staging_len(len: usize) -> usize {
+    len.min(CHUNK_BYTES)
+}
+
+/// A host address moved into a host function of a staged copy.
+struct SendPtr(*mut u8);
+
+// SAFETY: only the address moves; the staged copy's safety contract says who may touch the
+// memory and when.
+unsafe impl Send for SendPtr {}
+
+/// The chunk size for a staged copy of `len` (non-zero) bytes through `lease`.
+fn chunk_for(lease: &Lease, len: usize) -> Result<usize> {
+    match lease.capacity().min(len) {
+        0 => Err(Error::new(
+            StatusCode::Internal,
+            "a staged copy was given an empty staging buffer",
+        )),
+        chunk => Ok(chunk),
+    }
+}
+
+/// Enqueues a copy of `len` bytes from host memory at `src` to the device, through the pinned
+/// buffer of `lease`, in chunks of the buffer's capacity (see the [module docs](self)).
+///
+/// `copy(staging, offset, n)` enqueues the device's copy of `n` bytes from `staging` to the
+/// destination's byte `offset`; `enqueue` enqueues a host function, on the same stream. The
+/// first chunk is copied into the buffer now, on the calling thread; each later one by a host
+/// function enqueued after the device's copy of the chunk before it, so it runs once that copy
+/// is done, and the device's copy of it waits for it; a last host function returns the buffer
+/// to its pool. Host functions call no driver function.
+///
+/// Failure: if the first device copy cannot be enqueued, nothing was, and the buffer goes back
+/// to the pool. A later failure returns the error with the chunks enqueued so far left to run
+/// (the destination is then partly written) and orphans the buffer, which they may still use.
+///
+/// # Safety
+/// `src..src+len` must be readable, and not be modified, until the stream has run everything
+/// enqueued here (its host functions read it), and must not overlap the lease's buffer.
+pub unsafe fn stage_to_device(
+    lease: Lease,
+    src: *const u8,
+    len: usize,
+    mut copy: impl FnMut(*const u8, usize, usize) -> Result<()>,
+    mut enqueue: impl FnMut(HostFunc) -> Result<()>,
+) -> Result<()> {
+    if len == 0 {
+        lease.release();
+        return Ok(());
+    }
+    let chunk = chunk_for(&lease, len)?;
+    let staging = lease.ptr();
+    let mut offset = 0;
+    while offset < len {
+        let n = chunk.min(len - offset);
+        // SAFETY: `offset < len`, inside the caller's `src..src+len`.
+        let from = unsafe { src.add(offset) };
+        if offset == 0 {
+            // SAFETY: the caller keeps `src..src+len` readable; the buffer holds at least
+            // `chunk >= n` bytes that nothing else uses (the lease is this copy's).
+            unsafe { std::ptr::copy_nonoverlapping(from, staging, n) };
+        } else {
+            let (from, to) = (SendPtr(from.cast_mut()), SendPtr(staging));
+            // Dropped unrun (a stream error, or refused below), it copies nothing.
+            let fill: HostFunc = Box::new(move || {
+                let (from, to) = (from, to);
+                // SAFETY: runs in stream order after the device's copy of the previous chunk
+                // out of the buffer completed, and before the next one starts; the caller keeps
+                // the source readable and unmodified until the stream ran it; the buffer holds
+                // `n` bytes and is disjoint from the source.
+                unsafe { std::ptr::copy_nonoverlapping(from.0.cast_const(), to.0, n) };
+            });
+            enqueue(fill)?; // the lease is dropped: orphaned, earlier copies may use it
+        }
+        if let Err(error) = copy(staging, offset, n) {
+            if offset == 0 {
+                lease.release(); // nothing was enqueued
+            }
+            return Err(error);
+        }
+        offset += n;
+    }
+    // Dropped unrun, it orphans the buffer instead.
+    enqueue(Box::new(move || lease.release()))
+}
+
+/// Enqueues a copy of `len` bytes from the device to host memory at `dst`, through the pinned
+/// buffer of `lease`, in chunks of the buffer's capacity (see the [module docs](self)).
+///
+/// `copy(staging, offset, n)` enqueues the device's copy of `n` bytes from the source's byte
+/// `offset` into `staging`; `enqueue` enqueues a host function, on the same stream. After each
+/// device copy a host function moves the chunk to `dst` (so the next device copy into the
+/// buffer waits for it); the last one also returns the buffer to its pool. Work enqueued on
+/// the stream afterwards runs after the last host function, so the bytes are all in place when
+/// an event recorded after this completes. Host functions call no driver function.
+///
+/// Failure: if the first device copy cannot be enqueued, nothing was, and the buffer goes back
+/// to the pool. A later failure returns the error with the chunks enqueued so far left to run
+/// (`dst` is then partly written) and orphans the buffer, which they may still use.
+///
+/// # Safety
+/// `dst..dst+len` must be valid for writes, and not be accessed by anything else, until the
+/// stream has run everything enqueued here, and must not overlap the lease's buffer.
+pub unsafe fn stage_from_device(
+    lease: Lease,
+    dst: *mut u8,
+    len: usize,
+    mut copy: impl FnMut(*mut u8, usize, usize) -> Result<()>,
+    mut enqueue: impl FnMut(HostFunc) -> Result<()>,
+) -> Result<()> {
+    if len == 0 {
+        lease.release();
+        return Ok(());
+    }
+    let chunk = chunk_for(&lease, len)?;
+    let staging = lease.ptr();
+    let mut lease = Some(lease);
+    let mut offset = 0;
+    while offset < len {
+        let n = chunk.min(len - offset);
+        if let Err(error) = copy(staging, offset, n) {
+            if let (0, Some(lease)) = (offset, lease.take()) {
+                lease.release(); // nothing was enqueued
+            }
+            return Err(error); // else the lease is dropped: orphaned
+        }
+        // SAFETY: `offset < len`, inside the caller's `dst..dst+len`.
+        let to = SendPtr(unsafe { dst.add(offset) });
+        let from = SendPtr(staging);
+        let done = match offset + n == len {
+            true => lease.take(),
+            false => None,
+        };
+        // Dropped unrun (a stream error, or refused below), it writes nothing and orphans the
+        // buffer if it held the lease.
+        let copy_out: HostFunc = Box::new(move || {
+            let (from, to) = (from, to);
+            // SAFETY: runs in stream order after the device's copy of this chunk into the
+            // buffer completed, and before the next one starts; the caller keeps `dst..dst+len`
+            // valid and untouched until the stream ran it; the two do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(from.0.cast_const(), to.0, n) };
+            if let Some(lease) = done {
+                lease.release();
+            }
+        });
+        enqueue(copy_out)?;
+        offset += n;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct Buffers {
+    /// Free to reuse.
+    idle: Vec<PinnedBuffer>,
+    /// Unused, beyond the limits: to be freed by the backend.
+    retired: Vec<PinnedBuffer>,
+    /// Possibly still used by the device (their host function never ran): drained only.
+    orphaned: Vec<PinnedBuffer>,
+}
+
+/// Pinned staging buffers not in use (see the [module docs](self)).
+#[derive(Debug, Default)]
+pub struct StagingPool {
+    buffers: Mutex<Buffers>,
+}
+
+impl StagingPool {
+    fn buffers(&self) -> MutexGuard<'_, Buffers> {
+        self.buffers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The smallest idle buffer of at least `len` bytes, if any.
+    pub fn take(&self, len: usize) -> Option<PinnedBuffer> {
+        let idle = &mut self.buffers().idle;
+        let best = idle
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.capacity >= len)
+            .min_by_key(|(_, p)| p.capacity)
+            .map(|(i, _)| i)?;
+        Some(idle.swap_remove(best))
+    }
+
+    /// The smallest unused buffer of at least `len` bytes, idle or retired. Retired buffers are
+    /// unused too, only waiting for a call that may block to free them: reusing them before
+    /// allocating keeps the pinned memory bounded by what the most copies in flight at once
+    /// needed, while the frees wait for such a call. The caller trims the pool afterwards,
+    /// which retires the excess again.
+    pub fn take_unused(&self, len: usize) -> Option<PinnedBuffer> {
+        if let Some(buffer) = self.take(len) {
+            return Some(buffer);
+        }
+        let mut buffers = self.buffers();
+        let Buffers { idle, retired, .. } = &mut *buffers;
+        if retired.is_empty() {
+            return None;
+        }
+        idle.append(retired);
+        let best = idle
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.capacity >= len)
+            .min_by_key(|(_, p)| p.capacity)
+            .map(|(i, _)| i)?;
+        Some(idle.swap_remove(best))
+    }
+
+    /// Returns an unused buffer to the idle buffers (from host functions too: no driver call).
+    pub fn give(&self, buffer: PinnedBuffer) {
+        self.buffers().idle.push(buffer);
+    }
+
+    /// Keeps a buffer the device may still use until [`StagingPool::drain`].
+    fn orphan(&self, buffer: PinnedBuffer) {
+        self.buffers().orphaned.push(buffer);
+    }
+
+    /// Retires the largest idle buffers until at most `MAX_BUFFERS` and `MAX_BYTES` remain
+    /// (see [`StagingPool::take_retired`]).
+    pub fn trim(&self) {
+        self.trim_to(MAX_BUFFERS, MAX_BYTES);
+    }
+
+    /// Retires the largest idle buffers until at most `max_buffers` and `max_bytes` remain.
+    pub fn trim_to(&self, max_buffers: usize, max_bytes: usize) {
+        let mut buffers = self.buffers();
+        let Buffers { idle, retired, .. } = &mut *buffers;
+        idle.sort_by_key(|p| p.capacity);
+        while idle.len() > max_buffers || idle.iter().map(|p| p.capacity).sum::<usize>() > max_bytes
+        {
+            match idle.pop() {
+                Some(p) => retired.push(p),
+                None => break,
+            }
+        }
+    }
+
+    /// Takes the retired buffers (the caller frees them).
+    pub fn take_retired(&self) -> Vec<PinnedBuffer> {
+        std::mem::take(&mut self.buffers().retired)
+    }
+
+    /// Takes every idle and retired buffer, leaving the orphaned ones (the caller frees them).
+    pub fn drain_unused(&self) -> Vec<PinnedBuffer> {
+        let mut buffers = self.buffers();
+        let Buffers { idle, retired, .. } = &mut *buffers;
+        let mut all = std::mem::take(idle);
+        all.append(retired);
+        all
+    }
+
+    /// Takes every buffer the pool holds, orphaned ones included (the caller frees them, once
+    /// no device work can use them any more).
+    pub fn drain(&self) -> Vec<PinnedBuffer> {
+        let mut buffers = self.buffers();
+        let Buffers {
+            idle,
+            retired,
+            orphaned,
+        } = &mut *buffers;
+        let mut all = std::mem::take(idle);
+        all.append(retired);
+        all.append(orphaned);
+        all
+    }
+
+    /// How many buffers are `(idle, retired, orphaned)`.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let b = self.buffers();
+        (b.idle.len(), b.retired.len(), b.orphaned.len())
+    }
+}
+
+/// A buffer in use by one copy: [`Lease::release`] returns it to the pool once the copy
+/// completed; dropping it unreleased orphans it (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Lease {
+    buffer: Option<PinnedBuffer>,
+    pool: Arc<StagingPool>,
+}
+
+impl Lease {
+    /// Leases `buffer` (taken from `pool` or newly allocated) for one copy.
+    pub fn new(buffer: PinnedBuffer, pool: Arc<StagingPool>) -> Self {
+        Lease {
+            buffer: Some(buffer),
+            pool,
+        }
+    }
+
+    /// The buffer's start.
+    pub fn ptr(&self) -> *mut u8 {
+        self.buffer
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.ptr.as_ptr())
+    }
+
+    /// The buffer's size in bytes (0 once released).
+    pub fn capacity(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| b.capacity)
+    }
+
+    /// Returns the buffer to the idle buffers: the copy using it is known to be over (or was
+    /// never enqueued). No driver call.
+    pub fn release(mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.pool.give(buffer);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.pool.orphan(buffer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(capacity: usize) -> PinnedBuffer {
+        PinnedBuffer {
+            ptr: NonNull::dangling(),
+            capacity,
+        }
+    }
+
+    #[test]
+    fn fill_from_copies_into_the_start_of_the_buffer() {
+        let mut backing = vec![0u8; 16];
+        let buffer = PinnedBuffer {
+            ptr: NonNull::new(backing.as_mut_ptr()).unwrap(),
+            capacity: backing.len(),
+        };
+        let src = [1u8, 2, 3, 4, 5];
+        // SAFETY: `backing` is writable and outlives `buffer`; `src` is readable and disjoint.
+        unsafe { buffer.fill_from(src.as_ptr(), src.len()) };
+        assert_eq!(&backing[..5], &src);
+        assert!(backing[5..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    #[should_panic(expected = "staging")]
+    fn fill_from_refuses_more_than_the_capacity() {
+        let mut backing = vec![0u8; 4];
+        let buffer = PinnedBuffer {
+            ptr: NonNull::new(backing.as_mut_ptr()).unwrap(),
+            capacity: backing.len(),
+        };
+        let src = [0u8; 8];
+        // SAFETY: as above; the length check fires before anything is copied.
+        unsafe { buffer.fill_from(src.as_ptr(), src.len()) };
+    }
+
+    #[test]
+    fn a_returned_buffer_is_reused_by_the_next_staging() {
+        // What a write's host function does: hand the buffer back, then the next take reuses it.
+        let pool = Arc::new(StagingPool::default());
+        let give_back = {
+            let pool = pool.clone();
+            let buffer = fake(capacity_for(100));
+            move || pool.give(buffer)
+        };
+        assert!(pool.take(100).is_none());
+        give_back();
+        assert_eq!(pool.take(100).unwrap().capacity, MIN_BUFFER);
+    }
+
+    #[test]
+    fn capacities_are_powers_of_two_from_64_kib() {
+        assert_eq!(capacity_for(1), MIN_BUFFER);
+        assert_eq!(capacity_for(MIN_BUFFER), MIN_BUFFER);
+        assert_eq!(capacity_for(MIN_BUFFER + 1), 2 * MIN_BUFFER);
+        assert_eq!(capacity_for(3 << 20), 4 << 20);
+    }
+
+    #[test]
+    fn take_returns_the_smallest_fitting_buffer() {
+        let pool = StagingPool::default();
+        pool.give(fake(1 << 20));
+        pool.give(fake(64 << 10));
+        pool.give(fake(256 << 10));
+        assert_eq!(pool.take(100 << 10).unwrap().capacity, 256 << 10);
+        assert_eq!(pool.take(1).unwrap().capacity, 64 << 10);
+        assert!(pool.take(2 << 20).is_none());
+        assert_eq!(pool.drain().len(), 1);
+    }
+
+    #[test]
+    fn trim_retires_count_and_bytes_largest_first() {
+        let pool = StagingPool::default();
+        for _ in 0..10 {
+            pool.give(fake(MIN_BUFFER));
+        }
+        pool.trim();
+        assert_eq!(pool.counts(), (MAX_BUFFERS, 2, 0));
+        assert_eq!(pool.take_retired().len(), 2);
+        pool.give(fake(MAX_BYTES));
+        pool.trim();
+        let retired = pool.take_retired();
+        assert_eq!(retired.len(), 1);
+        assert_eq!(retired[0].capacity, MAX_BYTES);
+        assert!(pool.take_retired().is_empty());
+        assert_eq!(pool.drain().len(), MAX_BUFFERS);
+    }
+
+    #[test]
+    fn retired_buffers_are_reused_before_anything_is_allocated() {
+        let pool = StagingPool::default();
+        assert!(pool.take_unused(1).is_none(), "an empty pool");
+        // Nine idle buffers: trimming retires the largest beyond the limit of eight.
+        for i in 0..9 {
+            pool.give(fake(MIN_BUFFER << i));
+        }
+        pool.trim();
+        assert_eq!(pool.counts(), (8, 1, 0));
+        // Only the retired buffer is large enough: it is handed out instead of a new one.
+        let big = pool
+            .take_unused(MIN_BUFFER << 8)
+            .expect("the retired buffer");
+        assert_eq!(big.capacity, MIN_BUFFER << 8);
+        assert_eq!(pool.counts(), (8, 0, 0));
+        // Nothing fits: none, and the retired buffers stay unused in the pool.
+        pool.give(big);
+        pool.trim();
+        assert!(pool.take_unused(MIN_BUFFER << 9).is_none());
+        pool.trim();
+        assert_eq!(pool.counts(), (8, 1, 0));
+        assert_eq!(pool.drain().len(), 9);
+    }
+
+    /// What a staged copy enqueued on its simulated stream, run in order by [`Stream::run`].
+    enum Op {
+        /// A device copy: `(host, device offset, n, to_device)`.
+        Copy(*mut u8, usize, usize, bool),
+        Host(HostFunc),
+    }
+
+    /// A stream that records what is enqueued and runs it in order over a "device" of bytes,
+    /// failing the `fail_copy`-th device copy or `fail_enqueue`-th host function (from 0).
+    #[derive(Default)]
+    struct Stream {
+        ops: Vec<Op>,
+        copies: usize,
+        enqueued: usize,
+        fail_copy: Option<usize>,
+        fail_enqueue: Option<usize>,
+    }
+
+    impl Stream {
+        fn copy(&mut self, host: *mut u8, offset: usize, n: usize, to_device: bool) -> Result<()> {
+            self.copies += 1;
+            if self.fail_copy == Some(self.copies - 1) {
+                return Err(Error::new(StatusCode::Internal, "copy refused"));
+            }
+            self.ops.push(Op::Copy(host, offset, n, to_device));
+            Ok(())
+        }
+
+        fn enqueue(&mut self, f: HostFunc) -> Result<()> {
+            self.enqueued += 1;
+            if self.fail_enqueue == Some(self.enqueued - 1) {
+                return Err(Error::new(StatusCode::Internal, "host function refused"));
+            }
+            self.ops.push(Op::Host(f));
+            Ok(())
+        }
+
+        /// Runs the operations in order; returns (device copies, host functions) run.
+        fn run(self, device: &mut [u8]) -> (usize, usize) {
+            let (mut copies, mut hosts) = (0, 0);
+            for op in self.ops {
+                match op {
+                    Op::Copy(host, offset, n, true) => {
+                        copies += 1;
+                        // SAFETY: `host` is the test's staging buffer of at least `n` bytes.
+                        let bytes = unsafe { std::slice::from_raw_parts(host, n) };
+                        device[offset..offset + n].copy_from_slice(bytes);
+                    }
+                    Op::Copy(host, offset, n, false) => {
+                        copies += 1;
+                        // SAFETY: as above, and nothing else uses the buffer meanwhile.
+                        let bytes = unsafe { std::slice::from_raw_parts_mut(host, n) };
+                        bytes.copy_from_slice(&device[offset..offset + n]);
+                    }
+                    Op::Host(f) => {
+                        hosts += 1;
+                        f();
+                    }
+                }
+            }
+            (copies, hosts)
+        }
+    }
+
+    /// A pool and a lease of a real `capacity`-byte buffer (freed by [`free`]).
+    fn real_lease(capacity: usize) -> (Arc<StagingPool>, Lease) {
+        let bytes: Box<[u8]> = vec![0xEE; capacity].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(bytes).cast::<u8>()).unwrap();
+        let pool = Arc::new(StagingPool::default());
+        let lease = Lease::new(PinnedBuffer { ptr, capacity }, pool.clone());
+        (pool, lease)
+    }
+
+    fn free(pool: &StagingPool) {
+        for p in pool.drain() {
+            let slice = std::ptr::slice_from_raw_parts_mut(p.ptr.as_ptr(), p.capacity);
+            // SAFETY: allocated as a boxed slice of `capacity` bytes by `real_lease`.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    /// What a staged copy returned, the bytes at its destination, the (device copies, host
+    /// functions) its stream ran, and the pool's counts afterwards.
+    type Staged = (Result<()>, Vec<u8>, (usize, usize), (usize, usize, usize));
+
+    /// Writes `len` bytes through a `capacity`-byte buffer.
+    fn write_staged(len: usize, capacity: usize, mut stream: Stream) -> Staged {
+        let (pool, lease) = real_lease(capacity);
+        let src = pattern(len);
+        let cell = std::cell::RefCell::new(&mut stream);
+        // SAFETY: `src` outlives the simulated stream's run below and is not modified.
+        let result = unsafe {
+            stage_to_device(
+                lease,
+                src.as_ptr(),
+                len,
+                |staging, offset, n| cell.borrow_mut().copy(staging.cast_mut(), offset, n, true),
+                |f| cell.borrow_mut().enqueue(f),
+            )
+        };
+        let mut device = vec![0u8; len];
+        let ran = stream.run(&mut device);
+        let counts = pool.counts();
+        free(&pool);
+        (result, device, ran, counts)
+    }
+
+    /// Reads `len` bytes through a `capacity`-byte buffer.
+    fn read_staged(len: usize, capacity: usize, mut stream: Stream) -> Staged {
+        let (pool, lease) = real_lease(capacity);
+        let mut dst = vec![0u8; len];
+        let cell = std::cell::RefCell::new(&mut stream);
+        // SAFETY: `dst` outlives the simulated stream's run below and nothing else touches it.
+        let result = unsafe {
+            stage_from_device(
+                lease,
+                dst.as_mut_ptr(),
+                len,
+                |staging, offset, n| cell.borrow_mut().copy(staging, offset, n, false),
+                |f| cell.borrow_mut().enqueue(f),
+            )
+        };
+        let mut device = pattern(len);
+        let ran = stream.run(&mut device);
+        let counts = pool.counts();
+        free(&pool);
+        (result, dst, ran, counts)
+    }
+
+    #[test]
+    fn staged_writes_move_chunk_by_chunk_in_stream_order() {
+        // 150 bytes through 64: three device copies, two fills on the stream, one release.
+        let (result, device, ran, counts) = write_staged(150, 64, Stream::default());
+        result.unwrap();
+        assert_eq!(device, pattern(150), "every chunk arrives whole");
+        assert_eq!(ran, (3, 3));
+        assert_eq!(counts, (1, 0, 0), "the buffer is back in the pool");
+        // One chunk: no fill on the stream, only the release.
+        let (result, device, ran, counts) = write_staged(64, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((device, ran, counts), (pattern(64), (1, 1), (1, 0, 0)));
+        assert_eq!(staging_len(3 * CHUNK_BYTES), CHUNK_BYTES);
+        assert_eq!(staging_len(100), 100);
+    }
+
+    #[test]
+    fn staged_reads_move_chunk_by_chunk_in_stream_order() {
+        let (result, dst, ran, counts) = read_staged(150, 64, Stream::default());
+        result.unwrap();
+        assert_eq!(dst, pattern(150), "every chunk arrives whole");
+        assert_eq!(ran, (3, 3), "one copy out per chunk");
+        assert_eq!(counts, (1, 0, 0), "the last copy out returns the buffer");
+        let (result, dst, ran, counts) = read_staged(10, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((dst, ran, counts), (pattern(10), (1, 1), (1, 0, 0)));
+    }
+
+    #[test]
+    fn staged_copies_orphan_their_buffer_once_anything_was_enqueued() {
+        let refuse = |copy: Option<usize>, enqueue: Option<usize>| Stream {
+            fail_copy: copy,
+            fail_enqueue: enqueue,
+            ..Stream::default()
+        };
+        // The first device copy refused: nothing enqueued, the buffer is reused.
+        let (result, _, ran, counts) = write_staged(150, 64, refuse(Some(0), None));
+        assert!(result.is_err());
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        let (result, _, ran, counts) = read_staged(150, 64, refuse(Some(0), None));
+        assert!(result.is_err());
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        // A later device copy, a fill, a copy out or the release refused: what was enqueued
+        // still runs, and the buffer it may use is never reused.
+        for (copy, enqueue) in [(Some(2), None), (None, Some(1)), (None, Some(2))] {
+            let (result, device, _, counts) = write_staged(150, 64, refuse(copy, enqueue));
+            assert!(result.is_err());
+            assert_eq!(counts, (0, 0, 1), "orphaned ({copy:?}, {enqueue:?})");
+            assert_eq!(device[..64], pattern(64)[..], "the first chunk still ran");
+            let (result, dst, _, counts) = read_staged(150, 64, refuse(copy, enqueue));
+            assert!(result.is_err());
+            assert_eq!(counts, (0, 0, 1), "orphaned ({copy:?}, {enqueue:?})");
+            assert_eq!(dst[..64], pattern(64)[..], "the first chunk still ran");
+        }
+        // Nothing to copy: the buffer goes straight back.
+        let (result, _, ran, counts) = write_staged(0, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+        let (result, _, ran, counts) = read_staged(0, 64, Stream::default());
+        result.unwrap();
+        assert_eq!((ran, counts), ((0, 0), (1, 0, 0)));
+    }
+
+    #[test]
+    fn released_leases_are_reused_and_dropped_ones_orphaned_until_drain() {
+        let pool = Arc::new(StagingPool::default());
+        let lease = Lease::new(fake(MIN_BUFFER), pool.clone());
+        assert!(!lease.ptr().is_null());
+        lease.release();
+        assert_eq!(pool.counts(), (1, 0, 0));
+        let lease = Lease::new(pool.take(1).unwrap(), pool.clone());
+        drop(lease); // as when its host function is dropped unrun
+        assert_eq!(pool.counts(), (0, 0, 1));
+        assert!(pool.take(1).is_none(), "an orphan is never reused");
+        pool.trim();
+        assert!(pool.take_retired().is_empty(), "nor freed before drain");
+        assert_eq!(pool.drain().len(), 1);
+        assert_eq!(pool.counts(), (0, 0, 0));
+    }
+}

@@ -1,0 +1,30 @@
+//! Devices over the host stream API, for the stream layer's integration tests.
+
+use std::time::Duration;
+
+use halcyon::{Device, Result};
+use halcyon_host_stream::HostStreamApi;
+use halcyon_stream::{create_device, CompletionStrategy, StreamDeviceOptions};
+
+/// Both completion strategies, for tests that run under each.
+pub const STRATEGIES: [CompletionStrategy; 2] = [
+    CompletionStrategy::HostCallback,
+    CompletionStrategy::CompletionThread,
+];
+
+/// A one-queue device over `api` with `completion` (and a short probe interval).
+pub fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
+    create_device(
+        api.clone(),
+        StreamDeviceOptions {
+            completion,
+            probe_interval: Duration::from_millis(5),
+            ..StreamDeviceOptions::default()
+        },
+    )
+}
+
+/// A counter the device answers under `key`.
+pub fn stat(device: &Device, key: &str) -> i64 {
+    device.query(key).unwrap()
+}
