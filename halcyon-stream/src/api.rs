@@ -13,44 +13,23 @@
 //! in pools, maps and in-flight records and moves them between threads; vendor handle types are
 //! raw pointers that are neither `Send` nor `Hash`, so every backend would wrap them in the same
 //! newtypes anyway. A `u64` per kind keeps the layer free of generic noise, keeps vendor types
-//! out of the core's public API (see `DESIGN.md`), still makes passing an event where a stream is
+//! out of the core's public API (`docs/ARCHITECTURE.md`: the core names no vendor type), still makes passing an event where a stream is
 //! expected a compile error, and costs a backend one cast at its boundary (`CUstream` ↔ `u64`,
 //! `CUdeviceptr` is a `u64` already). A handle means nothing to another `StreamApi` instance.
 //!
 //! # Status words
 //!
-//! A GPU kernel has no return code, and the only way for one to stop with an error (a trap, an
-//! illegal address) is a sticky fault that kills the whole context. So a kernel fails its
-//! dispatch through a **status word** instead, by this convention: an entry point declared
-//! with `b` bindings and `c` constants whose kernel takes exactly one more parameter, a
-//! pointer, after the constants, takes a status word. That parameter is the address of a `u32`
-//! the device can write (the stream layer puts it in [`MemoryPlacement::Pinned`] host memory,
-//! so the kernel's store crosses the bus) that is zero when the kernel starts; the kernel writes a nonzero value to
-//! fail its dispatch (any thread, any number of times; which nonzero value wins is
-//! unspecified). [`StreamApi::load_module`] reports which entry points take one
-//! ([`LoadedModule::status_words`]), and the stream layer launches those with the word's
-//! address in [`KernelParams::status`]. In CUDA C or HIP:
-//!
-//! ```text
-//! extern "C" __global__ void checked(float* x, unsigned int n, unsigned int* status) {
-//!     // ... on an error:
-//!     *status = 1u;
-//! }
-//! ```
-//!
-//! The stream device gives every such dispatch of a submission its own word, zeroes them from
-//! the host before issuing the submission, and reads them when the submission completed (no
-//! copies: a kernel that does not fail costs nothing more): a nonzero word fails the submission with
-//! [`halcyon::StatusCode::Internal`] naming the device, the entry point and the value, and with
-//! it everything waiting on its signals. (The commands after a failing dispatch in the same
-//! submission still run: the words are only read once the whole submission completed.) Because
-//! the check runs on the host, such a submission signals its semaphores from the host after the check, never on the device: work waiting on
-//! it (on any queue) starts only after the check passed, and never if it failed. Dispatches of
-//! entry points without a status word keep the fully device-side path. As with any timeline
-//! semaphore, a wait is satisfied by a signal of any value at or above it: a later submission
-//! that signals a higher value of the same semaphore *without waiting for the checked one*
-//! releases such waits when it completes, check or no check. Chain the submissions (wait for
-//! the previous value, as [`halcyon::Timeline`] does) to keep dependents behind the check.
+//! Kernels fail their dispatch through a status word, by the convention `docs/ARCHITECTURE.md`
+//! states once ("Status words"). The stream layer's part: [`StreamApi::load_module`] reports
+//! which entry points take one ([`LoadedModule::status_words`]: the kernel takes exactly one
+//! more pointer after its constants), and the stream layer launches those with the address of
+//! a zeroed `u32` in [`MemoryPlacement::Pinned`] host memory in [`KernelParams::status`], one
+//! word per dispatch. It reads the words when the submission completed and fails it with
+//! [`halcyon::StatusCode::KernelFailed`] on a nonzero word. Such a submission signals its
+//! semaphores from the host after the check, so work waiting on it starts only after the check
+//! passed. As with any timeline semaphore, a later submission signalling a higher value of the
+//! same semaphore without waiting for the checked one releases such waits anyway: chain the
+//! submissions, as [`halcyon::Timeline`] does, to keep dependents behind the check.
 //!
 //! # Errors
 //!
