@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::buffer::{Access, BufferRef, BufferUsage};
 use crate::error::{Error, Result, StatusCode};
-use crate::executable::Executable;
+use crate::executable::{Executable, Launch};
 
 /// The largest inline [`CommandBufferBuilder::update`], in bytes (Vulkan's `vkCmdUpdateBuffer`
 /// limit); larger uploads go through a queue `write` or a staging buffer copy.
@@ -634,19 +634,18 @@ impl CommandBufferBuilder {
         Ok(self)
     }
 
-    /// Dispatches `workgroups` workgroups of `executable`'s entry point `entry_point` with
-    /// `constants` and `bindings`, whose counts must match the entry point; bindings need
-    /// [`BufferUsage::DISPATCH_STORAGE`].
-    pub fn dispatch(
-        &mut self,
-        executable: &Executable,
-        entry_point: u32,
-        workgroups: [u32; 3],
-        constants: &[u32],
-        bindings: impl IntoIterator<Item = Binding>,
-    ) -> Result<&mut Self> {
+    /// Records a dispatch of `launch` ([`crate::Kernel::launch`]): its constant and binding
+    /// counts must match the entry point, every constant must be 4 bytes, the workgroups at
+    /// most [`MAX_WORKGROUPS`] in all, and bindings need [`BufferUsage::DISPATCH_STORAGE`]
+    /// (slot bindings only in a [`CommandBufferMode::Reusable`] buffer). The launch's buffers
+    /// and executable are held by the recording; nothing is recorded if a check fails.
+    pub fn dispatch(&mut self, launch: &Launch) -> Result<&mut Self> {
+        launch.check()?;
+        let kernel = launch.kernel();
+        let (executable, entry_point) = (kernel.executable(), kernel.index());
         let entry = executable.entry_point(entry_point)?;
-        let bindings: Vec<Binding> = bindings.into_iter().collect();
+        let (workgroups, constants) = (launch.workgroups(), launch.constant_words());
+        let bindings = launch.binding_list().to_vec();
         if constants.len() != entry.constant_count as usize {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
@@ -803,14 +802,14 @@ mod tests {
             Executable::from_backend("test", "test://0", Box::new(OneEntry(vec![entry])));
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         let error = builder
-            .dispatch(&executable, 0, [u32::MAX; 3], &[], [])
+            .dispatch(&executable.kernel("k").unwrap().launch([u32::MAX; 3]))
             .err()
             .map(|e| (e.code(), e.to_string()));
         let (code, message) = error.expect("2^96 workgroups must be refused");
         assert_eq!(code, StatusCode::OutOfRange);
         assert!(message.contains("4294967295"), "{message}");
         assert!(builder
-            .dispatch(&executable, 0, [65536, 65535, 1], &[], [])
+            .dispatch(&executable.kernel("k").unwrap().launch([65536, 65535, 1]))
             .is_ok());
     }
 
@@ -849,11 +848,12 @@ mod tests {
         .unwrap();
         assert!(builder
             .dispatch(
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                [Binding::slot(7, 0, 4), Binding::from(source_only.whole())],
+                &executable
+                    .kernel("k")
+                    .unwrap()
+                    .launch([1, 1, 1])
+                    .binding(Binding::slot(7, 0, 4))
+                    .binding(source_only.whole())
             )
             .is_err());
         let commands = builder.finish();

@@ -228,11 +228,7 @@ fn kernel_failure_travels_through_stream_waits() -> Result<()> {
             let hold = api.hold();
             let failing = q0.dispatch(
                 Timepoints::new(Fence::at(&gate, 1), Fence::at(&a, 1)),
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                &[],
+                &executable.kernel_at(0)?.launch([1, 1, 1]),
             );
             let dependent = q1.fill(
                 Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
@@ -288,11 +284,7 @@ fn work_after_a_failed_submission_fails_though_its_event_completed() -> Result<(
         let dispatch = |queue: &halcyon::Queue, wait: Fence, signal: Fence, entry: u32| {
             queue.dispatch(
                 Timepoints::new(wait, signal),
-                &executable,
-                entry,
-                [1, 1, 1],
-                &[],
-                &[],
+                &executable.kernel_at(entry).unwrap().launch([1, 1, 1]),
             )
         };
         let hold = api.hold();
@@ -537,9 +529,19 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[10; 16])).await?;
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(x.whole()),
+            )?;
             builder.update(x.slice(0..4)?, &u32_bytes(&[100]))?;
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(x.whole()),
+            )?;
             let twice = builder.finish();
             for round in 1..=4u32 {
                 done(
@@ -558,7 +560,12 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
 
             // A binding table resolves to a new list each time: replayed on the stream.
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::slot(0, 0, 64)])?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(Binding::slot(0, 0, 64)),
+            )?;
             let slotted = builder.finish();
             let mut table = BindingTable::new();
             table.set(0, x.whole())?;
@@ -586,7 +593,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
 /// an entry point without a declaration launches with none.
 #[test]
 fn declared_shared_memory_reaches_every_launch() -> Result<()> {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    use halcyon::{CommandBuffer, CommandBufferMode};
     let record = |args: &LaunchArgs<'_>| {
         // SAFETY: the only binding; blocks of one launch run one after another.
         let out = unsafe { args.binding_mut::<u32>(0) };
@@ -607,13 +614,17 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
     block_on(async {
         let out = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[7; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.dispatch(&executable, 0, [2, 1, 1], &[], [Binding::from(out.whole())])?;
         builder.dispatch(
-            &executable,
-            1,
-            [1, 1, 1],
-            &[],
-            [Binding::from(out.slice(8..16)?)],
+            &executable
+                .kernel_at(0)?
+                .launch([2, 1, 1])
+                .binding(out.whole()),
+        )?;
+        builder.dispatch(
+            &executable
+                .kernel_at(1)?
+                .launch([1, 1, 1])
+                .binding(out.slice(8..16)?),
         )?;
         let list = builder.finish();
         for round in 0..3 {
@@ -639,7 +650,7 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
 /// captured again two submissions later.
 #[test]
 fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    use halcyon::{CommandBuffer, CommandBufferMode};
     let api = HostStreamApi::new();
     let device = device(&api, CompletionStrategy::CompletionThread)?;
     let queue = device.queue(0)?;
@@ -648,7 +659,12 @@ fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
     block_on(async {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+        builder.dispatch(
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(x.whole()),
+        )?;
         let list = builder.finish();
         // Direct, capture (invalidated: direct), direct, capture, graph.
         let expected = [(0, 0, 0), (0, 1, 0), (0, 1, 0), (1, 1, 1), (1, 1, 2)];

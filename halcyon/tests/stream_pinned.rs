@@ -152,7 +152,10 @@ fn without_pinned_memory_copies_work_and_status_words_fail_clearly() -> Result<(
             let values = bytes_u32(&download(&queue, Fence::new(), &x.whole()).await?)?;
             assert_eq!(values, [1, 20, 3], "{strategy:?}");
 
-            let run = queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[0], &[]);
+            let run = queue.dispatch(
+                Timepoints::default(),
+                &executable.kernel_at(0)?.launch([1, 1, 1]).constant(0u32),
+            );
             let outcome = within("the checked dispatch", run).await?;
             assert_error(
                 outcome,
@@ -182,11 +185,7 @@ fn status_words_live_in_the_pinned_lease() -> Result<()> {
             for (round, value) in [5u32, 0, 9, 0].into_iter().enumerate() {
                 let run = queue.dispatch(
                     Timepoints::default(),
-                    &executable,
-                    0,
-                    [1, 1, 1],
-                    &[value],
-                    &[],
+                    &executable.kernel_at(0)?.launch([1, 1, 1]).constant(value),
                 );
                 let outcome = within("the checked dispatch", run).await?;
                 match value {

@@ -320,7 +320,10 @@ fn executables_released_while_settling_are_unloaded_by_the_reclaimer() -> Result
 
             let executable = device.load_executable(&spec())?;
             let hold = api.hold();
-            let run = queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[], &[]);
+            let run = queue.dispatch(
+                Timepoints::default(),
+                &executable.kernel_at(0)?.launch([1, 1, 1]),
+            );
             drop(executable); // the submission holds the module now
             assert_eq!(api.stats().modules, 1);
             drop(hold);

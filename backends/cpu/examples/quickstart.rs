@@ -42,7 +42,7 @@ async fn main() -> halcyon::Result<()> {
             Ok(())
         },
     );
-    let saxpy = device.load_executable(&kernels.spec())?;
+    let saxpy = device.load_executable(&kernels.spec())?.kernel("saxpy")?;
 
     let t0 = Instant::now();
     let bytes = (N * 4) as u64;
@@ -57,11 +57,12 @@ async fn main() -> halcyon::Result<()> {
     let groups = (N as u32).div_ceil(WORKGROUP);
     let dispatch = queue.dispatch(
         timeline.next(),
-        &saxpy,
-        0,
-        [groups, 1, 1],
-        &[2.0f32.to_bits(), N as u32],
-        &[x.whole(), y.whole()],
+        &saxpy
+            .launch([groups, 1, 1])
+            .constant(2.0f32)
+            .constant(N as u32)
+            .binding(x.whole())
+            .binding(y.whole()),
     );
     let readback = queue.read(timeline.next(), &y.whole());
     println!("submitted 4 operations in {:?}", t0.elapsed());

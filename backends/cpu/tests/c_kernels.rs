@@ -121,8 +121,8 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
     for device in devices()? {
         let executable = load(&device, library)?;
         assert_eq!(executable.format(), halcyon_cpu::FORMAT_C_ABI);
-        let saxpy = executable.entry_point_index("saxpy")?;
-        let entry = executable.entry_point(saxpy)?;
+        let saxpy = executable.kernel("saxpy")?;
+        let entry = saxpy.entry_point();
         assert_eq!(
             (
                 entry.workgroup_size,
@@ -139,11 +139,12 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
         let timeline = queue.timeline()?;
         let dispatch = queue.dispatch(
             timeline.next(),
-            &executable,
-            saxpy,
-            [N.div_ceil(64), 1, 1],
-            &[2.5f32.to_bits(), N],
-            &[x.whole(), y.whole()],
+            &saxpy
+                .launch([N.div_ceil(64), 1, 1])
+                .constant(2.5f32)
+                .constant(N)
+                .binding(x.whole())
+                .binding(y.whole()),
         );
         let read_y = queue.read(timeline.next(), &y.whole());
         let read_x = queue.read(timeline.next(), &x.whole());
@@ -177,15 +178,14 @@ async fn kernel_errors_fail_the_signal_fence() -> Result<()> {
             ("saxpy", 2, vec![0, 64], vec![short.whole(), short.whole()]),
         ];
         for (name, code, constants, bindings) in failing {
-            let entry = executable.entry_point_index(name)?;
+            let entry = executable.kernel(name)?;
             let signal = Semaphore::new(0);
             let dispatch = queue.dispatch(
                 (Fence::new(), Fence::at(&signal, 1)),
-                &executable,
-                entry,
-                [1, 1, 1],
-                &constants,
-                &bindings,
+                &entry
+                    .launch([1, 1, 1])
+                    .constants(&constants)
+                    .bindings(&bindings),
             );
             let outcome = tokio::time::timeout(HANG, dispatch).await.expect("hangs");
             let error = outcome.expect_err("a failing C kernel's dispatch succeeded");

@@ -433,7 +433,7 @@ impl DeviceLoop {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         for _ in 0..count {
             builder
-                .dispatch(&executable, 0, [1, 1, 1], &[], [])
+                .dispatch(&executable.kernel_at(0).expect("kernel").launch([1, 1, 1]))
                 .expect("record");
         }
         DeviceLoop {

@@ -478,7 +478,7 @@ fn check() {
 /// recording starts each submission with the word cleared.
 #[test]
 fn kernels_fail_dispatches_through_the_status_word() {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode, EntryPoint};
+    use halcyon::{CommandBuffer, CommandBufferMode, EntryPoint};
     let Some(device) = device_or_skip("kernels_fail_dispatches_through_the_status_word") else {
         return;
     };
@@ -496,11 +496,10 @@ fn kernels_fail_dispatches_through_the_status_word() {
         let flag = device.allocator().allocate(16, BufferParams::DEVICE)?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder.dispatch(
-            &executable,
-            0,
-            [1, 1, 1],
-            &[],
-            [Binding::from(flag.whole())],
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(flag.whole()),
         )?;
         let check = builder.finish();
 

@@ -52,12 +52,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
-use crate::command_buffer::{
-    check_usage, Binding, BindingTable, Command, CommandBuffer, CommandBufferMode,
-};
+use crate::command_buffer::{check_usage, BindingTable, Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
-use crate::executable::Executable;
+use crate::executable::Launch;
 use crate::fence::Fence;
 use crate::semaphore::{Semaphore, Wait};
 
@@ -603,41 +601,28 @@ impl Queue {
         self.one(timepoints.into(), |b| b.copy(source, target).map(drop))
     }
 
-    /// Dispatches an entry point (see [`crate::command_buffer::CommandBufferBuilder::dispatch`]).
+    /// Dispatches `launch` ([`crate::Kernel::launch`]) once `timepoints.wait` is reached,
+    /// signalling `timepoints.signal` when it completes.
+    ///
+    /// The launch is checked as [`crate::CommandBufferBuilder::dispatch`] records it (counts,
+    /// constant sizes, workgroup limits of this device, usage, no binding-table slots); a
+    /// refused launch never reaches the device and fails the submission and the signal fence
+    /// in order (see [`crate::queue`]). The submission holds the launch's buffers and
+    /// executable until it completes; a kernel that fails on the device fails it likewise.
     ///
     /// ```
-    /// use halcyon::{Buffer, Executable, Queue, Timepoints};
+    /// use halcyon::{Buffer, Kernel, Queue, Timepoints};
     ///
     /// /// y = a * x + y over `n` floats, 256 per workgroup, once `Timepoints` allow.
-    /// async fn saxpy(queue: &Queue, saxpy: &Executable, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
-    ///     let entry = saxpy.entry_point_index("saxpy")?;
+    /// async fn saxpy(queue: &Queue, saxpy: &Kernel, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
     ///     let n = (x.size() / 4) as u32;
-    ///     let constants = [a.to_bits(), n];
-    ///     let groups = [n.div_ceil(256), 1, 1];
-    ///     queue
-    ///         .dispatch(Timepoints::default(), saxpy, entry, groups, &constants, &[x.whole(), y.whole()])
-    ///         .await
+    ///     let launch = saxpy.launch([n.div_ceil(256), 1, 1]).constant(a).constant(n);
+    ///     let launch = launch.binding(x.whole()).binding(y.whole());
+    ///     queue.dispatch(Timepoints::default(), &launch).await
     /// }
     /// ```
-    pub fn dispatch(
-        &self,
-        timepoints: impl Into<Timepoints>,
-        executable: &Executable,
-        entry_point: u32,
-        workgroups: [u32; 3],
-        constants: &[u32],
-        bindings: &[BufferRef],
-    ) -> Submission {
-        self.one(timepoints.into(), |b| {
-            b.dispatch(
-                executable,
-                entry_point,
-                workgroups,
-                constants,
-                bindings.iter().map(Binding::from),
-            )
-            .map(drop)
-        })
+    pub fn dispatch(&self, timepoints: impl Into<Timepoints>, launch: &Launch) -> Submission {
+        self.one(timepoints.into(), |b| b.dispatch(launch).map(drop))
     }
 
     /// Writes host bytes (copied now, any size) into `target`, which must be as long.

@@ -349,11 +349,11 @@ pub fn command_buffer_barrier_orders_commands(
             .fill(buffer.whole(), &41u32.to_le_bytes())?
             .barrier()
             .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(N),
-                &[N],
-                [buffer.whole().into()],
+                &kernels
+                    .add_one
+                    .launch(workgroups(N))
+                    .constant(N)
+                    .binding(buffer.whole()),
             )?;
         let command_buffer = builder.finish();
 

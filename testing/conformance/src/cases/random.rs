@@ -125,21 +125,21 @@ impl Side {
         let (whole, half) = (Binding::slot(0, 0, CELL_BYTES), CELL_BYTES / 2);
         builder
             .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(CELL_LEN),
-                &[CELL_LEN],
-                [whole],
+                &kernels
+                    .add_one
+                    .launch(workgroups(CELL_LEN))
+                    .constant(CELL_LEN)
+                    .binding(whole),
             )?
             .barrier()
             .copy(Binding::slot(0, 0, half), Binding::slot(1, half, half))?
             .barrier()
             .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(CELL_LEN),
-                &[CELL_LEN],
-                [Binding::slot(1, 0, CELL_BYTES)],
+                &kernels
+                    .add_one
+                    .launch(workgroups(CELL_LEN))
+                    .constant(CELL_LEN)
+                    .binding(Binding::slot(1, 0, CELL_BYTES)),
             )?;
         let kernel_error = if provider.can_fail() {
             let probe = device.create_semaphore(0)?;
@@ -766,11 +766,10 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
             builder
                 .dispatch(
-                    &k.executable,
-                    k.add_one,
-                    workgroups(*n),
-                    &[*n],
-                    [Binding::from(whole(*x))],
+                    &k.add_one
+                        .launch(workgroups(*n))
+                        .constant(*n)
+                        .binding(whole(*x)),
                 )?
                 .barrier()
                 .copy(part(*x, *at, *len)?, part(*y, *to_at, *len)?)?
