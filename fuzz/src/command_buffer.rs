@@ -636,7 +636,7 @@ pub fn run(input: Input) -> Summary {
                     target: m,
                     pattern_len,
                 };
-                (builder.fill(b, pattern).map(drop), command, Extra::None)
+                (builder.fill(pattern, b).map(drop), command, Extra::None)
             }
             Op::Update {
                 target,
@@ -653,7 +653,7 @@ pub fn run(input: Input) -> Summary {
                 let data_len = wanted.clamp(0, i128::from(MAX_UPDATE_SIZE) + 1) as u64;
                 let data = vec![0xA5u8; data_len as usize];
                 let command = MCommand::Update { target: m };
-                let outcome = builder.update(b, &data).map(drop);
+                let outcome = builder.update(&data, b).map(drop);
                 (outcome, command, Extra::Data(data_len))
             }
             Op::Copy { source, target } => {

@@ -260,7 +260,7 @@ struct Recorded {
 ///
 /// async fn clear_twice(queue: &Queue, a: &Buffer, b: &Buffer) -> halcyon::Result<()> {
 ///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-///     builder.fill(Binding::slot(0, 0, 64), &[0])?; // the first 64 bytes of slot 0
+///     builder.fill(&[0], Binding::slot(0, 0, 64))?; // the first 64 bytes of slot 0
 ///     let clear = builder.finish();
 ///     for buffer in [a, b] {
 ///         let mut table = BindingTable::new();
@@ -549,7 +549,7 @@ impl CommandBufferBuilder {
 
     /// Fills `target` with `pattern` (1, 2 or 4 bytes, repeated). Offset and length must be
     /// multiples of the pattern length; the target needs [`BufferUsage::TRANSFER_TARGET`].
-    pub fn fill(&mut self, target: impl Into<Binding>, pattern: &[u8]) -> Result<&mut Self> {
+    pub fn fill(&mut self, pattern: &[u8], target: impl Into<Binding>) -> Result<&mut Self> {
         let target = target.into();
         let pattern_len = pattern.len();
         if !matches!(pattern_len, 1 | 2 | 4) {
@@ -573,7 +573,7 @@ impl CommandBufferBuilder {
 
     /// Writes `data` (copied now) into `target`, which must be exactly as long. At most
     /// [`MAX_UPDATE_SIZE`] bytes; offset and length multiples of 4.
-    pub fn update(&mut self, target: impl Into<Binding>, data: &[u8]) -> Result<&mut Self> {
+    pub fn update(&mut self, data: &[u8], target: impl Into<Binding>) -> Result<&mut Self> {
         let target = target.into();
         if data.len() as u64 > MAX_UPDATE_SIZE {
             return Err(Error::new(
@@ -762,7 +762,7 @@ mod tests {
     fn slots_above_the_limit_are_refused_without_allocating() {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         let error = builder
-            .fill(Binding::slot(u32::MAX, 0, 4), &[0])
+            .fill(&[0], Binding::slot(u32::MAX, 0, 4))
             .expect_err("slot u32::MAX must be refused");
         assert_eq!(error.code(), StatusCode::OutOfRange);
         assert!(error.message().contains(&u32::MAX.to_string()), "{error}");
@@ -866,8 +866,8 @@ mod tests {
     fn slot_bindings_are_aligned_in_the_buffer_they_resolve_to() {
         let target = buffer(64);
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(Binding::slot(0, 0, 4), &[1, 2, 3, 4]).unwrap();
-        builder.update(Binding::slot(1, 4, 4), &[5; 4]).unwrap();
+        builder.fill(&[1, 2, 3, 4], Binding::slot(0, 0, 4)).unwrap();
+        builder.update(&[5; 4], Binding::slot(1, 4, 4)).unwrap();
         let commands = builder.finish();
         let table = |fill_at: u64, update_at: u64| {
             let mut table = BindingTable::new();

@@ -45,9 +45,9 @@ fn updates_and_reads_share_one_pooled_pinned_buffer() -> Result<()> {
                 let a: Vec<u8> = (0..12).map(|i| round ^ i).collect();
                 let b: Vec<u8> = (0..100).map(|i| round.wrapping_mul(3) ^ i).collect();
                 let c: Vec<u8> = (0..2000).map(|i| (i % 251) as u8 ^ round).collect();
-                builder.update(x.slice(0..12)?, &a)?;
-                builder.update(x.slice(100..200)?, &b)?;
-                builder.update(x.slice(1000..3000)?, &c)?;
+                builder.update(&a, x.slice(0..12)?)?;
+                builder.update(&b, x.slice(100..200)?)?;
+                builder.update(&c, x.slice(1000..3000)?)?;
                 let list = builder.finish();
                 done("updates", queue.execute(Timepoints::default(), &list, None)).await?;
                 let bytes = download(&queue, Fence::new(), &x.whole()).await?;
@@ -86,14 +86,14 @@ fn lists_captured_into_graphs_take_no_lease() -> Result<()> {
     block_on(async {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.update(x.slice(4..8)?, &u32_bytes(&[42]))?;
-        builder.fill(Binding::from(x.slice(8..16)?), &[1])?;
+        builder.update(&u32_bytes(&[42]), x.slice(4..8)?)?;
+        builder.fill(&[1], Binding::from(x.slice(8..16)?))?;
         let list = builder.finish();
         for round in 0..4 {
             let leases = stat(&device, keys::PINNED_LEASES);
             done(
                 "fill x[0]",
-                queue.fill(Timepoints::default(), &x.slice(0..4)?, &[0]),
+                queue.fill(Timepoints::default(), &[0], &x.slice(0..4)?),
             )
             .await?;
             done("list", queue.execute(Timepoints::default(), &list, None)).await?;
@@ -143,7 +143,7 @@ fn without_pinned_memory_copies_work_and_status_words_fail_clearly() -> Result<(
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[1, 2, 3])).await?;
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-            builder.update(x.slice(4..8)?, &u32_bytes(&[20]))?;
+            builder.update(&u32_bytes(&[20]), x.slice(4..8)?)?;
             done(
                 "update",
                 queue.execute(Timepoints::default(), &builder.finish(), None),

@@ -141,7 +141,7 @@ fn a_backend_panic_after_the_copy_was_enqueued_keeps_the_destination() -> Result
         let small = device.allocator().allocate(4, BufferParams::DEVICE)?;
         block_on(done(
             "fill",
-            queue.fill(Timepoints::default(), &small.whole(), &[0]),
+            queue.fill(Timepoints::default(), &[0], &small.whole()),
         ))?;
         assert!(
             victim.iter().all(|&b| b == 0),

@@ -471,8 +471,8 @@ fn empty_status_word_dispatches_check_nothing() -> Result<()> {
         );
         let dependent = q1.fill(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
-            &target.whole(),
             &[3],
+            &target.whole(),
         );
         eventually("both issued", || stat(&device, keys::IN_FLIGHT) == 2).await?;
         assert_eq!(stat(&device, keys::NATIVE_WAITS), 1);

@@ -53,7 +53,7 @@ async fn main() -> halcyon::Result<()> {
     // Every step waits for the previous one on the queue's timeline.
     let timeline = queue.timeline()?;
     let upload = queue.write(timeline.next(), bytemuck::cast_slice(&xs), &x.whole());
-    let init = queue.fill(timeline.next(), &y.whole(), &1.0f32.to_le_bytes());
+    let init = queue.fill(timeline.next(), &1.0f32.to_le_bytes(), &y.whole());
     let groups = (N as u32).div_ceil(WORKGROUP);
     let dispatch = queue.dispatch(
         timeline.next(),

@@ -135,7 +135,7 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             "no failing host call"
         );
         transfer
-            .fill(Timepoints::default(), &buffer.whole(), &[7])
+            .fill(Timepoints::default(), &[7], &buffer.whole())
             .await
             .unwrap();
         let bytes = transfer

@@ -348,7 +348,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
         );
     };
     refused(
-        block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])),
+        block_on(queue.fill(Timepoints::default(), &[7], &input.whole())),
         "fill under a shared view",
     );
     refused(
@@ -373,7 +373,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
     block_on(held).unwrap();
     assert_eq!(read_u32(&device, &output), [1; 4]);
     // Ordered after the dispatch (it is done), the same transfers run.
-    block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])).unwrap();
+    block_on(queue.fill(Timepoints::default(), &[7], &input.whole())).unwrap();
     block_on(queue.copy(Timepoints::default(), &spare.whole(), &output.whole())).unwrap();
     assert_eq!(read_u32(&device, &input), [0x0707_0707; 4]);
     assert_eq!(read_u32(&device, &output), [0; 4]);

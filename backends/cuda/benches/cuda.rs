@@ -341,7 +341,7 @@ fn transfer_queue(bytes: usize) -> (Device, Queue, Timeline, halcyon::Buffer) {
         .allocator()
         .allocate(bytes as u64, halcyon::BufferParams::DEVICE)
         .expect("buffer");
-    block_on(queue.fill(timeline.next(), &buffer.whole(), &[7])).expect("fill");
+    block_on(queue.fill(timeline.next(), &[7], &buffer.whole())).expect("fill");
     (device, queue, timeline, buffer)
 }
 

@@ -96,7 +96,7 @@
 //! let queue = device.queue(0)?;
 //! let timeline = queue.timeline()?;
 //! futures::executor::block_on(async {
-//!     queue.fill(timeline.next(), &buffer.whole(), &[0]).await?;
+//!     queue.fill(timeline.next(), &[0], &buffer.whole()).await?;
 //!     queue
 //!         .dispatch(timeline.next(), &add_one.launch([16, 1, 1]).constant(1024u32).binding(buffer.whole()))
 //!         .await?;

@@ -131,7 +131,7 @@ fn small_buffers_share_blocks() {
         let timeline = queue.timeline()?;
         let mut submissions = Vec::new();
         for i in (0..N - 2).step_by(37) {
-            submissions.push(queue.fill(timeline.next(), &buffers[i].slice(1..255)?, &[0xA5]));
+            submissions.push(queue.fill(timeline.next(), &[0xA5], &buffers[i].slice(1..255)?));
             expected[i][1..255].fill(0xA5);
             submissions.push(queue.copy(
                 timeline.next(),
@@ -317,7 +317,7 @@ fn non_coherent_round_trips_at_odd_offsets() {
                     &buffers[1].whole(),
                     &buffers[0].slice(511..514)?,
                 ),
-                queue.fill(timeline.next(), &buffers[5].slice(1..332)?, &[0x3C]),
+                queue.fill(timeline.next(), &[0x3C], &buffers[5].slice(1..332)?),
             ];
             all("copies", submissions).await?;
             let copied = expected[3][3..1024].to_vec();
@@ -382,7 +382,7 @@ fn reused_memory_reads_as_zero() {
             old.map_write(..)?.fill(0xFF);
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &old.slice(8..4000)?, &[0xEE]),
+                queue.fill(Timepoints::default(), &[0xEE], &old.slice(8..4000)?),
             )
             .await?;
             drop(old);

@@ -67,8 +67,8 @@ fn device_to_device_waits_chain_without_host_wakes() {
         let polls_before = stat(&device, "vulkan.reactor_polls");
         let mut submissions = vec![queue.fill(
             Timepoints::new(Fence::new(), Fence::at(&sems[0], 1)),
-            &buffer.whole(),
             &0u32.to_le_bytes(),
+            &buffer.whole(),
         )];
         for i in 1..CHAIN {
             submissions.push(kernels.add_one(
@@ -118,8 +118,8 @@ fn host_semaphores_wait_on_the_host() {
         let before = stat(&device, "vulkan.host_waits");
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&after, 1)),
-            &buffer.whole(),
             &[7],
+            &buffer.whole(),
         );
         assert_eq!(stat(&device, "vulkan.host_waits") - before, 1);
         gate.signal(1)?;
@@ -213,7 +213,7 @@ fn mapping_and_flush_paths() {
             assert!(bytes.iter().enumerate().all(|(i, &b)| b == i as u8));
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &buffer.slice(3..999)?, &[0xEE]),
+                queue.fill(Timepoints::default(), &[0xEE], &buffer.slice(3..999)?),
             )
             .await?;
             let guard = buffer.map_read(..)?;
@@ -389,7 +389,7 @@ fn transfer_queues_move_memory_and_refuse_dispatches() {
             let copy = device.allocator().allocate(1024, BufferParams::DEVICE)?;
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &buffer.whole(), &[0x5a]),
+                queue.fill(Timepoints::default(), &[0x5a], &buffer.whole()),
             )
             .await?;
             done(
@@ -430,7 +430,7 @@ fn dispatch_of_another_devices_executable_is_refused() {
         let buffer = b.allocator().allocate(256 * 4, BufferParams::DEVICE)?;
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[0]),
+            queue.fill(Timepoints::default(), &[0], &buffer.whole()),
         )
         .await?;
         let signal = b.create_semaphore(0)?;
@@ -510,7 +510,7 @@ fn kernels_fail_dispatches_through_the_status_word() {
         .await?;
         done(
             "flag = 7",
-            queue.fill(Timepoints::default(), &flag.whole(), &7u32.to_le_bytes()),
+            queue.fill(Timepoints::default(), &7u32.to_le_bytes(), &flag.whole()),
         )
         .await?;
         let sem = device.create_semaphore(0)?;
@@ -522,8 +522,8 @@ fn kernels_fail_dispatches_through_the_status_word() {
         );
         let dependent = queue.fill(
             Timepoints::new(Fence::at(&sem, 1), Fence::new()),
-            &flag.whole(),
             &[0],
+            &flag.whole(),
         );
         assert_eq!(
             stat(&device, "vulkan.host_waits") - host_waits,
@@ -547,7 +547,7 @@ fn kernels_fail_dispatches_through_the_status_word() {
 
         done(
             "flag = 0",
-            queue.fill(Timepoints::default(), &flag.whole(), &[0]),
+            queue.fill(Timepoints::default(), &[0], &flag.whole()),
         )
         .await?;
         let reuses = stat(&device, "vulkan.recording_reuses");

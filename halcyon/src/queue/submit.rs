@@ -29,8 +29,8 @@
 //! let done = queue.device().create_semaphore(0)?;
 //! let fill = queue.fill(
 //!     Timepoints::new(Fence::at(&go, 1), Fence::at(&done, 1)),
-//!     &buffer.whole(),
 //!     &[7],
+//!     &buffer.whole(),
 //! );
 //! // Changed our mind before `go` was signalled: the fill never runs.
 //! go.fail(Error::new(StatusCode::Cancelled, "the user pressed stop"));
@@ -96,14 +96,14 @@ impl From<(&Fence, &Fence)> for Timepoints {
 /// ```
 /// # fn demo(queue: &halcyon::Queue, buffer: &halcyon::Buffer) -> halcyon::Result<()> {
 /// let timeline = queue.timeline()?;
-/// let _ = queue.fill(timeline.next(), &buffer.whole(), &[0]);   // waits 0, signals 1
+/// let _ = queue.fill(timeline.next(), &[0], &buffer.whole());   // waits 0, signals 1
 /// let read = queue.read(timeline.next(), &buffer.whole());      // waits 1, signals 2
 /// # Ok(()) }
 /// ```
 ///
 /// Every value [`Timeline::next`] hands out is signalled in order, even one whose step is never
-/// submitted: a [`TimelineStep`] dropped unsubmitted (the ordinary case: `q.fill(t.next(),
-/// &buf.slice(0..1000)?, &[1])`, where `next()` runs and then `?` returns early) becomes a
+/// submitted: a [`TimelineStep`] dropped unsubmitted (the ordinary case: `q.fill(t.next(), &[1],
+/// &buf.slice(0..1000)?)`, where `next()` runs and then `?` returns early) becomes a
 /// [`Queue::barrier`] on the timeline's queue, a no-op that passes its value on, so later
 /// operations do not wait for it forever. The caller already got the error that kept the
 /// step from being submitted; the timeline itself carries on.
@@ -574,10 +574,10 @@ impl Queue {
     pub fn fill(
         &self,
         timepoints: impl Into<Timepoints>,
-        target: &BufferRef,
         pattern: &[u8],
+        target: &BufferRef,
     ) -> Submission {
-        self.one(timepoints.into(), |b| b.fill(target, pattern).map(drop))
+        self.one(timepoints.into(), |b| b.fill(pattern, target).map(drop))
     }
 
     /// Writes `data` (copied now) into `target` (at most
@@ -588,7 +588,7 @@ impl Queue {
         data: &[u8],
         target: &BufferRef,
     ) -> Submission {
-        self.one(timepoints.into(), |b| b.update(target, data).map(drop))
+        self.one(timepoints.into(), |b| b.update(data, target).map(drop))
     }
 
     /// Copies `source` into `target`.

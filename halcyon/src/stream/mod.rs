@@ -72,7 +72,7 @@
 //!     let buffer = device.allocator().allocate(256 * 4, BufferParams::DEVICE)?;
 //!
 //!     let timeline = queue.timeline()?;
-//!     queue.fill(timeline.next(), &buffer.whole(), &41u32.to_le_bytes()).await?;
+//!     queue.fill(timeline.next(), &41u32.to_le_bytes(), &buffer.whole()).await?;
 //!     queue.dispatch(timeline.next(), &add_one.launch([4, 1, 1]).binding(buffer.whole())).await?;
 //!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
 //!     assert!(bytemuck::cast_slice::<u8, u32>(&bytes).iter().all(|&x| x == 42));

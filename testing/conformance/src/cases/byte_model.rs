@@ -160,7 +160,7 @@ fn replay() -> Result<CommandBuffer> {
     builder
         .copy(Binding::slot(0, 0, 16), Binding::slot(1, 4, 16))?
         .barrier()
-        .fill(Binding::slot(1, 0, 4), &[0xA5, 0x5A])?;
+        .fill(&[0xA5, 0x5A], Binding::slot(1, 0, 4))?;
     Ok(builder.finish())
 }
 
@@ -449,7 +449,7 @@ fn submit_one(
 ) -> Result<Submission> {
     Ok(match transfer {
         Transfer::Fill { target, pattern } => {
-            queue.fill(timepoints, &state.range(*target)?, pattern)
+            queue.fill(timepoints, pattern, &state.range(*target)?)
         }
         Transfer::Update { target, data } => queue.update(timepoints, data, &state.range(*target)?),
         Transfer::Copy { source, target } => {
@@ -465,8 +465,8 @@ fn record(
     transfer: &Transfer,
 ) -> Result<()> {
     match transfer {
-        Transfer::Fill { target, pattern } => builder.fill(state.range(*target)?, pattern)?,
-        Transfer::Update { target, data } => builder.update(state.range(*target)?, data)?,
+        Transfer::Fill { target, pattern } => builder.fill(pattern, state.range(*target)?)?,
+        Transfer::Update { target, data } => builder.update(data, state.range(*target)?)?,
         Transfer::Copy { source, target } => {
             builder.copy(state.range(*source)?, state.range(*target)?)?
         }
@@ -640,7 +640,7 @@ fn refuse(
         // a barrier, so the timeline does not stall.
         let len = 1 + rng.below(8);
         let attempt = || -> Result<Submission> {
-            Ok(queue.fill(timeline.next(), &part(size + 1 - len, len)?, &[1]))
+            Ok(queue.fill(timeline.next(), &[1], &part(size + 1 - len, len)?))
         };
         let error = attempt().err().unwrap_or_else(|| {
             panic!("operation {index} ({what}): a range past the end of buffer {buffer} was sliced")
@@ -661,11 +661,11 @@ fn refuse(
             } else {
                 (0, 4 * rng.below(size / 4) + 2)
             };
-            let fill = queue.fill(timepoints, &part(at, len)?, &[1, 2, 3, 4]);
+            let fill = queue.fill(timepoints, &[1, 2, 3, 4], &part(at, len)?);
             (fill, StatusCode::InvalidArgument)
         }
         Refusal::PatternOf3 => (
-            queue.fill(timepoints, &whole, &[1, 2, 3]),
+            queue.fill(timepoints, &[1, 2, 3], &whole),
             StatusCode::InvalidArgument,
         ),
         Refusal::MisalignedUpdate => {

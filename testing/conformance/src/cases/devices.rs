@@ -554,7 +554,7 @@ pub fn foreign_resources(a: Device, b: Device, kernels: &dyn Kernels) -> Result<
         let s = fresh()?;
         let fill = b
             .queue
-            .fill(signals(&s, 1), &target.whole(), &7u32.to_le_bytes());
+            .fill(signals(&s, 1), &7u32.to_le_bytes(), &target.whole());
         let (expected, after) = match foreign("a fill on B of A's buffer", fill, &s).await? {
             Some(()) => (vec![7; N as usize], Fence::at(&s, 1)),
             None => (data.clone(), Fence::new()),

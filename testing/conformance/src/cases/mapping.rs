@@ -25,8 +25,8 @@ pub fn map_refused_while_device_writes(device: &Device, _: &dyn Kernels) -> Resu
         let gate = device.create_semaphore(0)?;
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::new()),
-            &buffer.whole(),
             &[0xA5],
+            &buffer.whole(),
         );
 
         let write = buffer.map_write(..).map(|g| g.len());
@@ -62,13 +62,13 @@ pub fn submission_refused_while_mapped(device: &Device, _: &dyn Kernels) -> Resu
         let id = buffer.id().to_string();
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[1]),
+            queue.fill(Timepoints::default(), &[1], &buffer.whole()),
         )
         .await?;
 
         let guard = buffer.map_read(..)?;
         let signal = device.create_semaphore(0)?;
-        let fill = queue.fill(signals(&signal, 1), &buffer.whole(), &[2]);
+        let fill = queue.fill(signals(&signal, 1), &[2], &buffer.whole());
         let outcome = within("fill while mapped for reading", fill).await?;
         assert_error(outcome, StatusCode::FailedPrecondition, &[&id]);
         assert_failed(&signal, StatusCode::FailedPrecondition, &id);
@@ -148,8 +148,8 @@ pub fn later_failure_waits_for_earlier_work(device: &Device, _: &dyn Kernels) ->
         );
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
-            &buffer.whole(),
             &[0x5A],
+            &buffer.whole(),
         );
         let mut wait = Fence::at(&s, 1);
         wait.insert(&doomed, 1);
@@ -191,8 +191,8 @@ pub fn failure_through_another_semaphore_waits_for_earlier_work(
         let (gate, s, doomed, chain) = (gate?, s?, doomed?, chain?);
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
-            &buffer.whole(),
             &[0x3C],
+            &buffer.whole(),
         );
         let mut wait = Fence::at(&s, 1);
         wait.insert(&doomed, 1);

@@ -228,7 +228,7 @@ pub fn timeline_in_order(device: &Device, kernels: &dyn Kernels) -> Result<()> {
             .allocate(N as u64 * 4, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
 
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &7u32.to_le_bytes());
+        let fill = queue.fill(timeline.next(), &7u32.to_le_bytes(), &buffer.whole());
         let adds: Vec<_> = (0..3)
             .map(|_| kernels.add_one(&queue, timeline.next(), &buffer.whole(), N))
             .collect();
@@ -346,7 +346,7 @@ pub fn command_buffer_barrier_orders_commands(
         let buffer = upload(&queue, BufferParams::DEVICE, &vec![0; N as usize * 4]).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         builder
-            .fill(buffer.whole(), &41u32.to_le_bytes())?
+            .fill(&41u32.to_le_bytes(), buffer.whole())?
             .barrier()
             .dispatch(
                 &kernels
@@ -387,8 +387,8 @@ pub fn refusal_fails_in_order(device: &Device, _: &dyn Kernels) -> Result<()> {
         let timeline = queue.timeline()?;
         let mut first = timeline.next();
         first.wait.insert(&gate, 1);
-        let fill = queue.fill(first, &buffer.whole(), &7u32.to_le_bytes());
-        let mut refused = queue.fill(timeline.next(), &buffer.slice(2..6)?, &1u32.to_le_bytes());
+        let fill = queue.fill(first, &7u32.to_le_bytes(), &buffer.whole());
+        let mut refused = queue.fill(timeline.next(), &1u32.to_le_bytes(), &buffer.slice(2..6)?);
         assert!(
             poll!(&mut refused).is_pending(),
             "a refused operation completed before the operation before it on its timeline"
@@ -422,11 +422,11 @@ pub fn dropped_timeline_step_does_not_stall(device: &Device, _: &dyn Kernels) ->
         let buffer = device.allocator().allocate(16, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
         let attempt = || -> Result<halcyon::Submission> {
-            Ok(queue.fill(timeline.next(), &buffer.slice(0..1000)?, &[1]))
+            Ok(queue.fill(timeline.next(), &[1], &buffer.slice(0..1000)?))
         };
         let error = attempt().unwrap_err();
         assert_eq!(error.code(), StatusCode::OutOfRange, "{error}");
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &[9]);
+        let fill = queue.fill(timeline.next(), &[9], &buffer.whole());
         done("a fill after a dropped timeline step", fill).await?;
         assert_eq!(timeline.semaphore().query()?, 2);
         let values = download(&queue, Fence::new(), &buffer.whole()).await?;

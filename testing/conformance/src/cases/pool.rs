@@ -92,7 +92,7 @@ pub fn deallocated_buffer_is_refused(device: &Device, _: &dyn Kernels) -> Result
         done("dealloca", queue.dealloca(timeline.next(), &buffer)).await?;
 
         let signal = device.create_semaphore(0)?;
-        let fill = queue.fill(signals(&signal, 1), &buffer.whole(), &[0]);
+        let fill = queue.fill(signals(&signal, 1), &[0], &buffer.whole());
         let id = buffer.id().to_string();
         assert_error(
             within("fill", fill).await?,

@@ -730,7 +730,7 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
             at,
             len,
             value,
-        } => unit(transfer.fill(timepoints, &part(*cell, *at, *len)?, &value.to_le_bytes())),
+        } => unit(transfer.fill(timepoints, &value.to_le_bytes(), &part(*cell, *at, *len)?)),
         Op::Update { cell, at, data } => {
             let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
             let target = part(*cell, *at, data.len() as u32)?;
@@ -774,7 +774,7 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
                 .barrier()
                 .copy(part(*x, *at, *len)?, part(*y, *to_at, *len)?)?
                 .barrier()
-                .fill(part(*y, *fill_at, *fill_len)?, &value.to_le_bytes())?;
+                .fill(&value.to_le_bytes(), part(*y, *fill_at, *fill_len)?)?;
             unit(dispatch.execute(timepoints, &builder.finish(), None))
         }
         Op::Replay { x, y } => {

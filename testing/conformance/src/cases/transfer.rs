@@ -21,9 +21,9 @@ pub fn fill_update_copy_round_trip(device: &Device, _: &dyn Kernels) -> Result<(
         let timeline = queue.timeline()?;
 
         let submissions = [
-            queue.fill(timeline.next(), &a.whole(), &0x0102_0304u32.to_le_bytes()),
-            queue.fill(timeline.next(), &a.slice(256..512)?, &[0xAB, 0xCD]),
-            queue.fill(timeline.next(), &a.slice(513..517)?, &[0x5E]),
+            queue.fill(timeline.next(), &0x0102_0304u32.to_le_bytes(), &a.whole()),
+            queue.fill(timeline.next(), &[0xAB, 0xCD], &a.slice(256..512)?),
+            queue.fill(timeline.next(), &[0x5E], &a.slice(513..517)?),
             queue.update(timeline.next(), &update, &a.slice(16..48)?),
             queue.copy(timeline.next(), &a.slice(0..512)?, &b.slice(512..1024)?),
             queue.write(timeline.next(), &written, &b.slice(0..512)?),
@@ -83,7 +83,7 @@ pub fn queue_read_returns_bytes(device: &Device, _: &dyn Kernels) -> Result<()> 
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &[0x11, 0x22]);
+        let fill = queue.fill(timeline.next(), &[0x11, 0x22], &buffer.whole());
         let read = queue.read(timeline.next(), &buffer.slice(6..16)?);
         let bytes = done("read", read).await?;
         assert_eq!(bytes, [0x11, 0x22].repeat(5), "read of bytes 6..16");
