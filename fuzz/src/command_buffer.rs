@@ -636,7 +636,16 @@ pub fn run(input: Input) -> Summary {
                     target: m,
                     pattern_len,
                 };
-                (builder.fill(pattern, b).map(drop), command, Extra::None)
+                let outcome = match *pattern {
+                    [] => builder.fill([0u8; 0], b),
+                    [x] => builder.fill(x, b),
+                    [x, y] => builder.fill([x, y], b),
+                    [x, y, z] => builder.fill([x, y, z], b),
+                    [x, y, z, w] => builder.fill([x, y, z, w], b),
+                    [x, y, z, w, v] => builder.fill([x, y, z, w, v], b),
+                    _ => unreachable!("at most 5 bytes"),
+                };
+                (outcome.map(drop), command, Extra::None)
             }
             Op::Update {
                 target,

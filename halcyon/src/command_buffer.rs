@@ -19,6 +19,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bytemuck::Pod;
+
 use crate::buffer::{Access, BufferRef, BufferUsage};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::{Executable, Launch};
@@ -260,7 +262,7 @@ struct Recorded {
 ///
 /// async fn clear_twice(queue: &Queue, a: &Buffer, b: &Buffer) -> halcyon::Result<()> {
 ///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-///     builder.fill(&[0], Binding::slot(0, 0, 64))?; // the first 64 bytes of slot 0
+///     builder.fill(0u8, Binding::slot(0, 0, 64))?; // the first 64 bytes of slot 0
 ///     let clear = builder.finish();
 ///     for buffer in [a, b] {
 ///         let mut table = BindingTable::new();
@@ -547,9 +549,14 @@ impl CommandBufferBuilder {
         self.commands.push(command);
     }
 
-    /// Fills `target` with `pattern` (1, 2 or 4 bytes, repeated). Offset and length must be
-    /// multiples of the pattern length; the target needs [`BufferUsage::TRANSFER_TARGET`].
-    pub fn fill(&mut self, pattern: &[u8], target: impl Into<Binding>) -> Result<&mut Self> {
+    /// Records a fill of `target` with `pattern` repeated: a value of 1, 2 or 4 bytes (`0u8`,
+    /// `1.0f32`...), written as it lies in memory. Offset and length must be multiples of its
+    /// size (checked again at submission for a slot binding, on the range the table gives);
+    /// the target needs [`BufferUsage::TRANSFER_TARGET`]. Any other size, or a failed check,
+    /// is `InvalidArgument` (`OutOfRange` for a slot past [`MAX_BINDING_SLOTS`]) and records
+    /// nothing.
+    pub fn fill<T: Pod>(&mut self, pattern: T, target: impl Into<Binding>) -> Result<&mut Self> {
+        let pattern = bytemuck::bytes_of(&pattern);
         let target = target.into();
         let pattern_len = pattern.len();
         if !matches!(pattern_len, 1 | 2 | 4) {
@@ -571,9 +578,13 @@ impl CommandBufferBuilder {
         Ok(self)
     }
 
-    /// Writes `data` (copied now) into `target`, which must be exactly as long. At most
-    /// [`MAX_UPDATE_SIZE`] bytes; offset and length multiples of 4.
-    pub fn update(&mut self, data: &[u8], target: impl Into<Binding>) -> Result<&mut Self> {
+    /// Records a write of the elements of `data` into `target`: they are copied into the
+    /// recording now (the caller may reuse `data` at once) and written each time the command
+    /// buffer runs. The target must be exactly as many bytes long, at most [`MAX_UPDATE_SIZE`]
+    /// of them, with offset and length multiples of 4 and [`BufferUsage::TRANSFER_TARGET`];
+    /// otherwise `InvalidArgument`, and nothing is recorded.
+    pub fn update<T: Pod>(&mut self, data: &[T], target: impl Into<Binding>) -> Result<&mut Self> {
+        let data: &[u8] = bytemuck::cast_slice(data);
         let target = target.into();
         if data.len() as u64 > MAX_UPDATE_SIZE {
             return Err(Error::new(
@@ -762,7 +773,7 @@ mod tests {
     fn slots_above_the_limit_are_refused_without_allocating() {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         let error = builder
-            .fill(&[0], Binding::slot(u32::MAX, 0, 4))
+            .fill(0u8, Binding::slot(u32::MAX, 0, 4))
             .expect_err("slot u32::MAX must be refused");
         assert_eq!(error.code(), StatusCode::OutOfRange);
         assert!(error.message().contains(&u32::MAX.to_string()), "{error}");
@@ -866,8 +877,10 @@ mod tests {
     fn slot_bindings_are_aligned_in_the_buffer_they_resolve_to() {
         let target = buffer(64);
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(&[1, 2, 3, 4], Binding::slot(0, 0, 4)).unwrap();
-        builder.update(&[5; 4], Binding::slot(1, 4, 4)).unwrap();
+        builder
+            .fill([1u8, 2, 3, 4], Binding::slot(0, 0, 4))
+            .unwrap();
+        builder.update(&[5u8; 4], Binding::slot(1, 4, 4)).unwrap();
         let commands = builder.finish();
         let table = |fill_at: u64, update_at: u64| {
             let mut table = BindingTable::new();

@@ -60,7 +60,7 @@ fn cross_queue_wait_is_a_stream_wait() -> Result<()> {
         let (a, b) = (device.create_semaphore(0)?, device.create_semaphore(0)?);
 
         let hold = api.hold();
-        let fill = q0.fill(signals(&a, 1), &[7], &x.whole());
+        let fill = q0.fill(signals(&a, 1), 7u8, &x.whole());
         let polls = stat(&device, keys::REACTOR_POLLS);
         let copy = q1.copy(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
@@ -114,7 +114,7 @@ fn parked_action_released_when_its_signal_is_scheduled() -> Result<()> {
         );
         assert_eq!(stat(&device, keys::DEFERRED_WAITS), 1, "{strategy:?}");
         assert_eq!(stat(&device, keys::IN_FLIGHT), 0, "parked work was issued");
-        let fill = q0.fill(signals(&a, 1), &[9], &x.whole());
+        let fill = q0.fill(signals(&a, 1), 9u8, &x.whole());
         wait_until("the parked copy to be issued", || {
             stat(&device, keys::IN_FLIGHT) == 2
         })?;
@@ -159,10 +159,10 @@ fn fault_probe_fails_every_affected_fence() -> Result<()> {
         let host_funcs = api.stats().host_funcs;
 
         let hold = api.hold();
-        let in_flight = q0.fill(signals(&a, 1), &[1], &x.whole());
+        let in_flight = q0.fill(signals(&a, 1), 1u8, &x.whole());
         let native = q1.fill(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
-            &[2],
+            2u8,
             &x.whole(),
         );
         let parked = q0.barrier(Timepoints::new(Fence::at(&gate, 1), Fence::at(&c, 1)));
@@ -180,7 +180,7 @@ fn fault_probe_fails_every_affected_fence() -> Result<()> {
                 let outcome = within(name, submission).await?;
                 assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
             }
-            let after = q1.fill(signals(&c, 2), &[3], &x.whole());
+            let after = q1.fill(signals(&c, 2), 3u8, &x.whole());
             let outcome = within("after the fault", after).await?;
             assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
             Ok(())
@@ -232,7 +232,7 @@ fn kernel_failure_travels_through_stream_waits() -> Result<()> {
             );
             let dependent = q1.fill(
                 Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
-                &[0],
+                0u8,
                 &y.whole(),
             );
             gate.signal(1)?;
@@ -342,7 +342,7 @@ fn events_and_timepoints_are_reused() -> Result<()> {
             for i in 0..200u32 {
                 done(
                     "fill",
-                    queue.fill(timeline.next(), &[i as u8], &buffer.whole()),
+                    queue.fill(timeline.next(), i as u8, &buffer.whole()),
                 )
                 .await?;
             }
@@ -384,7 +384,7 @@ fn dropping_the_device_settles_work_in_flight() -> Result<()> {
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let done_sem = device.create_semaphore(0)?;
         let hold = api.hold();
-        let fill = queue.fill(signals(&done_sem, 1), &[1], &buffer.whole());
+        let fill = queue.fill(signals(&done_sem, 1), 1u8, &buffer.whole());
         let dropper = std::thread::spawn(move || drop(device));
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(done_sem.query()?, 0);
@@ -412,7 +412,7 @@ fn only_host_callback_devices_probe() -> Result<()> {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let (hold, polls) = (api.hold(), stat(&device, keys::REACTOR_POLLS));
-        let fill = queue.fill(Timepoints::default(), &[1], &buffer.whole());
+        let fill = queue.fill(Timepoints::default(), 1u8, &buffer.whole());
         match strategy {
             CompletionStrategy::HostCallback => {
                 wait_until("the probe runs", || stat(&device, keys::PROBES) >= 3)?;
@@ -450,7 +450,7 @@ fn completions_come_from_the_chosen_strategy() -> Result<()> {
         let timeline = queue.timeline()?;
         block_on(async {
             for _ in 0..10 {
-                done("fill", queue.fill(timeline.next(), &[1], &buffer.whole())).await?;
+                done("fill", queue.fill(timeline.next(), 1u8, &buffer.whole())).await?;
             }
             Ok(())
         })?;
@@ -506,7 +506,7 @@ fn buffers_of_another_device_are_refused() -> Result<()> {
     block_on(async {
         let fill = two
             .queue(0)?
-            .fill(signals(&signal, 1), &[1], &buffer.whole());
+            .fill(signals(&signal, 1), 1u8, &buffer.whole());
         let outcome = within("fill", fill).await?;
         let id = buffer.id().to_string();
         assert_error(outcome, StatusCode::InvalidArgument, &[&id, &two.info().id]);
@@ -574,7 +574,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
                 done("execute with a table", run).await?;
                 done(
                     "fill",
-                    queue.fill(Timepoints::default(), &[1], &x.slice(60..64)?),
+                    queue.fill(Timepoints::default(), 1u8, &x.slice(60..64)?),
                 )
                 .await?;
             }
@@ -628,11 +628,7 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
         )?;
         let list = builder.finish();
         for round in 0..3 {
-            done(
-                "fill",
-                queue.fill(Timepoints::default(), &[7], &out.whole()),
-            )
-            .await?;
+            done("fill", queue.fill(Timepoints::default(), 7u8, &out.whole())).await?;
             done("execute", queue.execute(Timepoints::default(), &list, None)).await?;
             let values = bytes_u32(&download(&queue, Fence::new(), &out.whole()).await?)?;
             let filled = u32::from_ne_bytes([7; 4]);
@@ -698,7 +694,7 @@ fn a_graph_of_a_released_buffer_is_not_launched() -> Result<()> {
         let (buffer, allocated) = queue.alloca(Timepoints::default(), 64, BufferParams::DEVICE)?;
         done("alloca", allocated).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(&[3], Binding::from(buffer.whole()))?;
+        builder.fill(3u8, Binding::from(buffer.whole()))?;
         let fill = builder.finish();
         for _ in 0..3 {
             done("fill", queue.execute(Timepoints::default(), &fill, None)).await?;
@@ -734,7 +730,7 @@ fn alloca_uses_stream_ordered_allocation() -> Result<()> {
         assert_eq!(api.stats().allocations, before + 1);
         done(
             "fill",
-            queue.fill(Timepoints::default(), &[9], &buffer.whole()),
+            queue.fill(Timepoints::default(), 9u8, &buffer.whole()),
         )
         .await?;
         let bytes = download(&queue, Fence::new(), &buffer.whole()).await?;

@@ -87,13 +87,13 @@ fn lists_captured_into_graphs_take_no_lease() -> Result<()> {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder.update(&u32_bytes(&[42]), x.slice(4..8)?)?;
-        builder.fill(&[1], Binding::from(x.slice(8..16)?))?;
+        builder.fill(1u8, Binding::from(x.slice(8..16)?))?;
         let list = builder.finish();
         for round in 0..4 {
             let leases = stat(&device, keys::PINNED_LEASES);
             done(
                 "fill x[0]",
-                queue.fill(Timepoints::default(), &[0], &x.slice(0..4)?),
+                queue.fill(Timepoints::default(), 0u8, &x.slice(0..4)?),
             )
             .await?;
             done("list", queue.execute(Timepoints::default(), &list, None)).await?;
@@ -221,7 +221,7 @@ fn a_fault_orphans_the_leases_in_flight_and_frees_the_rest() -> Result<()> {
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &[3u8; 1024]).await?;
             let hold = api.hold();
-            let read = queue.read(Timepoints::default(), &x.whole());
+            let read = queue.read::<u8>(Timepoints::default(), &x.whole());
             eventually("the read is in flight", || {
                 stat(&device, keys::IN_FLIGHT) == 1
             })
@@ -274,7 +274,7 @@ fn a_deep_pipeline_reaches_a_steady_state_without_reusing_leases_in_flight() -> 
                         &[value; SLICE as usize],
                         &slice,
                     ));
-                    reads.push(queue.read(Timepoints::default(), &slice));
+                    reads.push(queue.read::<u8>(Timepoints::default(), &slice));
                 }
                 assert_eq!(
                     stat(&device, keys::IN_FLIGHT),
@@ -358,7 +358,7 @@ fn idle_pinned_memory_beyond_the_limit_goes_to_the_reclaimer() -> Result<()> {
         let x = upload(&queue, BufferParams::DEVICE, &vec![5u8; MIB]).await?;
         let hold = api.hold();
         let reads: Vec<_> = (0..70)
-            .map(|_| queue.read(Timepoints::default(), &x.whole()))
+            .map(|_| queue.read::<u8>(Timepoints::default(), &x.whole()))
             .collect();
         drop(hold);
         for read in reads {

@@ -471,7 +471,7 @@ fn empty_status_word_dispatches_check_nothing() -> Result<()> {
         );
         let dependent = q1.fill(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
-            &[3],
+            3u8,
             &target.whole(),
         );
         eventually("both issued", || stat(&device, keys::IN_FLIGHT) == 2).await?;

@@ -87,22 +87,10 @@ fn a_checked_c_abi_spec_is_refused() -> Result<()> {
     Ok(())
 }
 
-fn floats_to_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn bytes_to_floats(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 async fn upload(queue: &Queue, values: &[f32]) -> Result<halcyon::Buffer> {
-    let bytes = floats_to_bytes(values);
     let allocator = queue.device().allocator();
-    let buffer = allocator.allocate(bytes.len() as u64, BufferParams::DEVICE)?;
-    let write = queue.write(Timepoints::default(), &bytes, &buffer.whole());
+    let buffer = allocator.allocate(std::mem::size_of_val(values) as u64, BufferParams::DEVICE)?;
+    let write = queue.write(Timepoints::default(), values, &buffer.whole());
     tokio::time::timeout(HANG, write)
         .await
         .expect("upload hangs")?;
@@ -146,16 +134,16 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
                 .binding(x.whole())
                 .binding(y.whole()),
         );
-        let read_y = queue.read(timeline.next(), &y.whole());
-        let read_x = queue.read(timeline.next(), &x.whole());
+        let read_y = queue.read::<f32>(timeline.next(), &y.whole());
+        let read_x = queue.read::<f32>(timeline.next(), &x.whole());
         let read_y = tokio::time::timeout(HANG, read_y).await.expect("hangs")?;
         let read_x = tokio::time::timeout(HANG, read_x).await.expect("hangs")?;
         tokio::time::timeout(HANG, dispatch).await.expect("hangs")?;
 
         let mut expected: Vec<f32> = (0..N as usize).map(|i| 2.5 * xs[i] + ys[i]).collect();
         expected.push(ys[N as usize]);
-        assert_eq!(bytes_to_floats(&read_y), expected, "on {:?}", device);
-        assert_eq!(bytes_to_floats(&read_x), xs, "saxpy modified x");
+        assert_eq!(read_y, expected, "on {:?}", device);
+        assert_eq!(read_x, xs, "saxpy modified x");
     }
     Ok(())
 }

@@ -135,11 +135,11 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             "no failing host call"
         );
         transfer
-            .fill(Timepoints::default(), &[7], &buffer.whole())
+            .fill(Timepoints::default(), 7u8, &buffer.whole())
             .await
             .unwrap();
         let bytes = transfer
-            .read(Timepoints::default(), &buffer.whole())
+            .read::<u8>(Timepoints::default(), &buffer.whole())
             .await
             .unwrap();
         assert!(bytes.iter().all(|&b| b == 7));

@@ -15,7 +15,7 @@ fn cancelling_queued_work() {
     let done = queue.device().create_semaphore(0).unwrap();
     let fill = queue.fill(
         Timepoints::new(Fence::at(&go, 1), Fence::at(&done, 1)),
-        &[7],
+        7u8,
         &buffer.whole(),
     );
     go.fail(Error::new(StatusCode::Cancelled, "the user pressed stop"));

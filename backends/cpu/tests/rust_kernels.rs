@@ -348,11 +348,11 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
         );
     };
     refused(
-        block_on(queue.fill(Timepoints::default(), &[7], &input.whole())),
+        block_on(queue.fill(Timepoints::default(), 7u8, &input.whole())),
         "fill under a shared view",
     );
     refused(
-        block_on(queue.update(Timepoints::default(), &[1; 16], &output.whole())),
+        block_on(queue.update(Timepoints::default(), &[1u8; 16], &output.whole())),
         "update under a chunked write",
     );
     refused(
@@ -364,7 +364,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
         "copy out of a chunked write",
     );
     refused(
-        block_on(queue.read(Timepoints::default(), &output.whole())).map(drop),
+        block_on(queue.read::<u8>(Timepoints::default(), &output.whole())).map(drop),
         "read of a chunked write",
     );
     // Reading what the dispatch only reads races nothing.
@@ -373,7 +373,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
     block_on(held).unwrap();
     assert_eq!(read_u32(&device, &output), [1; 4]);
     // Ordered after the dispatch (it is done), the same transfers run.
-    block_on(queue.fill(Timepoints::default(), &[7], &input.whole())).unwrap();
+    block_on(queue.fill(Timepoints::default(), 7u8, &input.whole())).unwrap();
     block_on(queue.copy(Timepoints::default(), &spare.whole(), &output.whole())).unwrap();
     assert_eq!(read_u32(&device, &input), [0x0707_0707; 4]);
     assert_eq!(read_u32(&device, &output), [0; 4]);

@@ -96,12 +96,12 @@
 //! let queue = device.queue(0)?;
 //! let timeline = queue.timeline()?;
 //! futures::executor::block_on(async {
-//!     queue.fill(timeline.next(), &[0], &buffer.whole()).await?;
+//!     queue.fill(timeline.next(), 0u8, &buffer.whole()).await?;
 //!     queue
 //!         .dispatch(timeline.next(), &add_one.launch([16, 1, 1]).constant(1024u32).binding(buffer.whole()))
 //!         .await?;
-//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
-//!     assert!(bytes.chunks(4).all(|word| word == [1, 0, 0, 0]));
+//!     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
+//!     assert!(words.iter().all(|&word| word == 1));
 //!     Ok(())
 //! })
 //! # }

@@ -185,7 +185,7 @@ fn frees_on_other_threads_wait_for_graph_captures() {
         for round in 1..=ROUNDS {
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
             for i in 0..32u64 {
-                builder.fill(&round.to_le_bytes(), buffer.slice(4 * i..4 * i + 4)?)?;
+                builder.fill(round, buffer.slice(4 * i..4 * i + 4)?)?;
             }
             let list = builder.finish();
             for _ in 0..2 {

@@ -72,10 +72,10 @@
 //!     let buffer = device.allocator().allocate(256 * 4, BufferParams::DEVICE)?;
 //!
 //!     let timeline = queue.timeline()?;
-//!     queue.fill(timeline.next(), &41u32.to_le_bytes(), &buffer.whole()).await?;
+//!     queue.fill(timeline.next(), 41u32, &buffer.whole()).await?;
 //!     queue.dispatch(timeline.next(), &add_one.launch([4, 1, 1]).binding(buffer.whole())).await?;
-//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
-//!     assert!(bytemuck::cast_slice::<u8, u32>(&bytes).iter().all(|&x| x == 42));
+//!     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
+//!     assert!(words.iter().all(|&x| x == 42));
 //!     Ok(())
 //! })
 //! # }

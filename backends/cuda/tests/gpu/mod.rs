@@ -895,7 +895,7 @@ fn dynamic_shared_memory_reaches_the_kernel() {
             expected
         );
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(&[0], out.whole())?;
+        builder.fill(0u8, out.whole())?;
         let bindings = [Binding::from(x.whole()), Binding::from(out.whole())];
         builder.dispatch(
             &executable

@@ -730,16 +730,12 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
             at,
             len,
             value,
-        } => unit(transfer.fill(timepoints, &value.to_le_bytes(), &part(*cell, *at, *len)?)),
+        } => unit(transfer.fill(timepoints, *value, &part(*cell, *at, *len)?)),
         Op::Update { cell, at, data } => {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
             let target = part(*cell, *at, data.len() as u32)?;
-            unit(transfer.update(timepoints, &bytes, &target))
+            unit(transfer.update(timepoints, data, &target))
         }
-        Op::Write { cell, data } => {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-            unit(transfer.write(timepoints, &bytes, &whole(*cell)))
-        }
+        Op::Write { cell, data } => unit(transfer.write(timepoints, data, &whole(*cell))),
         Op::Read { cell } => Ok(vec![Pending::Bytes(
             transfer.read(timepoints, &whole(*cell)),
         )]),
@@ -774,7 +770,7 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
                 .barrier()
                 .copy(part(*x, *at, *len)?, part(*y, *to_at, *len)?)?
                 .barrier()
-                .fill(&value.to_le_bytes(), part(*y, *fill_at, *fill_len)?)?;
+                .fill(*value, part(*y, *fill_at, *fill_len)?)?;
             unit(dispatch.execute(timepoints, &builder.finish(), None))
         }
         Op::Replay { x, y } => {

@@ -169,7 +169,7 @@ pub fn one_shot_submitted_twice(device: &Device, _: &dyn Kernels) -> Result<()> 
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-        builder.fill(&[9], buffer.whole())?;
+        builder.fill(9u8, buffer.whole())?;
         let command_buffer = builder.finish();
 
         let first = queue.execute(Timepoints::default(), &command_buffer, None);
