@@ -102,7 +102,8 @@ impl Kernel {
 /// fn record_scale(scale: &Kernel, factor: f32, n: u32) -> halcyon::Result<CommandBuffer> {
 ///     let launch = scale
 ///         .launch([n.div_ceil(64), 1, 1])
-///         .constants(&[factor.to_bits(), n]) // or .constant(factor).constant(n)
+///         .constant(factor) // an f32, bit for bit
+///         .constant(n)
 ///         .binding(Binding::slot(0, 0, u64::from(n) * 4)); // a buffer given at submission
 ///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
 ///     builder.dispatch(&launch)?;
@@ -129,7 +130,8 @@ impl Launch {
         self
     }
 
-    /// Appends push constants: each element as [`Launch::constant`] would.
+    /// Appends push constants: each element as [`Launch::constant`] would
+    /// (`.constants(&[n, stride])`).
     pub fn constants<T: Pod>(mut self, values: &[T]) -> Self {
         for value in values {
             self.push_constant(bytemuck::bytes_of(value));

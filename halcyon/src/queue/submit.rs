@@ -348,7 +348,7 @@ impl ReadSink {
 type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 
 /// A submitted queue operation: completes when its signal fence is reached, with its output
-/// (the bytes, for a read), or with the failure. Either way every entry of the signal fence
+/// (the `Vec<T>`, for a read), or with the failure. Either way every entry of the signal fence
 /// has settled (reached or failed) by the time it completes. Dropping it never cancels the work.
 ///
 /// It reports this operation's outcome, however late it is awaited: once every entry of its
