@@ -636,7 +636,16 @@ pub fn run(input: Input) -> Summary {
                     target: m,
                     pattern_len,
                 };
-                (builder.fill(b, pattern).map(drop), command, Extra::None)
+                let outcome = match *pattern {
+                    [] => builder.fill([0u8; 0], b),
+                    [x] => builder.fill(x, b),
+                    [x, y] => builder.fill([x, y], b),
+                    [x, y, z] => builder.fill([x, y, z], b),
+                    [x, y, z, w] => builder.fill([x, y, z, w], b),
+                    [x, y, z, w, v] => builder.fill([x, y, z, w, v], b),
+                    _ => unreachable!("at most 5 bytes"),
+                };
+                (outcome.map(drop), command, Extra::None)
             }
             Op::Update {
                 target,
@@ -653,7 +662,7 @@ pub fn run(input: Input) -> Summary {
                 let data_len = wanted.clamp(0, i128::from(MAX_UPDATE_SIZE) + 1) as u64;
                 let data = vec![0xA5u8; data_len as usize];
                 let command = MCommand::Update { target: m };
-                let outcome = builder.update(b, &data).map(drop);
+                let outcome = builder.update(&data, b).map(drop);
                 (outcome, command, Extra::Data(data_len))
             }
             Op::Copy { source, target } => {
@@ -682,15 +691,13 @@ pub fn run(input: Input) -> Summary {
                     .map(|&r| binding(&buffers, r))
                     .unzip();
                 let entry_point = entry_point % 4;
-                let outcome = builder
-                    .dispatch(
-                        &executable,
-                        u32::from(entry_point),
-                        workgroups,
-                        &constants,
-                        bs,
-                    )
-                    .map(drop);
+                // Entry point 3 does not exist: looking it up is refused, as a dispatch is.
+                let outcome = executable
+                    .kernel_at(u32::from(entry_point))
+                    .and_then(|kernel| {
+                        let launch = kernel.launch(workgroups).constants(&constants);
+                        builder.dispatch(&launch.bindings(bs)).map(drop)
+                    });
                 let extra = Extra::Dispatch {
                     entry_point: usize::from(entry_point),
                     constants: constants.len(),

@@ -19,9 +19,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bytemuck::Pod;
+
 use crate::buffer::{Access, BufferRef, BufferUsage};
 use crate::error::{Error, Result, StatusCode};
-use crate::executable::Executable;
+use crate::executable::{Executable, Launch};
 
 /// The largest inline [`CommandBufferBuilder::update`], in bytes (Vulkan's `vkCmdUpdateBuffer`
 /// limit); larger uploads go through a queue `write` or a staging buffer copy.
@@ -260,7 +262,7 @@ struct Recorded {
 ///
 /// async fn clear_twice(queue: &Queue, a: &Buffer, b: &Buffer) -> halcyon::Result<()> {
 ///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-///     builder.fill(Binding::slot(0, 0, 64), &[0])?; // the first 64 bytes of slot 0
+///     builder.fill(0u8, Binding::slot(0, 0, 64))?; // the first 64 bytes of slot 0
 ///     let clear = builder.finish();
 ///     for buffer in [a, b] {
 ///         let mut table = BindingTable::new();
@@ -547,9 +549,14 @@ impl CommandBufferBuilder {
         self.commands.push(command);
     }
 
-    /// Fills `target` with `pattern` (1, 2 or 4 bytes, repeated). Offset and length must be
-    /// multiples of the pattern length; the target needs [`BufferUsage::TRANSFER_TARGET`].
-    pub fn fill(&mut self, target: impl Into<Binding>, pattern: &[u8]) -> Result<&mut Self> {
+    /// Records a fill of `target` with `pattern` repeated: a value of 1, 2 or 4 bytes (`0u8`,
+    /// `1.0f32`...), written as it lies in memory. Offset and length must be multiples of its
+    /// size (checked again at submission for a slot binding, on the range the table gives);
+    /// the target needs [`BufferUsage::TRANSFER_TARGET`]. Any other size, or a failed check,
+    /// is `InvalidArgument` (`OutOfRange` for a slot past [`MAX_BINDING_SLOTS`]) and records
+    /// nothing.
+    pub fn fill<T: Pod>(&mut self, pattern: T, target: impl Into<Binding>) -> Result<&mut Self> {
+        let pattern = bytemuck::bytes_of(&pattern);
         let target = target.into();
         let pattern_len = pattern.len();
         if !matches!(pattern_len, 1 | 2 | 4) {
@@ -571,9 +578,13 @@ impl CommandBufferBuilder {
         Ok(self)
     }
 
-    /// Writes `data` (copied now) into `target`, which must be exactly as long. At most
-    /// [`MAX_UPDATE_SIZE`] bytes; offset and length multiples of 4.
-    pub fn update(&mut self, target: impl Into<Binding>, data: &[u8]) -> Result<&mut Self> {
+    /// Records a write of the elements of `data` into `target`: they are copied into the
+    /// recording now (the caller may reuse `data` at once) and written each time the command
+    /// buffer runs. The target must be exactly as many bytes long, at most [`MAX_UPDATE_SIZE`]
+    /// of them, with offset and length multiples of 4 and [`BufferUsage::TRANSFER_TARGET`];
+    /// otherwise `InvalidArgument`, and nothing is recorded.
+    pub fn update<T: Pod>(&mut self, data: &[T], target: impl Into<Binding>) -> Result<&mut Self> {
+        let data: &[u8] = bytemuck::cast_slice(data);
         let target = target.into();
         if data.len() as u64 > MAX_UPDATE_SIZE {
             return Err(Error::new(
@@ -634,19 +645,18 @@ impl CommandBufferBuilder {
         Ok(self)
     }
 
-    /// Dispatches `workgroups` workgroups of `executable`'s entry point `entry_point` with
-    /// `constants` and `bindings`, whose counts must match the entry point; bindings need
-    /// [`BufferUsage::DISPATCH_STORAGE`].
-    pub fn dispatch(
-        &mut self,
-        executable: &Executable,
-        entry_point: u32,
-        workgroups: [u32; 3],
-        constants: &[u32],
-        bindings: impl IntoIterator<Item = Binding>,
-    ) -> Result<&mut Self> {
+    /// Records a dispatch of `launch` ([`crate::Kernel::launch`]): its constant and binding
+    /// counts must match the entry point, every constant must be 4 bytes, the workgroups at
+    /// most [`MAX_WORKGROUPS`] in all, and bindings need [`BufferUsage::DISPATCH_STORAGE`]
+    /// (slot bindings only in a [`CommandBufferMode::Reusable`] buffer). The launch's buffers
+    /// and executable are held by the recording; nothing is recorded if a check fails.
+    pub fn dispatch(&mut self, launch: &Launch) -> Result<&mut Self> {
+        launch.check()?;
+        let kernel = launch.kernel();
+        let (executable, entry_point) = (kernel.executable(), kernel.index());
         let entry = executable.entry_point(entry_point)?;
-        let bindings: Vec<Binding> = bindings.into_iter().collect();
+        let (workgroups, constants) = (launch.workgroups(), launch.constant_words());
+        let bindings = launch.binding_list().to_vec();
         if constants.len() != entry.constant_count as usize {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
@@ -763,7 +773,7 @@ mod tests {
     fn slots_above_the_limit_are_refused_without_allocating() {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         let error = builder
-            .fill(Binding::slot(u32::MAX, 0, 4), &[0])
+            .fill(0u8, Binding::slot(u32::MAX, 0, 4))
             .expect_err("slot u32::MAX must be refused");
         assert_eq!(error.code(), StatusCode::OutOfRange);
         assert!(error.message().contains(&u32::MAX.to_string()), "{error}");
@@ -803,14 +813,14 @@ mod tests {
             Executable::from_backend("test", "test://0", Box::new(OneEntry(vec![entry])));
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         let error = builder
-            .dispatch(&executable, 0, [u32::MAX; 3], &[], [])
+            .dispatch(&executable.kernel("k").unwrap().launch([u32::MAX; 3]))
             .err()
             .map(|e| (e.code(), e.to_string()));
         let (code, message) = error.expect("2^96 workgroups must be refused");
         assert_eq!(code, StatusCode::OutOfRange);
         assert!(message.contains("4294967295"), "{message}");
         assert!(builder
-            .dispatch(&executable, 0, [65536, 65535, 1], &[], [])
+            .dispatch(&executable.kernel("k").unwrap().launch([65536, 65535, 1]))
             .is_ok());
     }
 
@@ -849,11 +859,12 @@ mod tests {
         .unwrap();
         assert!(builder
             .dispatch(
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                [Binding::slot(7, 0, 4), Binding::from(source_only.whole())],
+                &executable
+                    .kernel("k")
+                    .unwrap()
+                    .launch([1, 1, 1])
+                    .binding(Binding::slot(7, 0, 4))
+                    .binding(source_only.whole())
             )
             .is_err());
         let commands = builder.finish();
@@ -866,8 +877,10 @@ mod tests {
     fn slot_bindings_are_aligned_in_the_buffer_they_resolve_to() {
         let target = buffer(64);
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(Binding::slot(0, 0, 4), &[1, 2, 3, 4]).unwrap();
-        builder.update(Binding::slot(1, 4, 4), &[5; 4]).unwrap();
+        builder
+            .fill([1u8, 2, 3, 4], Binding::slot(0, 0, 4))
+            .unwrap();
+        builder.update(&[5u8; 4], Binding::slot(1, 4, 4)).unwrap();
         let commands = builder.finish();
         let table = |fill_at: u64, update_at: u64| {
             let mut table = BindingTable::new();

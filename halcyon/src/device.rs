@@ -194,7 +194,7 @@ struct Inner {
 ///     let buffer = device.allocator().allocate(256, BufferParams::DEVICE)?;
 ///     let queue = device.queue(0)?;
 ///     let timeline = queue.timeline()?; // each operation waits for the one before
-///     queue.fill(timeline.next(), &buffer.whole(), &[0xab]).await?;
+///     queue.fill(timeline.next(), 0xabu8, &buffer.whole()).await?;
 ///     queue.read(timeline.next(), &buffer.whole()).await
 /// }
 /// ```

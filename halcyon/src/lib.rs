@@ -72,8 +72,8 @@ pub use device::{Device, DeviceFeatures, DeviceInfo, QueueCapabilities};
 pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
-    EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec, PackedExecutable,
-    MAX_ENTRY_POINTS,
+    EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec, Kernel, Launch,
+    PackedExecutable, MAX_ENTRY_POINTS,
 };
 pub use fence::{Fence, WaitAll, WaitAny};
 pub use queue::{Queue, Submission, Timeline, TimelineStep, Timepoints};

@@ -40,7 +40,7 @@ use criterion::{
 };
 use futures::executor::block_on;
 use halcyon::{
-    Binding, Buffer, BufferParams, BufferRef, CommandBuffer, CommandBufferMode, Device, EntryPoint,
+    Buffer, BufferParams, BufferRef, CommandBuffer, CommandBufferMode, Device, EntryPoint,
     Executable, Fence, Queue, Semaphore, Timepoints,
 };
 use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels};
@@ -182,11 +182,10 @@ impl Setup {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder
             .dispatch(
-                &self.executable,
-                entry,
-                [workgroups, 1, 1],
-                &[n as u32],
-                self.refs().into_iter().map(Binding::from),
+                &(self.executable.kernel_at(entry).expect("kernel"))
+                    .launch([workgroups, 1, 1])
+                    .constant(n as u32)
+                    .bindings(self.refs()),
             )
             .expect("record dispatch");
         builder.finish()
@@ -241,18 +240,12 @@ fn tiny_add(c: &mut Criterion) {
         // Once outside the benchmarks, so the check below holds when a filter skips them.
         block_on(queue.execute(timeline.next(), &cb, None)).expect("execute");
 
+        let launch = (setup.executable.kernel_at(0).expect("kernel"))
+            .launch([1, 1, 1])
+            .constant(TINY as u32)
+            .bindings(&refs);
         group.bench_function(format!("{name}/dispatch_block_on"), |b| {
-            b.iter(|| {
-                block_on(queue.dispatch(
-                    timeline.next(),
-                    &setup.executable,
-                    0,
-                    [1, 1, 1],
-                    &[TINY as u32],
-                    &refs,
-                ))
-                .expect("dispatch")
-            })
+            b.iter(|| block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch"))
         });
         group.bench_function(format!("{name}/execute_block_on"), |b| {
             b.iter(|| block_on(queue.execute(timeline.next(), &cb, None)).expect("execute"))

@@ -42,7 +42,7 @@ async fn main() -> halcyon::Result<()> {
             Ok(())
         },
     );
-    let saxpy = device.load_executable(&kernels.spec())?;
+    let saxpy = device.load_executable(&kernels.spec())?.kernel("saxpy")?;
 
     let t0 = Instant::now();
     let bytes = (N * 4) as u64;
@@ -52,27 +52,27 @@ async fn main() -> halcyon::Result<()> {
 
     // Every step waits for the previous one on the queue's timeline.
     let timeline = queue.timeline()?;
-    let upload = queue.write(timeline.next(), bytemuck::cast_slice(&xs), &x.whole());
-    let init = queue.fill(timeline.next(), &y.whole(), &1.0f32.to_le_bytes());
+    let upload = queue.write(timeline.next(), &xs, &x.whole());
+    let init = queue.fill(timeline.next(), 1.0f32, &y.whole());
     let groups = (N as u32).div_ceil(WORKGROUP);
     let dispatch = queue.dispatch(
         timeline.next(),
-        &saxpy,
-        0,
-        [groups, 1, 1],
-        &[2.0f32.to_bits(), N as u32],
-        &[x.whole(), y.whole()],
+        &saxpy
+            .launch([groups, 1, 1])
+            .constant(2.0f32)
+            .constant(N as u32)
+            .binding(x.whole())
+            .binding(y.whole()),
     );
-    let readback = queue.read(timeline.next(), &y.whole());
+    let readback = queue.read::<f32>(timeline.next(), &y.whole());
     println!("submitted 4 operations in {:?}", t0.elapsed());
 
     upload.await?;
     init.await?;
     dispatch.await?;
-    let result = readback.await?;
+    let ys = readback.await?;
     let elapsed = t0.elapsed();
 
-    let ys: &[f32] = bytemuck::cast_slice(&result);
     let wrong = ys
         .iter()
         .enumerate()

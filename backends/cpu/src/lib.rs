@@ -32,14 +32,14 @@
 //!             Ok(())
 //!         },
 //!     );
-//!     let executable = device.load_executable(&kernels.spec())?;
+//!     let add_one = device.load_executable(&kernels.spec())?.kernel("add_one")?;
 //!     let buffer = device.allocator().allocate(256 * 4, BufferParams::HOST)?;
 //!
 //!     let timeline = queue.timeline()?;
-//!     queue.fill(timeline.next(), &buffer.whole(), &41u32.to_le_bytes()).await?;
-//!     queue.dispatch(timeline.next(), &executable, 0, [4, 1, 1], &[], &[buffer.whole()]).await?;
-//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
-//!     assert!(bytemuck::cast_slice::<u8, u32>(&bytes).iter().all(|&x| x == 42));
+//!     queue.fill(timeline.next(), 41u32, &buffer.whole()).await?;
+//!     queue.dispatch(timeline.next(), &add_one.launch([4, 1, 1]).binding(buffer.whole())).await?;
+//!     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
+//!     assert!(words.iter().all(|&x| x == 42));
 //!     Ok(())
 //! })
 //! # }

@@ -87,22 +87,10 @@ fn a_checked_c_abi_spec_is_refused() -> Result<()> {
     Ok(())
 }
 
-fn floats_to_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn bytes_to_floats(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 async fn upload(queue: &Queue, values: &[f32]) -> Result<halcyon::Buffer> {
-    let bytes = floats_to_bytes(values);
     let allocator = queue.device().allocator();
-    let buffer = allocator.allocate(bytes.len() as u64, BufferParams::DEVICE)?;
-    let write = queue.write(Timepoints::default(), &bytes, &buffer.whole());
+    let buffer = allocator.allocate(std::mem::size_of_val(values) as u64, BufferParams::DEVICE)?;
+    let write = queue.write(Timepoints::default(), values, &buffer.whole());
     tokio::time::timeout(HANG, write)
         .await
         .expect("upload hangs")?;
@@ -121,8 +109,8 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
     for device in devices()? {
         let executable = load(&device, library)?;
         assert_eq!(executable.format(), halcyon_cpu::FORMAT_C_ABI);
-        let saxpy = executable.entry_point_index("saxpy")?;
-        let entry = executable.entry_point(saxpy)?;
+        let saxpy = executable.kernel("saxpy")?;
+        let entry = saxpy.entry_point();
         assert_eq!(
             (
                 entry.workgroup_size,
@@ -139,22 +127,23 @@ async fn saxpy_through_the_c_abi() -> Result<()> {
         let timeline = queue.timeline()?;
         let dispatch = queue.dispatch(
             timeline.next(),
-            &executable,
-            saxpy,
-            [N.div_ceil(64), 1, 1],
-            &[2.5f32.to_bits(), N],
-            &[x.whole(), y.whole()],
+            &saxpy
+                .launch([N.div_ceil(64), 1, 1])
+                .constant(2.5f32)
+                .constant(N)
+                .binding(x.whole())
+                .binding(y.whole()),
         );
-        let read_y = queue.read(timeline.next(), &y.whole());
-        let read_x = queue.read(timeline.next(), &x.whole());
+        let read_y = queue.read::<f32>(timeline.next(), &y.whole());
+        let read_x = queue.read::<f32>(timeline.next(), &x.whole());
         let read_y = tokio::time::timeout(HANG, read_y).await.expect("hangs")?;
         let read_x = tokio::time::timeout(HANG, read_x).await.expect("hangs")?;
         tokio::time::timeout(HANG, dispatch).await.expect("hangs")?;
 
         let mut expected: Vec<f32> = (0..N as usize).map(|i| 2.5 * xs[i] + ys[i]).collect();
         expected.push(ys[N as usize]);
-        assert_eq!(bytes_to_floats(&read_y), expected, "on {:?}", device);
-        assert_eq!(bytes_to_floats(&read_x), xs, "saxpy modified x");
+        assert_eq!(read_y, expected, "on {:?}", device);
+        assert_eq!(read_x, xs, "saxpy modified x");
     }
     Ok(())
 }
@@ -177,15 +166,14 @@ async fn kernel_errors_fail_the_signal_fence() -> Result<()> {
             ("saxpy", 2, vec![0, 64], vec![short.whole(), short.whole()]),
         ];
         for (name, code, constants, bindings) in failing {
-            let entry = executable.entry_point_index(name)?;
+            let entry = executable.kernel(name)?;
             let signal = Semaphore::new(0);
             let dispatch = queue.dispatch(
                 (Fence::new(), Fence::at(&signal, 1)),
-                &executable,
-                entry,
-                [1, 1, 1],
-                &constants,
-                &bindings,
+                &entry
+                    .launch([1, 1, 1])
+                    .constants(&constants)
+                    .bindings(&bindings),
             );
             let outcome = tokio::time::timeout(HANG, dispatch).await.expect("hangs");
             let error = outcome.expect_err("a failing C kernel's dispatch succeeded");

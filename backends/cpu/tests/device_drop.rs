@@ -69,14 +69,14 @@ fn a_running_dispatch_reports_its_own_outcome_when_the_device_is_dropped() {
     let timeline = queue.timeline().unwrap();
     let running = queue.dispatch(
         timeline.next(),
-        &executable,
-        0,
-        [1, 1, 1],
-        &[],
-        &[buffer.whole()],
+        &executable
+            .kernel("slow_fill")
+            .unwrap()
+            .launch([1, 1, 1])
+            .binding(buffer.whole()),
     );
     // Waits on the dispatch, so it is pending on the reactor when the device goes.
-    let waiting = queue.read(timeline.next(), &buffer.whole());
+    let waiting = queue.read::<u8>(timeline.next(), &buffer.whole());
     started.wait();
     drop((device, queue, executable, buffer, timeline));
     release.raise();

@@ -106,11 +106,11 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
         let signal = Semaphore::new(0);
         let submission = transfer.dispatch(
             Timepoints::new(Fence::new(), Fence::at(&signal, 1)),
-            &executable,
-            0,
-            [1, 1, 1],
-            &[],
-            &[buffer.whole()],
+            &executable
+                .kernel("add_one")
+                .unwrap()
+                .launch([1, 1, 1])
+                .binding(buffer.whole()),
         );
         let error = submission.await.unwrap_err();
         assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
@@ -135,11 +135,11 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             "no failing host call"
         );
         transfer
-            .fill(Timepoints::default(), &buffer.whole(), &[7])
+            .fill(Timepoints::default(), 7u8, &buffer.whole())
             .await
             .unwrap();
         let bytes = transfer
-            .read(Timepoints::default(), &buffer.whole())
+            .read::<u8>(Timepoints::default(), &buffer.whole())
             .await
             .unwrap();
         assert!(bytes.iter().all(|&b| b == 7));
@@ -148,11 +148,11 @@ fn a_transfer_queue_refuses_dispatches_and_runs_transfers() {
             .unwrap()
             .dispatch(
                 Timepoints::default(),
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                &[buffer.whole()],
+                &executable
+                    .kernel("add_one")
+                    .unwrap()
+                    .launch([1, 1, 1])
+                    .binding(buffer.whole()),
             )
             .await
             .unwrap();
@@ -180,7 +180,10 @@ fn workgroup_counts_are_checked_against_the_device_limits() {
     futures::executor::block_on(async {
         for workgroups in [[70_000, 1, 1], [1, 1, 65536]] {
             let error = queue
-                .dispatch(Timepoints::default(), &executable, 0, workgroups, &[], &[])
+                .dispatch(
+                    Timepoints::default(),
+                    &executable.kernel("noop").unwrap().launch(workgroups),
+                )
                 .await
                 .unwrap_err();
             assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
@@ -192,11 +195,7 @@ fn workgroup_counts_are_checked_against_the_device_limits() {
         queue
             .dispatch(
                 Timepoints::default(),
-                &executable,
-                0,
-                [65535, 2, 1],
-                &[],
-                &[],
+                &executable.kernel("noop").unwrap().launch([65535, 2, 1]),
             )
             .await
             .unwrap();

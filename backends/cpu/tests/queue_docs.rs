@@ -15,8 +15,8 @@ fn cancelling_queued_work() {
     let done = queue.device().create_semaphore(0).unwrap();
     let fill = queue.fill(
         Timepoints::new(Fence::at(&go, 1), Fence::at(&done, 1)),
+        7u8,
         &buffer.whole(),
-        &[7],
     );
     go.fail(Error::new(StatusCode::Cancelled, "the user pressed stop"));
     let error = futures::executor::block_on(fill).unwrap_err();

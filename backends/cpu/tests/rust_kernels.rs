@@ -31,11 +31,11 @@ fn a_misaligned_binding_fails_the_dispatch() {
         queue
             .dispatch(
                 Timepoints::default(),
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                &[aligned],
+                &executable
+                    .kernel("sum_u64")
+                    .unwrap()
+                    .launch([1, 1, 1])
+                    .binding(aligned),
             )
             .await
             .unwrap();
@@ -43,11 +43,11 @@ fn a_misaligned_binding_fails_the_dispatch() {
         let error = queue
             .dispatch(
                 Timepoints::default(),
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                &[misaligned],
+                &executable
+                    .kernel("sum_u64")
+                    .unwrap()
+                    .launch([1, 1, 1])
+                    .binding(misaligned),
             )
             .await
             .unwrap_err();
@@ -89,14 +89,15 @@ fn run(
 ) -> halcyon::Result<()> {
     let executable = device.load_executable(&kernels.spec())?;
     let queue = device.queue(0)?;
-    futures::executor::block_on(queue.dispatch(
-        Timepoints::default(),
-        &executable,
-        0,
-        [workgroups, 1, 1],
-        &[],
-        bindings,
-    ))
+    futures::executor::block_on(
+        queue.dispatch(
+            Timepoints::default(),
+            &executable
+                .kernel_at(0)?
+                .launch([workgroups, 1, 1])
+                .bindings(bindings),
+        ),
+    )
 }
 
 fn read_u32(device: &halcyon::Device, buffer: &halcyon::Buffer) -> Vec<u32> {
@@ -265,11 +266,11 @@ fn concurrent_dispatches_cannot_write_the_same_memory() {
     let dispatch = || {
         queue.dispatch(
             Timepoints::default(),
-            &executable,
-            0,
-            [1, 1, 1],
-            &[],
-            &[buffer.whole()],
+            &executable
+                .kernel("hold")
+                .unwrap()
+                .launch([1, 1, 1])
+                .binding(buffer.whole()),
         )
     };
     let first = dispatch();
@@ -322,11 +323,12 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
     let queue = device.queue(0).unwrap();
     let held = queue.dispatch(
         Timepoints::default(),
-        &executable,
-        0,
-        [1, 1, 1],
-        &[],
-        &[input.whole(), output.whole()],
+        &executable
+            .kernel("hold")
+            .unwrap()
+            .launch([1, 1, 1])
+            .binding(input.whole())
+            .binding(output.whole()),
     );
     while started.load(Ordering::SeqCst) == 0 {
         std::thread::yield_now();
@@ -346,11 +348,11 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
         );
     };
     refused(
-        block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])),
+        block_on(queue.fill(Timepoints::default(), 7u8, &input.whole())),
         "fill under a shared view",
     );
     refused(
-        block_on(queue.update(Timepoints::default(), &[1; 16], &output.whole())),
+        block_on(queue.update(Timepoints::default(), &[1u8; 16], &output.whole())),
         "update under a chunked write",
     );
     refused(
@@ -362,7 +364,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
         "copy out of a chunked write",
     );
     refused(
-        block_on(queue.read(Timepoints::default(), &output.whole())).map(drop),
+        block_on(queue.read::<u8>(Timepoints::default(), &output.whole())).map(drop),
         "read of a chunked write",
     );
     // Reading what the dispatch only reads races nothing.
@@ -371,7 +373,7 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
     block_on(held).unwrap();
     assert_eq!(read_u32(&device, &output), [1; 4]);
     // Ordered after the dispatch (it is done), the same transfers run.
-    block_on(queue.fill(Timepoints::default(), &input.whole(), &[7])).unwrap();
+    block_on(queue.fill(Timepoints::default(), 7u8, &input.whole())).unwrap();
     block_on(queue.copy(Timepoints::default(), &spare.whole(), &output.whole())).unwrap();
     assert_eq!(read_u32(&device, &input), [0x0707_0707; 4]);
     assert_eq!(read_u32(&device, &output), [0; 4]);

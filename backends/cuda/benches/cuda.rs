@@ -341,7 +341,7 @@ fn transfer_queue(bytes: usize) -> (Device, Queue, Timeline, halcyon::Buffer) {
         .allocator()
         .allocate(bytes as u64, halcyon::BufferParams::DEVICE)
         .expect("buffer");
-    block_on(queue.fill(timeline.next(), &buffer.whole(), &[7])).expect("fill");
+    block_on(queue.fill(timeline.next(), 7u8, &buffer.whole())).expect("fill");
     (device, queue, timeline, buffer)
 }
 
@@ -361,7 +361,7 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
     let (device, queue, timeline, buffer) = transfer_queue(bytes);
     group.bench_function("completion_thread/read_block_on", |b| {
         b.iter(|| {
-            let read = block_on(queue.read(timeline.next(), &buffer.whole())).expect("read");
+            let read = block_on(queue.read::<u8>(timeline.next(), &buffer.whole())).expect("read");
             assert_eq!(read[bytes - 1], 7);
         })
     });
@@ -369,7 +369,7 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
     group.bench_function("completion_thread/read_into_block_on", |b| {
         b.iter(|| {
             let buffer_in = reused.take().expect("the last read's vector");
-            let read = block_on(queue.read_into(timeline.next(), &buffer.whole(), buffer_in))
+            let read = block_on(queue.read_into::<u8>(timeline.next(), &buffer.whole(), buffer_in))
                 .expect("read");
             assert_eq!(read[bytes - 1], 7);
             reused = Some(read);
@@ -433,7 +433,7 @@ impl DeviceLoop {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         for _ in 0..count {
             builder
-                .dispatch(&executable, 0, [1, 1, 1], &[], [])
+                .dispatch(&executable.kernel_at(0).expect("kernel").launch([1, 1, 1]))
                 .expect("record");
         }
         DeviceLoop {

@@ -91,16 +91,17 @@
 //!     Err(e) if e.code() == StatusCode::FailedPrecondition => return Ok(println!("{e}")),
 //!     Err(e) => return Err(e),
 //! };
+//! let add_one = executable.kernel("add_one")?;
 //! let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
 //! let queue = device.queue(0)?;
 //! let timeline = queue.timeline()?;
 //! futures::executor::block_on(async {
-//!     queue.fill(timeline.next(), &buffer.whole(), &[0]).await?;
+//!     queue.fill(timeline.next(), 0u8, &buffer.whole()).await?;
 //!     queue
-//!         .dispatch(timeline.next(), &executable, 0, [16, 1, 1], &[1024], &[buffer.whole()])
+//!         .dispatch(timeline.next(), &add_one.launch([16, 1, 1]).constant(1024u32).binding(buffer.whole()))
 //!         .await?;
-//!     let bytes = queue.read(timeline.next(), &buffer.whole()).await?;
-//!     assert!(bytes.chunks(4).all(|word| word == [1, 0, 0, 0]));
+//!     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
+//!     assert!(words.iter().all(|&word| word == 1));
 //!     Ok(())
 //! })
 //! # }

@@ -330,11 +330,11 @@ fn binary_images_load_and_run() {
             queue
                 .dispatch(
                     Timepoints::default(),
-                    &executable,
-                    0,
-                    [16, 1, 1],
-                    &[1000],
-                    &[buffer.whole()],
+                    &executable
+                        .kernel_at(0)?
+                        .launch([16, 1, 1])
+                        .constant(1000u32)
+                        .binding(buffer.whole()),
                 )
                 .await?;
             download_u32(&queue, Fence::new(), &buffer.whole()).await

@@ -185,7 +185,7 @@ fn frees_on_other_threads_wait_for_graph_captures() {
         for round in 1..=ROUNDS {
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
             for i in 0..32u64 {
-                builder.fill(buffer.slice(4 * i..4 * i + 4)?, &round.to_le_bytes())?;
+                builder.fill(round, buffer.slice(4 * i..4 * i + 4)?)?;
             }
             let list = builder.finish();
             for _ in 0..2 {
@@ -237,17 +237,16 @@ fn work_reaches_the_fake_driver() {
     let executable = device
         .load_executable(&common::standard_module().spec())
         .unwrap();
-    let add_one = executable.entry_point_index("add_one_u32").unwrap();
+    let add_one = executable.kernel("add_one_u32").unwrap();
     let queue = device.queue(0).unwrap();
     block_on(async {
         let buffer = upload_u32(&queue, &[1, 2, 3, 4]).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder.dispatch(
-            &executable,
-            add_one,
-            [1, 1, 1],
-            &[4],
-            [halcyon::Binding::Buffer(buffer.whole())],
+            &add_one
+                .launch([1, 1, 1])
+                .constant(4u32)
+                .binding(buffer.whole()),
         )?;
         let commands = builder.finish();
         let timeline = queue.timeline()?;
@@ -321,18 +320,17 @@ fn large_transfers_stage_in_bounded_chunks() {
 fn add_one(device: &Device, executable: &halcyon::Executable) -> halcyon::Result<Vec<u32>> {
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 
-    let index = executable.entry_point_index("add_one_u32")?;
+    let index = executable.kernel("add_one_u32")?;
     let queue = device.queue(0)?;
     block_on(async {
         let buffer = upload_u32(&queue, &[1, 2, 3, 4]).await?;
         queue
             .dispatch(
                 halcyon::Timepoints::default(),
-                executable,
-                index,
-                [1, 1, 1],
-                &[4],
-                &[buffer.whole()],
+                &index
+                    .launch([1, 1, 1])
+                    .constant(4u32)
+                    .binding(buffer.whole()),
             )
             .await?;
         download_u32(&queue, halcyon::Fence::new(), &buffer.whole()).await

@@ -73,17 +73,16 @@ fn a_device_fault_fails_the_work_in_flight_and_after_it() {
         let executable = device
             .load_executable(&common::standard_module().spec())
             .unwrap();
-        let add_one = executable.entry_point_index("add_one_u32").unwrap();
+        let add_one = executable.kernel("add_one_u32").unwrap();
         let queue = device.queue(0).unwrap();
         let buffer = block_on(upload_u32(&queue, &[1, 2, 3, 4])).unwrap();
         let dispatch = || {
             queue.dispatch(
                 Timepoints::default(),
-                &executable,
-                add_one,
-                [1, 1, 1],
-                &[4],
-                &[buffer.whole()],
+                &add_one
+                    .launch([1, 1, 1])
+                    .constant(4u32)
+                    .binding(buffer.whole()),
             )
         };
         block_on(dispatch()).unwrap();
@@ -102,7 +101,7 @@ fn a_device_fault_fails_the_work_in_flight_and_after_it() {
         let e = block_on(download_u32(&queue, Fence::new(), &buffer.whole())).unwrap_err();
         println!("{completion:?}: a read after the fault: {e}");
 
-        drop((buffer, queue, executable, device));
+        drop((buffer, queue, add_one, executable, device));
         wait_for_context_release(fake);
 
         // A fresh device on a fresh context.
@@ -136,8 +135,11 @@ fn a_trapping_kernel_fails_its_dispatch() {
     );
     let executable = device.load_executable(&trap.spec()).unwrap();
     let queue = device.queue(0).unwrap();
-    let e = block_on(queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[], &[]))
-        .unwrap_err();
+    let e = block_on(queue.dispatch(
+        Timepoints::default(),
+        &executable.kernel("trap").unwrap().launch([1, 1, 1]),
+    ))
+    .unwrap_err();
     assert!(e.message().contains("CUDA_ERROR_LAUNCH_FAILED"), "{e}");
     drop((queue, executable, device));
     wait_for_context_release(fake);
@@ -158,12 +160,13 @@ fn a_fault_on_one_device_leaves_the_other_working() {
         CompletionStrategy::HostCallback,
     ] {
         let devices = [0, 1].map(|index| create_device_with(index, options(completion)).unwrap());
-        let executables = devices.each_ref().map(|device| {
+        let add_one = devices.each_ref().map(|device| {
             device
                 .load_executable(&common::standard_module().spec())
                 .unwrap()
+                .kernel("add_one_u32")
+                .unwrap()
         });
-        let add_one = executables[0].entry_point_index("add_one_u32").unwrap();
         let queues = devices.each_ref().map(|device| device.queue(0).unwrap());
         let buffers = queues
             .each_ref()
@@ -171,11 +174,10 @@ fn a_fault_on_one_device_leaves_the_other_working() {
         let dispatch = |i: usize| {
             queues[i].dispatch(
                 Timepoints::default(),
-                &executables[i],
-                add_one,
-                [1, 1, 1],
-                &[4],
-                &[buffers[i].whole()],
+                &add_one[i]
+                    .launch([1, 1, 1])
+                    .constant(4u32)
+                    .binding(buffers[i].whole()),
             )
         };
         block_on(dispatch(0)).unwrap();
@@ -199,7 +201,7 @@ fn a_fault_on_one_device_leaves_the_other_working() {
 
         let [b0, b1] = buffers;
         let [q0, q1] = queues;
-        let [x0, x1] = executables;
+        let [x0, x1] = add_one;
         let [d0, d1] = devices;
         drop((b0, q0, x0, d0));
         // Device 0's context goes once its threads end; device 1 still works meanwhile.

@@ -102,14 +102,10 @@ fn transfers_stage_and_status_words_fail_clearly() {
         assert_eq!(back, data, "{n} words");
     }
     let status = device.create_semaphore(0).unwrap();
-    let fail = executable.entry_point_index("fail").unwrap();
+    let fail = executable.kernel("fail").unwrap();
     let e = block_on(queue.dispatch(
         Timepoints::new(halcyon::Fence::new(), halcyon::Fence::at(&status, 1)),
-        &executable,
-        fail,
-        [1, 1, 1],
-        &[],
-        &[],
+        &fail.launch([1, 1, 1]),
     ))
     .unwrap_err();
     assert_eq!(e.code(), StatusCode::Unimplemented, "{e}");

@@ -257,11 +257,13 @@ fn dynamic_shared_memory_reaches_the_kernel() {
             queue
                 .dispatch(
                     Timepoints::default(),
-                    &executable,
-                    0,
-                    [blocks, 1, 1],
-                    &[N, WORDS],
-                    &[x.whole(), out.whole()],
+                    &executable
+                        .kernel_at(0)?
+                        .launch([blocks, 1, 1])
+                        .constant(N)
+                        .constant(WORDS)
+                        .binding(x.whole())
+                        .binding(out.whole()),
                 )
                 .await?;
             assert_eq!(

@@ -32,8 +32,8 @@ use ash::vk;
 use criterion::{Criterion, SamplingMode};
 use futures::executor::block_on;
 use halcyon::{
-    Binding, Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint,
-    Executable, Queue, StatusCode,
+    Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, Executable, Queue,
+    StatusCode,
 };
 use halcyon_vulkan::SpirvModule;
 
@@ -103,11 +103,13 @@ impl Halcyon {
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder
             .dispatch(
-                &self.executable,
-                0,
-                [TINY / WORKGROUP, 1, 1],
-                &[TINY],
-                [Binding::from(self.buffer.whole())],
+                &self
+                    .executable
+                    .kernel_at(0)
+                    .expect("kernel")
+                    .launch([TINY / WORKGROUP, 1, 1])
+                    .constant(TINY)
+                    .binding(self.buffer.whole()),
             )
             .expect("record dispatch");
         builder.finish()
@@ -454,21 +456,16 @@ fn tiny(c: &mut Criterion, halcyon: &Halcyon, raw: &mut Raw) {
     let queue = &halcyon.queue;
     let timeline = queue.timeline().expect("timeline");
     let cb = halcyon.reusable();
-    let whole = [halcyon.buffer.whole()];
+    let launch = (halcyon.executable.kernel_at(0).expect("kernel"))
+        .launch([TINY / WORKGROUP, 1, 1])
+        .constant(TINY)
+        .binding(halcyon.buffer.whole());
     let before = halcyon.value();
     let mut submitted = 0u32;
     group.bench_function("halcyon/dispatch", |b| {
         b.iter(|| {
             submitted += 1;
-            block_on(queue.dispatch(
-                timeline.next(),
-                &halcyon.executable,
-                0,
-                [TINY / WORKGROUP, 1, 1],
-                &[TINY],
-                &whole,
-            ))
-            .expect("dispatch")
+            block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch")
         })
     });
     group.bench_function("halcyon/execute", |b| {

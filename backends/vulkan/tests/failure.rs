@@ -46,11 +46,11 @@ fn a_failed_submit_fails_that_submission_and_its_dependents() {
         let buffer = device.allocator().allocate(256, BufferParams::HOST)?;
         let sem = device.create_semaphore(0)?;
         faults.fail_next_submit(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
-        let failed = queue.fill(signals(&sem, 1), &buffer.whole(), &[9]);
+        let failed = queue.fill(signals(&sem, 1), 9u8, &buffer.whole());
         let dependent = queue.fill(
             Timepoints::new(Fence::at(&sem, 1), Fence::new()),
+            5u8,
             &buffer.whole(),
-            &[5],
         );
         let mentions = ["vkQueueSubmit", "ERROR_OUT_OF_DEVICE_MEMORY"];
         assert_error(
@@ -68,7 +68,7 @@ fn a_failed_submit_fails_that_submission_and_its_dependents() {
         // Not a lost device: the next submission runs.
         done(
             "the next fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[3]),
+            queue.fill(Timepoints::default(), 3u8, &buffer.whole()),
         )
         .await?;
         assert!(buffer.map_read(..)?.iter().all(|&b| b == 3));
@@ -94,11 +94,11 @@ fn a_lost_device_fails_in_flight_parked_and_later_work() {
         let (parked_signal, in_flight_signal) = (device.create_semaphore(0)?, Semaphore::new(0));
         let parked = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&parked_signal, 1)),
+            1u8,
             &buffer.whole(),
-            &[1],
         );
         faults.fail_next_completion_wait(vk::Result::ERROR_DEVICE_LOST);
-        let in_flight = queue.fill(signals(&in_flight_signal, 1), &buffer.whole(), &[2]);
+        let in_flight = queue.fill(signals(&in_flight_signal, 1), 2u8, &buffer.whole());
         let lost = [
             "vkWaitSemaphores",
             "ERROR_DEVICE_LOST",
@@ -115,13 +115,13 @@ fn a_lost_device_fails_in_flight_parked_and_later_work() {
         assert_error(
             within(
                 "a later fill",
-                queue.fill(Timepoints::default(), &buffer.whole(), &[3]),
+                queue.fill(Timepoints::default(), 3u8, &buffer.whole()),
             )
             .await?,
             StatusCode::Aborted,
             &lost,
         );
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         assert_error(
             within("a later read", read).await?,
             StatusCode::Aborted,
@@ -164,13 +164,13 @@ fn a_lost_device_on_submit_fails_later_work() {
         let buffer = device.allocator().allocate(64, BufferParams::HOST)?;
         faults.fail_next_submit(vk::Result::ERROR_DEVICE_LOST);
         let lost = ["vkQueueSubmit", "ERROR_DEVICE_LOST", "vulkan://0 is lost"];
-        let first = queue.fill(Timepoints::default(), &buffer.whole(), &[1]);
+        let first = queue.fill(Timepoints::default(), 1u8, &buffer.whole());
         assert_error(
             within("the lost fill", first).await?,
             StatusCode::Aborted,
             &lost,
         );
-        let second = queue.fill(Timepoints::default(), &buffer.whole(), &[2]);
+        let second = queue.fill(Timepoints::default(), 2u8, &buffer.whole());
         assert_error(
             within("a later fill", second).await?,
             StatusCode::Aborted,
@@ -202,7 +202,7 @@ fn a_lost_device_does_not_spin() {
         let buffer = device.allocator().allocate(64, BufferParams::HOST)?;
         faults.fail_next_submit(vk::Result::ERROR_DEVICE_LOST);
         let _ = queue
-            .fill(Timepoints::default(), &buffer.whole(), &[1])
+            .fill(Timepoints::default(), 1u8, &buffer.whole())
             .await;
         let gate = Semaphore::new(0);
         let parked = queue.host_call(

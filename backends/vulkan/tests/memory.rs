@@ -131,7 +131,7 @@ fn small_buffers_share_blocks() {
         let timeline = queue.timeline()?;
         let mut submissions = Vec::new();
         for i in (0..N - 2).step_by(37) {
-            submissions.push(queue.fill(timeline.next(), &buffers[i].slice(1..255)?, &[0xA5]));
+            submissions.push(queue.fill(timeline.next(), 0xA5u8, &buffers[i].slice(1..255)?));
             expected[i][1..255].fill(0xA5);
             submissions.push(queue.copy(
                 timeline.next(),
@@ -144,7 +144,11 @@ fn small_buffers_share_blocks() {
         all("fills and copies", submissions).await?;
         assert_mapped(&buffers, &expected, "after fills and copies")?;
         for i in [0, 1, 2, 37, 38, 39, N - 1] {
-            let bytes = done("read", queue.read(timeline.next(), &buffers[i].whole())).await?;
+            let bytes = done(
+                "read",
+                queue.read::<u8>(timeline.next(), &buffers[i].whole()),
+            )
+            .await?;
             assert_eq!(bytes, expected[i], "queue read of buffer {i}");
         }
 
@@ -317,7 +321,7 @@ fn non_coherent_round_trips_at_odd_offsets() {
                     &buffers[1].whole(),
                     &buffers[0].slice(511..514)?,
                 ),
-                queue.fill(timeline.next(), &buffers[5].slice(1..332)?, &[0x3C]),
+                queue.fill(timeline.next(), 0x3Cu8, &buffers[5].slice(1..332)?),
             ];
             all("copies", submissions).await?;
             let copied = expected[3][3..1024].to_vec();
@@ -335,7 +339,8 @@ fn non_coherent_round_trips_at_odd_offsets() {
             assert_eq!(&buffers[0].map_read(510..515)?[..], &expected[0][510..515]);
             assert_mapped(&buffers, &expected, "after device copies")?;
             for (i, buffer) in buffers.iter().enumerate() {
-                let bytes = done("read", queue.read(timeline.next(), &buffer.whole())).await?;
+                let bytes =
+                    done("read", queue.read::<u8>(timeline.next(), &buffer.whole())).await?;
                 assert_eq!(bytes, expected[i], "queue read of buffer {i}");
             }
 
@@ -357,7 +362,11 @@ fn non_coherent_round_trips_at_odd_offsets() {
                 )?;
             }
             expected[4][0] = 0xC3;
-            let bytes = done("read", queue.read(timeline.next(), &buffers[4].whole())).await?;
+            let bytes = done(
+                "read",
+                queue.read::<u8>(timeline.next(), &buffers[4].whole()),
+            )
+            .await?;
             assert_eq!(bytes, expected[4]);
             assert_mapped(&buffers, &expected, "at the end")?;
         }
@@ -382,7 +391,7 @@ fn reused_memory_reads_as_zero() {
             old.map_write(..)?.fill(0xFF);
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &old.slice(8..4000)?, &[0xEE]),
+                queue.fill(Timepoints::default(), 0xEEu8, &old.slice(8..4000)?),
             )
             .await?;
             drop(old);
@@ -397,7 +406,11 @@ fn reused_memory_reads_as_zero() {
                 new.map_read(..)?.iter().all(|&b| b == 0),
                 "reused memory is not zero (force_non_coherent {force_non_coherent})"
             );
-            let bytes = done("read", queue.read(Timepoints::default(), &new.whole())).await?;
+            let bytes = done(
+                "read",
+                queue.read::<u8>(Timepoints::default(), &new.whole()),
+            )
+            .await?;
             assert!(bytes.iter().all(|&b| b == 0));
             drop(keep);
             Ok(())

@@ -4,8 +4,8 @@
 mod common;
 
 use halcyon::{
-    Binding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, ExecutableSpec,
-    StatusCode, Timepoints,
+    BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, ExecutableSpec, StatusCode,
+    Timepoints,
 };
 use halcyon_conformance::harness::{block_on, bytes_u32, done, u32_bytes};
 use halcyon_vulkan::SpirvModule;
@@ -127,31 +127,38 @@ fn reflection_gives_bindings_constants_and_workgroup_size() {
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         let error = builder
             .dispatch(
-                &executable,
-                0,
-                [1, 2, 1],
-                &[3, 5, 64],
-                [Binding::from(input.whole())],
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 2, 1])
+                    .constant(3u32)
+                    .constant(5u32)
+                    .constant(64u32)
+                    .binding(input.whole()),
             )
             .expect_err("one binding for two is refused");
         assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
         assert!(error.message().contains("takes 2 bindings"), "{error}");
         let error = builder
             .dispatch(
-                &executable,
-                0,
-                [1, 2, 1],
-                &[3, 5],
-                [Binding::from(input.whole()), Binding::from(output.whole())],
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 2, 1])
+                    .constant(3u32)
+                    .constant(5u32)
+                    .binding(input.whole())
+                    .binding(output.whole()),
             )
             .expect_err("two constants for three are refused");
         assert!(error.message().contains("takes 3 constants"), "{error}");
         builder.dispatch(
-            &executable,
-            0,
-            [1, 2, 1],
-            &[3, 5, 64],
-            [Binding::from(input.whole()), Binding::from(output.whole())],
+            &executable
+                .kernel_at(0)?
+                .launch([1, 2, 1])
+                .constant(3u32)
+                .constant(5u32)
+                .constant(64u32)
+                .binding(input.whole())
+                .binding(output.whole()),
         )?;
         let commands = builder.finish();
         done(
@@ -299,7 +306,7 @@ fn over_limit_dispatches_fail(device: &Device) {
     block_on(async {
         let kernels = common::standard_module()?;
         let executable = device.load_executable(&kernels.spec())?;
-        let add_one = executable.entry_point_index("add_one_u32")?;
+        let add_one = executable.kernel("add_one_u32")?;
         let queue = device.queue(0)?;
         let x = device.allocator().allocate(256, BufferParams::DEVICE)?;
         for (axis, workgroups) in [("x", [0, 1, 1]), ("y", [1, 0, 1]), ("z", [1, 1, 0])] {
@@ -312,13 +319,7 @@ fn over_limit_dispatches_fail(device: &Device) {
             let mut workgroups = workgroups;
             workgroups[index] = count;
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-            builder.dispatch(
-                &executable,
-                add_one,
-                workgroups,
-                &[0],
-                [Binding::from(x.whole())],
-            )?;
+            builder.dispatch(&add_one.launch(workgroups).constant(0u32).binding(x.whole()))?;
             let commands = builder.finish();
             let error = queue
                 .execute(Timepoints::default(), &commands, None)
@@ -336,11 +337,10 @@ fn over_limit_dispatches_fail(device: &Device) {
         let limit = device.query("vulkan.max_compute_workgroup_count.x")?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         builder.dispatch(
-            &executable,
-            add_one,
-            [u32::try_from(limit).unwrap_or(u32::MAX).min(65_535), 1, 1],
-            &[0],
-            [Binding::from(x.whole())],
+            &add_one
+                .launch([u32::try_from(limit).unwrap_or(u32::MAX).min(65_535), 1, 1])
+                .constant(0u32)
+                .binding(x.whole()),
         )?;
         let commands = builder.finish();
         done(
@@ -371,7 +371,7 @@ fn fixed_size_buffers_need_long_enough_bindings() {
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let run = |range: halcyon::BufferRef| {
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(range)])?;
+            builder.dispatch(&executable.kernel_at(0)?.launch([1, 1, 1]).binding(range))?;
             Ok::<_, halcyon::Error>(queue.execute(Timepoints::default(), &builder.finish(), None))
         };
         let error = run(buffer.slice(0..16)?)?.await.unwrap_err();

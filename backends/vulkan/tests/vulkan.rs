@@ -67,8 +67,8 @@ fn device_to_device_waits_chain_without_host_wakes() {
         let polls_before = stat(&device, "vulkan.reactor_polls");
         let mut submissions = vec![queue.fill(
             Timepoints::new(Fence::new(), Fence::at(&sems[0], 1)),
+            0u32,
             &buffer.whole(),
-            &0u32.to_le_bytes(),
         )];
         for i in 1..CHAIN {
             submissions.push(kernels.add_one(
@@ -118,8 +118,8 @@ fn host_semaphores_wait_on_the_host() {
         let before = stat(&device, "vulkan.host_waits");
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&after, 1)),
+            7u8,
             &buffer.whole(),
-            &[7],
         );
         assert_eq!(stat(&device, "vulkan.host_waits") - before, 1);
         gate.signal(1)?;
@@ -209,11 +209,15 @@ fn mapping_and_flush_paths() {
                     *b = i as u8;
                 }
             }
-            let bytes = done("read", queue.read(Timepoints::default(), &buffer.whole())).await?;
+            let bytes = done(
+                "read",
+                queue.read::<u8>(Timepoints::default(), &buffer.whole()),
+            )
+            .await?;
             assert!(bytes.iter().enumerate().all(|(i, &b)| b == i as u8));
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &buffer.slice(3..999)?, &[0xEE]),
+                queue.fill(Timepoints::default(), 0xEEu8, &buffer.slice(3..999)?),
             )
             .await?;
             let guard = buffer.map_read(..)?;
@@ -389,7 +393,7 @@ fn transfer_queues_move_memory_and_refuse_dispatches() {
             let copy = device.allocator().allocate(1024, BufferParams::DEVICE)?;
             done(
                 "fill",
-                queue.fill(Timepoints::default(), &buffer.whole(), &[0x5a]),
+                queue.fill(Timepoints::default(), 0x5au8, &buffer.whole()),
             )
             .await?;
             done(
@@ -397,7 +401,11 @@ fn transfer_queues_move_memory_and_refuse_dispatches() {
                 queue.copy(Timepoints::default(), &buffer.whole(), &copy.whole()),
             )
             .await?;
-            let bytes = done("read", queue.read(Timepoints::default(), &copy.whole())).await?;
+            let bytes = done(
+                "read",
+                queue.read::<u8>(Timepoints::default(), &copy.whole()),
+            )
+            .await?;
             assert!(bytes.iter().all(|&b| b == 0x5a), "queue {}", queue.index());
             let add = kernels.add_one(&queue, Timepoints::default(), &buffer.whole(), 256);
             if transfer_only & (1 << queue.index()) != 0 {
@@ -430,7 +438,7 @@ fn dispatch_of_another_devices_executable_is_refused() {
         let buffer = b.allocator().allocate(256 * 4, BufferParams::DEVICE)?;
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[0]),
+            queue.fill(Timepoints::default(), 0u8, &buffer.whole()),
         )
         .await?;
         let signal = b.create_semaphore(0)?;
@@ -478,7 +486,7 @@ fn check() {
 /// recording starts each submission with the word cleared.
 #[test]
 fn kernels_fail_dispatches_through_the_status_word() {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode, EntryPoint};
+    use halcyon::{CommandBuffer, CommandBufferMode, EntryPoint};
     let Some(device) = device_or_skip("kernels_fail_dispatches_through_the_status_word") else {
         return;
     };
@@ -496,11 +504,10 @@ fn kernels_fail_dispatches_through_the_status_word() {
         let flag = device.allocator().allocate(16, BufferParams::DEVICE)?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder.dispatch(
-            &executable,
-            0,
-            [1, 1, 1],
-            &[],
-            [Binding::from(flag.whole())],
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(flag.whole()),
         )?;
         let check = builder.finish();
 
@@ -511,7 +518,7 @@ fn kernels_fail_dispatches_through_the_status_word() {
         .await?;
         done(
             "flag = 7",
-            queue.fill(Timepoints::default(), &flag.whole(), &7u32.to_le_bytes()),
+            queue.fill(Timepoints::default(), 7u32, &flag.whole()),
         )
         .await?;
         let sem = device.create_semaphore(0)?;
@@ -523,8 +530,8 @@ fn kernels_fail_dispatches_through_the_status_word() {
         );
         let dependent = queue.fill(
             Timepoints::new(Fence::at(&sem, 1), Fence::new()),
+            0u8,
             &flag.whole(),
-            &[0],
         );
         assert_eq!(
             stat(&device, "vulkan.host_waits") - host_waits,
@@ -543,12 +550,16 @@ fn kernels_fail_dispatches_through_the_status_word() {
             dependent.await.unwrap_err().code(),
             StatusCode::KernelFailed
         );
-        let bytes = done("read", queue.read(Timepoints::default(), &flag.whole())).await?;
+        let bytes = done(
+            "read",
+            queue.read::<u8>(Timepoints::default(), &flag.whole()),
+        )
+        .await?;
         assert_eq!(&bytes[..4], &7u32.to_le_bytes(), "the dependent fill ran");
 
         done(
             "flag = 0",
-            queue.fill(Timepoints::default(), &flag.whole(), &[0]),
+            queue.fill(Timepoints::default(), 0u8, &flag.whole()),
         )
         .await?;
         let reuses = stat(&device, "vulkan.recording_reuses");

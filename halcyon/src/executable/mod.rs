@@ -15,8 +15,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::{Error, Result, StatusCode};
 
+mod kernel;
 mod packed;
 
+pub use kernel::{Kernel, Launch};
 pub use packed::{PackedExecutable, MAX_ENTRY_POINTS};
 
 /// One kernel of an executable.
@@ -145,12 +147,12 @@ static NEXT_EXECUTABLE_ID: AtomicU64 = AtomicU64::new(1);
 /// ```
 /// use halcyon::{Device, ExecutableSpec};
 ///
-/// fn load(device: &Device, spec: &ExecutableSpec) -> halcyon::Result<u32> {
+/// fn load(device: &Device, spec: &ExecutableSpec) -> halcyon::Result<halcyon::Kernel> {
 ///     let executable = device.load_executable(spec)?;
 ///     for entry in executable.entry_points() {
 ///         println!("{}: {:?} per workgroup", entry.name, entry.workgroup_size);
 ///     }
-///     executable.entry_point_index("main")
+///     executable.kernel("main")
 /// }
 /// ```
 #[derive(Clone)]
@@ -190,12 +192,13 @@ impl Executable {
         self.inner.backend.entry_points()
     }
 
-    /// The index of the entry point called `name`; `NotFound` listing the names there are.
-    pub fn entry_point_index(&self, name: &str) -> Result<u32> {
+    /// The kernel called `name`, to dispatch ([`Kernel::launch`]); `NotFound` listing the
+    /// names there are. Look it up once and keep it: a [`Kernel`] is cheap to clone.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
         self.entry_points()
             .iter()
             .position(|e| e.name == name)
-            .map(|i| i as u32)
+            .map(|i| Kernel::new(self.clone(), i as u32))
             .ok_or_else(|| {
                 Error::new(
                     StatusCode::NotFound,
@@ -209,6 +212,13 @@ impl Executable {
                     ),
                 )
             })
+    }
+
+    /// The kernel at `index` of [`Executable::entry_points`] (for code that walks them all);
+    /// `OutOfRange` naming the index and the count if there is none.
+    pub fn kernel_at(&self, index: u32) -> Result<Kernel> {
+        self.entry_point(index)?;
+        Ok(Kernel::new(self.clone(), index))
     }
 
     /// The entry point at `index`; `OutOfRange` if there is none.

@@ -29,8 +29,8 @@
 //! let done = queue.device().create_semaphore(0)?;
 //! let fill = queue.fill(
 //!     Timepoints::new(Fence::at(&go, 1), Fence::at(&done, 1)),
+//!     7u8,
 //!     &buffer.whole(),
-//!     &[7],
 //! );
 //! // Changed our mind before `go` was signalled: the fill never runs.
 //! go.fail(Error::new(StatusCode::Cancelled, "the user pressed stop"));
@@ -43,6 +43,7 @@
 //!
 //! Work already issued to the device runs to completion; halcyon cannot stop a running kernel.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -51,13 +52,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use bytemuck::Pod;
+
 use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
-use crate::command_buffer::{
-    check_usage, Binding, BindingTable, Command, CommandBuffer, CommandBufferMode,
-};
+use crate::command_buffer::{check_usage, BindingTable, Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
-use crate::executable::Executable;
+use crate::executable::Launch;
 use crate::fence::Fence;
 use crate::semaphore::{Semaphore, Wait};
 
@@ -98,14 +99,14 @@ impl From<(&Fence, &Fence)> for Timepoints {
 /// ```
 /// # fn demo(queue: &halcyon::Queue, buffer: &halcyon::Buffer) -> halcyon::Result<()> {
 /// let timeline = queue.timeline()?;
-/// let _ = queue.fill(timeline.next(), &buffer.whole(), &[0]);   // waits 0, signals 1
-/// let read = queue.read(timeline.next(), &buffer.whole());      // waits 1, signals 2
+/// let _ = queue.fill(timeline.next(), 0u8, &buffer.whole());     // waits 0, signals 1
+/// let read = queue.read::<u8>(timeline.next(), &buffer.whole()); // waits 1, signals 2
 /// # Ok(()) }
 /// ```
 ///
 /// Every value [`Timeline::next`] hands out is signalled in order, even one whose step is never
-/// submitted: a [`TimelineStep`] dropped unsubmitted (the ordinary case: `q.fill(t.next(),
-/// &buf.slice(0..1000)?, &[1])`, where `next()` runs and then `?` returns early) becomes a
+/// submitted: a [`TimelineStep`] dropped unsubmitted (the ordinary case: `q.fill(t.next(), 1u8,
+/// &buf.slice(0..1000)?)`, where `next()` runs and then `?` returns early) becomes a
 /// [`Queue::barrier`] on the timeline's queue, a no-op that passes its value on, so later
 /// operations do not wait for it forever. The caller already got the error that kept the
 /// step from being submitted; the timeline itself carries on.
@@ -199,13 +200,66 @@ impl Drop for TimelineStep {
     }
 }
 
+/// The vector a reader gets its elements in: a `Vec<T>` of some `Pod` type, seen as bytes.
+trait ReadTarget: Send {
+    /// The vector itself, if it is a `Vec<u8>` (a backend may then read straight into it).
+    fn bytes_vec(&mut self) -> Option<&mut Vec<u8>>;
+    /// Makes the vector hold exactly `bytes` (a whole number of elements), reusing its
+    /// allocation.
+    fn copy_from(&mut self, bytes: &[u8]);
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl<T: Pod + Send> ReadTarget for Vec<T> {
+    fn bytes_vec(&mut self) -> Option<&mut Vec<u8>> {
+        (self as &mut dyn Any).downcast_mut::<Vec<u8>>()
+    }
+
+    fn copy_from(&mut self, bytes: &[u8]) {
+        copy_into(self, bytes);
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Makes `vec` hold exactly `bytes`, which are a whole number of `T`s (checked when the read
+/// was submitted), in one copy: no zeroing first.
+fn copy_into<T: Pod>(vec: &mut Vec<T>, bytes: &[u8]) {
+    let size = std::mem::size_of::<T>().max(1);
+    debug_assert_eq!(bytes.len() % size, 0);
+    let n = bytes.len() / size;
+    vec.clear();
+    vec.reserve_exact(n);
+    // SAFETY: the vector has room for `n` elements, `n * size_of::<T>() == bytes.len()` bytes,
+    // which `bytes` (borrowed apart from the vector, so not overlapping it) fills completely;
+    // `T: Pod`, so any bytes are a valid `T`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), vec.as_mut_ptr().cast::<u8>(), bytes.len());
+        vec.set_len(n);
+    }
+}
+
+/// What a backend delivered: its own bytes, or the reader's vector filled.
+enum Delivered {
+    Bytes(Vec<u8>),
+    Target(Box<dyn ReadTarget>),
+}
+
 /// Where a queue read delivers its bytes (the SPI side of [`Queue::read`] and
 /// [`Queue::read_into`]).
+///
+/// A reader asks for a `Vec<T>`; a backend sees bytes. Where the reader's vector is a
+/// `Vec<u8>`, a backend may read straight into it ([`ReadSink::buffer`]); otherwise
+/// [`ReadSink::deliver_copy`] copies into the reader's vector directly and
+/// [`ReadSink::deliver`]ed bytes are copied into it once, when the read completes.
 #[derive(Clone, Default)]
 pub struct ReadSink {
-    slot: Arc<Mutex<Option<Vec<u8>>>>,
-    /// The vector [`Queue::read_into`] was given, for the bytes ([`ReadSink::buffer`]).
-    spare: Arc<Mutex<Option<Vec<u8>>>>,
+    slot: Arc<Mutex<Option<Delivered>>>,
+    /// The reader's vector ([`Queue::read_into`], or a new one for a read of elements wider
+    /// than a byte).
+    spare: Arc<Mutex<Option<Box<dyn ReadTarget>>>>,
 }
 
 impl fmt::Debug for ReadSink {
@@ -218,32 +272,36 @@ impl fmt::Debug for ReadSink {
 }
 
 impl ReadSink {
-    /// A sink whose bytes go into `buffer` where the backend can put them there
-    /// ([`ReadSink::buffer`]).
-    fn with_buffer(buffer: Vec<u8>) -> ReadSink {
+    /// A sink for a read into a `Vec<T>`: `buffer`, or a new vector (none for bytes, which
+    /// the backend allocates as it likes).
+    fn typed<T: Pod + Send>(buffer: Option<Vec<T>>) -> ReadSink {
+        let target: Option<Box<dyn ReadTarget>> = match buffer {
+            Some(buffer) => Some(Box::new(buffer)),
+            None if TypeId::of::<T>() == TypeId::of::<u8>() => None,
+            None => Some(Box::new(Vec::<T>::new())),
+        };
         ReadSink {
-            spare: Arc::new(Mutex::new(Some(buffer))),
+            spare: Arc::new(Mutex::new(target)),
             ..ReadSink::default()
         }
     }
 
     /// Hands over the bytes read. Call before signalling the operation's fence.
     pub fn deliver(&self, bytes: Vec<u8>) {
-        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Delivered::Bytes(bytes));
     }
 
-    /// The vector the reader supplied ([`Queue::read_into`]), made `len` bytes long (its
-    /// capacity reused, the bytes unspecified until written), for a backend to read into and
-    /// [`ReadSink::deliver`]; `None` if the reader supplied none (or it was taken already),
-    /// and the backend allocates its own. Memory a large read writes then needs no fresh pages:
-    /// touching a freshly mapped 64 MiB costs tens of milliseconds of page faults on some
-    /// hosts, more than the copy.
+    /// The vector the reader supplied ([`Queue::read_into`] of bytes), made `len` bytes long
+    /// (its capacity reused, the bytes unspecified until written), for a backend to read into
+    /// and [`ReadSink::deliver`]; `None` if the reader supplied none, wants elements wider
+    /// than a byte (whose vector a `Vec<u8>` cannot stand for: [`ReadSink::deliver_copy`]
+    /// writes those), or it was taken already: the backend then allocates its own. Memory a
+    /// large read writes then needs no fresh pages: touching a freshly mapped 64 MiB costs
+    /// tens of milliseconds of page faults on some hosts, more than the copy.
     pub fn buffer(&self, len: usize) -> Option<Vec<u8>> {
-        let mut buffer = self
-            .spare
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()?;
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buffer = std::mem::take(spare.as_mut()?.bytes_vec()?);
+        *spare = None;
         if buffer.len() > len {
             buffer.truncate(len);
         } else {
@@ -252,28 +310,45 @@ impl ReadSink {
         Some(buffer)
     }
 
-    /// Delivers a copy of `bytes`, in the reader's vector where one was supplied
-    /// ([`ReadSink::buffer`]).
+    /// Delivers a copy of `bytes`: straight into the reader's vector where there is one.
     pub fn deliver_copy(&self, bytes: &[u8]) {
-        let copy = match self.buffer(bytes.len()) {
-            Some(mut buffer) => {
-                buffer.copy_from_slice(bytes);
-                buffer
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let delivered = match spare {
+            Some(mut target) => {
+                target.copy_from(bytes);
+                Delivered::Target(target)
             }
-            None => bytes.to_vec(),
+            None => Delivered::Bytes(bytes.to_vec()),
         };
-        self.deliver(copy);
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(delivered);
     }
 
-    fn take(&self) -> Option<Vec<u8>> {
-        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    /// The elements delivered, as the reader's `Vec<T>`.
+    fn take<T: Pod + Send>(&self) -> Option<Vec<T>> {
+        let delivered = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        let bytes = match delivered {
+            Delivered::Target(target) => return target.into_any().downcast().ok().map(|v| *v),
+            Delivered::Bytes(bytes) => bytes,
+        };
+        // Bytes read for bytes are the reader's already.
+        let mut bytes = Some(bytes);
+        if let Some(read) = (&mut bytes as &mut dyn Any).downcast_mut::<Option<Vec<T>>>() {
+            return read.take();
+        }
+        // Wider elements: one copy, into the reader's vector where it supplied one.
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut vec = spare
+            .and_then(|target| target.into_any().downcast::<Vec<T>>().ok())
+            .map_or_else(Vec::new, |v| *v);
+        copy_into(&mut vec, &bytes?);
+        Some(vec)
     }
 }
 
 type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 
 /// A submitted queue operation: completes when its signal fence is reached, with its output
-/// (the bytes, for a read), or with the failure. Either way every entry of the signal fence
+/// (the `Vec<T>`, for a read), or with the failure. Either way every entry of the signal fence
 /// has settled (reached or failed) by the time it completes. Dropping it never cancels the work.
 ///
 /// It reports this operation's outcome, however late it is awaited: once every entry of its
@@ -572,28 +647,47 @@ impl Queue {
         }
     }
 
-    /// Fills `target` with a 1-, 2- or 4-byte `pattern`.
-    pub fn fill(
+    /// Fills `target` with `pattern` repeated: a value of 1, 2 or 4 bytes (`0u8`, `1.0f32`,
+    /// `0xFFFFu16`...), written as it lies in memory. The target's offset and length must be
+    /// multiples of the pattern's size and it needs [`BufferUsage::TRANSFER_TARGET`]; a
+    /// pattern of another size, a misaligned range or a missing usage is `InvalidArgument`.
+    /// Runs once `timepoints.wait` is reached and signals `timepoints.signal` when the bytes
+    /// are written; a refusal fails both the submission and the signal fence, in order (see
+    /// [`crate::queue`]).
+    ///
+    /// ```
+    /// # async fn demo(queue: &halcyon::Queue, y: &halcyon::Buffer) -> halcyon::Result<()> {
+    /// queue.fill(halcyon::Timepoints::default(), 1.0f32, &y.whole()).await?; // every float 1.0
+    /// # Ok(()) }
+    /// ```
+    pub fn fill<T: Pod>(
         &self,
         timepoints: impl Into<Timepoints>,
+        pattern: T,
         target: &BufferRef,
-        pattern: &[u8],
     ) -> Submission {
-        self.one(timepoints.into(), |b| b.fill(target, pattern).map(drop))
+        self.one(timepoints.into(), |b| b.fill(pattern, target).map(drop))
     }
 
-    /// Writes `data` (copied now) into `target` (at most
-    /// [`crate::command_buffer::MAX_UPDATE_SIZE`] bytes; use [`Queue::write`] for more).
-    pub fn update(
+    /// Writes the elements of `data` (copied now, so the caller may reuse it at once) into
+    /// `target`, which must be exactly as many bytes long, with offset and length multiples
+    /// of 4, and at most [`crate::command_buffer::MAX_UPDATE_SIZE`] bytes (use
+    /// [`Queue::write`] for more). Ordering and failure as for [`Queue::fill`]; a wrong
+    /// length, a misaligned range or a missing [`BufferUsage::TRANSFER_TARGET`] is
+    /// `InvalidArgument`.
+    pub fn update<T: Pod>(
         &self,
         timepoints: impl Into<Timepoints>,
-        data: &[u8],
+        data: &[T],
         target: &BufferRef,
     ) -> Submission {
-        self.one(timepoints.into(), |b| b.update(target, data).map(drop))
+        self.one(timepoints.into(), |b| b.update(data, target).map(drop))
     }
 
-    /// Copies `source` into `target`.
+    /// Copies `source` into `target` on the device, once `timepoints.wait` is reached: equal
+    /// lengths, no overlap within one buffer, usages [`BufferUsage::TRANSFER_SOURCE`] and
+    /// [`BufferUsage::TRANSFER_TARGET`] (`InvalidArgument` otherwise, failing the submission and
+    /// the signal fence in order). The submission holds both buffers until it completes.
     pub fn copy(
         &self,
         timepoints: impl Into<Timepoints>,
@@ -603,50 +697,50 @@ impl Queue {
         self.one(timepoints.into(), |b| b.copy(source, target).map(drop))
     }
 
-    /// Dispatches an entry point (see [`crate::command_buffer::CommandBufferBuilder::dispatch`]).
+    /// Dispatches `launch` ([`crate::Kernel::launch`]) once `timepoints.wait` is reached,
+    /// signalling `timepoints.signal` when it completes.
+    ///
+    /// The launch is checked as [`crate::CommandBufferBuilder::dispatch`] records it (counts,
+    /// constant sizes, workgroup limits of this device, usage, no binding-table slots); a
+    /// refused launch never reaches the device and fails the submission and the signal fence
+    /// in order (see [`crate::queue`]). The submission holds the launch's buffers and
+    /// executable until it completes; a kernel that fails on the device fails it likewise.
     ///
     /// ```
-    /// use halcyon::{Buffer, Executable, Queue, Timepoints};
+    /// use halcyon::{Buffer, Kernel, Queue, Timepoints};
     ///
     /// /// y = a * x + y over `n` floats, 256 per workgroup, once `Timepoints` allow.
-    /// async fn saxpy(queue: &Queue, saxpy: &Executable, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
-    ///     let entry = saxpy.entry_point_index("saxpy")?;
+    /// async fn saxpy(queue: &Queue, saxpy: &Kernel, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
     ///     let n = (x.size() / 4) as u32;
-    ///     let constants = [a.to_bits(), n];
-    ///     let groups = [n.div_ceil(256), 1, 1];
-    ///     queue
-    ///         .dispatch(Timepoints::default(), saxpy, entry, groups, &constants, &[x.whole(), y.whole()])
-    ///         .await
+    ///     let launch = saxpy.launch([n.div_ceil(256), 1, 1]).constant(a).constant(n);
+    ///     let launch = launch.binding(x.whole()).binding(y.whole());
+    ///     queue.dispatch(Timepoints::default(), &launch).await
     /// }
     /// ```
-    pub fn dispatch(
-        &self,
-        timepoints: impl Into<Timepoints>,
-        executable: &Executable,
-        entry_point: u32,
-        workgroups: [u32; 3],
-        constants: &[u32],
-        bindings: &[BufferRef],
-    ) -> Submission {
-        self.one(timepoints.into(), |b| {
-            b.dispatch(
-                executable,
-                entry_point,
-                workgroups,
-                constants,
-                bindings.iter().map(Binding::from),
-            )
-            .map(drop)
-        })
+    pub fn dispatch(&self, timepoints: impl Into<Timepoints>, launch: &Launch) -> Submission {
+        self.one(timepoints.into(), |b| b.dispatch(launch).map(drop))
     }
 
-    /// Writes host bytes (copied now, any size) into `target`, which must be as long.
-    pub fn write(
+    /// Writes the elements of `data` into `target`, which must be exactly as many bytes long
+    /// (`InvalidArgument` otherwise, as is a target without
+    /// [`BufferUsage::TRANSFER_TARGET`]); any size. The bytes are copied now, so the caller
+    /// may reuse `data` at once; the device copies them once `timepoints.wait` is reached and
+    /// signals `timepoints.signal` when they are in the buffer. A refusal fails the submission
+    /// and the signal fence in order (see [`crate::queue`]).
+    ///
+    /// ```
+    /// # async fn demo(queue: &halcyon::Queue, x: &halcyon::Buffer) -> halcyon::Result<()> {
+    /// let xs: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+    /// queue.write(halcyon::Timepoints::default(), &xs, &x.slice(0..4096)?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write<T: Pod>(
         &self,
         timepoints: impl Into<Timepoints>,
-        data: &[u8],
+        data: &[T],
         target: &BufferRef,
     ) -> Submission {
+        let data: &[u8] = bytemuck::cast_slice(data);
         self.write_shared(timepoints, data.into(), target)
     }
 
@@ -684,36 +778,66 @@ impl Queue {
         self.commands(timepoints, Arc::new([command]))
     }
 
-    /// Reads `source` into host memory; the submission completes with the bytes.
-    pub fn read(
+    /// Reads `source` into a new `Vec<T>` once `timepoints.wait` is reached; the submission
+    /// completes with it once `timepoints.signal` is reached. The vector is allocated as `T`,
+    /// so its elements are aligned whatever `T` is; `source.len()` must be a whole number of
+    /// them (`InvalidArgument` otherwise, as is a source without
+    /// [`BufferUsage::TRANSFER_SOURCE`] or a queue without transfers; refusals fail the signal
+    /// fence in order). Bytes arrive as they lie in device memory. The bytes go straight into
+    /// the vector where the backend copies from host-visible memory (CPU, Vulkan, the stream
+    /// backends' pinned staging); a large read on CUDA or HIP of elements wider than a byte
+    /// lands in the backend's own staging vector first and is copied into the `Vec<T>` once.
+    ///
+    /// ```
+    /// # async fn demo(queue: &halcyon::Queue, y: &halcyon::Buffer) -> halcyon::Result<()> {
+    /// let ys: Vec<f32> = queue.read(halcyon::Timepoints::default(), &y.whole()).await?;
+    /// let bytes = queue.read::<u8>(halcyon::Timepoints::default(), &y.whole()).await?;
+    /// assert_eq!(bytes.len(), ys.len() * 4);
+    /// # Ok(()) }
+    /// ```
+    pub fn read<T: Pod + Send>(
         &self,
         timepoints: impl Into<Timepoints>,
         source: &BufferRef,
-    ) -> Submission<Vec<u8>> {
-        self.read_with(timepoints.into(), source, ReadSink::default())
+    ) -> Submission<Vec<T>> {
+        self.read_with(timepoints.into(), source, ReadSink::typed::<T>(None))
     }
 
-    /// [`Queue::read`] into `buffer`, whose allocation is reused for the bytes (by every
-    /// backend here: the stream backends read large reads straight into it and copy small
-    /// ones from their pinned leases into it; CPU and Vulkan copy into it) instead of a new
-    /// vector each time: the submission completes with `buffer`, `source.len()` bytes long. For repeated large reads, hand back the vector
-    /// the previous read returned: a fresh one costs the page faults of touching new memory,
-    /// which for 64 MiB can take longer than the copy itself.
-    pub fn read_into(
+    /// [`Queue::read`] into `buffer`, whose allocation is reused for the elements instead of
+    /// a new vector each time: the submission completes with `buffer`, `source.len() /
+    /// size_of::<T>()` elements long (its old contents replaced). Every backend here reuses
+    /// it (the stream backends read large byte reads straight into it). For repeated large
+    /// reads, hand back the vector the previous read returned: a fresh one costs the page
+    /// faults of touching new memory, which for 64 MiB can take longer than the copy itself.
+    /// Ordering and failure as for [`Queue::read`]; a refused read drops `buffer`.
+    pub fn read_into<T: Pod + Send>(
         &self,
         timepoints: impl Into<Timepoints>,
         source: &BufferRef,
-        buffer: Vec<u8>,
-    ) -> Submission<Vec<u8>> {
-        self.read_with(timepoints.into(), source, ReadSink::with_buffer(buffer))
+        buffer: Vec<T>,
+    ) -> Submission<Vec<T>> {
+        self.read_with(timepoints.into(), source, ReadSink::typed(Some(buffer)))
     }
 
-    fn read_with(
+    fn read_with<T: Pod + Send>(
         &self,
         timepoints: Timepoints,
         source: &BufferRef,
         sink: ReadSink,
-    ) -> Submission<Vec<u8>> {
+    ) -> Submission<Vec<T>> {
+        let size = std::mem::size_of::<T>() as u64;
+        if size == 0 || !source.len().is_multiple_of(size) {
+            let error = Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "read of {} bytes into a Vec<{}>: the length must be a whole number of \
+                     {size}-byte elements",
+                    source.len(),
+                    std::any::type_name::<T>()
+                ),
+            );
+            return self.reject(timepoints, error);
+        }
         if !self.capabilities().contains(QueueCapabilities::TRANSFER) {
             return self.reject(timepoints, self.cannot_run(QueueCapabilities::TRANSFER));
         }
@@ -731,7 +855,7 @@ impl Queue {
                 sink,
             },
             Box::new(move || {
-                taken.take().ok_or_else(|| {
+                taken.take::<T>().ok_or_else(|| {
                     Error::new(
                         StatusCode::Internal,
                         "queue read completed without delivering its bytes",

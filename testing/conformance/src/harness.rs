@@ -6,6 +6,8 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
+use bytemuck::Pod;
+
 use halcyon::{
     Buffer, BufferParams, BufferRef, Device, Error, Fence, Queue, Result, Semaphore, StatusCode,
     Timepoints,
@@ -151,11 +153,11 @@ pub fn pattern_bytes(n: usize, seed: u32) -> Vec<u8> {
 }
 
 /// Allocates a buffer with `params` holding `data`, uploaded with a queue write (awaited).
-pub async fn upload(queue: &Queue, params: BufferParams, data: &[u8]) -> Result<Buffer> {
+pub async fn upload<T: Pod>(queue: &Queue, params: BufferParams, data: &[T]) -> Result<Buffer> {
     let buffer = queue
         .device()
         .allocator()
-        .allocate(data.len() as u64, params)?;
+        .allocate(std::mem::size_of_val(data) as u64, params)?;
     done(
         "upload",
         queue.write(Timepoints::default(), data, &buffer.whole()),
@@ -166,21 +168,22 @@ pub async fn upload(queue: &Queue, params: BufferParams, data: &[u8]) -> Result<
 
 /// [`upload`] of `u32`s into [`BufferParams::DEVICE`] memory.
 pub async fn upload_u32(queue: &Queue, data: &[u32]) -> Result<Buffer> {
-    upload(queue, BufferParams::DEVICE, &u32_bytes(data)).await
+    upload(queue, BufferParams::DEVICE, data).await
 }
 
 /// Reads `source` once `after` is reached (queue read, awaited).
 pub async fn download(queue: &Queue, after: Fence, source: &BufferRef) -> Result<Vec<u8>> {
     done(
         "download",
-        queue.read(Timepoints::new(after, Fence::new()), source),
+        queue.read::<u8>(Timepoints::new(after, Fence::new()), source),
     )
     .await
 }
 
 /// [`download`] as `u32`s.
 pub async fn download_u32(queue: &Queue, after: Fence, source: &BufferRef) -> Result<Vec<u32>> {
-    bytes_u32(&download(queue, after, source).await?)
+    let read = queue.read(Timepoints::new(after, Fence::new()), source);
+    done("download", read).await
 }
 
 /// `count` fresh device semaphores at 0.

@@ -11,8 +11,8 @@
 //! * [`FAIL`]: no bindings, no constants; always fails, so the dispatch fails its signal fence.
 
 use halcyon::{
-    BufferRef, Device, EntryPoint, Error, Executable, Queue, Result, StatusCode, Submission,
-    Timepoints,
+    BufferRef, Device, EntryPoint, Error, Executable, Kernel, Queue, Result, StatusCode,
+    Submission, Timepoints,
 };
 
 /// Name of the increment kernel.
@@ -75,17 +75,17 @@ impl<F: Fn(&Device) -> Result<Executable>> Kernels for F {
     }
 }
 
-/// The standard kernels loaded on a device, with their entry-point indices.
+/// The standard kernels loaded on a device.
 #[derive(Clone, Debug)]
 pub struct StandardKernels {
     /// The executable.
     pub executable: Executable,
-    /// Index of [`ADD_ONE_U32`].
-    pub add_one: u32,
-    /// Index of [`SAXPY_F32`].
-    pub saxpy: u32,
-    /// Index of [`FAIL`].
-    pub fail: u32,
+    /// [`ADD_ONE_U32`].
+    pub add_one: Kernel,
+    /// [`SAXPY_F32`].
+    pub saxpy: Kernel,
+    /// [`FAIL`].
+    pub fail: Kernel,
 }
 
 impl StandardKernels {
@@ -93,9 +93,9 @@ impl StandardKernels {
     /// with the standard metadata (`InvalidArgument` naming the difference otherwise).
     pub fn load(device: &Device, provider: &dyn Kernels) -> Result<Self> {
         let executable = provider.load(device)?;
-        let index = |expected: EntryPoint| -> Result<u32> {
-            let index = executable.entry_point_index(&expected.name)?;
-            let actual = executable.entry_point(index)?;
+        let kernel = |expected: EntryPoint| -> Result<Kernel> {
+            let kernel = executable.kernel(&expected.name)?;
+            let actual = kernel.entry_point();
             if *actual != expected {
                 return Err(Error::new(
                     StatusCode::InvalidArgument,
@@ -105,12 +105,12 @@ impl StandardKernels {
                     ),
                 ));
             }
-            Ok(index)
+            Ok(kernel)
         };
         Ok(StandardKernels {
-            add_one: index(add_one_u32())?,
-            saxpy: index(saxpy_f32())?,
-            fail: index(fail())?,
+            add_one: kernel(add_one_u32())?,
+            saxpy: kernel(saxpy_f32())?,
+            fail: kernel(fail())?,
             executable,
         })
     }
@@ -125,11 +125,7 @@ impl StandardKernels {
     ) -> Submission {
         queue.dispatch(
             timepoints,
-            &self.executable,
-            self.add_one,
-            workgroups(n),
-            &[n],
-            std::slice::from_ref(x),
+            &self.add_one.launch(workgroups(n)).constant(n).binding(x),
         )
     }
 
@@ -145,17 +141,19 @@ impl StandardKernels {
     ) -> Submission {
         queue.dispatch(
             timepoints,
-            &self.executable,
-            self.saxpy,
-            workgroups(n),
-            &[a.to_bits(), n],
-            &[x.clone(), y.clone()],
+            &self
+                .saxpy
+                .launch(workgroups(n))
+                .constant(a)
+                .constant(n)
+                .binding(x)
+                .binding(y),
         )
     }
 
     /// Dispatches [`FAIL`] (one workgroup).
     pub fn fail(&self, queue: &Queue, timepoints: impl Into<Timepoints>) -> Submission {
-        queue.dispatch(timepoints, &self.executable, self.fail, [1, 1, 1], &[], &[])
+        queue.dispatch(timepoints, &self.fail.launch([1, 1, 1]))
     }
 }
 

@@ -127,20 +127,16 @@ fn round_trip(c: &mut Criterion) {
             .load_executable(&empty_module().spec())
             .expect("executable");
         let timeline = queue.timeline().expect("timeline");
+        let empty = executable.kernel_at(0).expect("kernel").launch([1, 1, 1]);
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder
-            .dispatch(&executable, 0, [1, 1, 1], &[], [])
-            .expect("record");
+        builder.dispatch(&empty).expect("record");
         let command_buffer = builder.finish();
 
         group.bench_function(format!("{name}/execute_block_on"), |b| {
             b.iter(|| block_on(queue.execute(timeline.next(), &command_buffer, None)).expect("run"))
         });
         group.bench_function(format!("{name}/dispatch_block_on"), |b| {
-            b.iter(|| {
-                block_on(queue.dispatch(timeline.next(), &executable, 0, [1, 1, 1], &[], &[]))
-                    .expect("run")
-            })
+            b.iter(|| block_on(queue.dispatch(timeline.next(), &empty)).expect("run"))
         });
     }
     group.finish();
@@ -171,7 +167,7 @@ impl DeviceLoop {
             .expect("executable");
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder
-            .dispatch(&executable, 0, [1, 1, 1], &[], [])
+            .dispatch(&executable.kernel_at(0).expect("kernel").launch([1, 1, 1]))
             .expect("record");
         DeviceLoop {
             timeline: queue.timeline().expect("timeline"),
@@ -346,7 +342,7 @@ fn replay(c: &mut Criterion) {
     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
     for _ in 0..REPLAYED {
         builder
-            .dispatch(&executable, 0, [1, 1, 1], &[], [])
+            .dispatch(&executable.kernel_at(0).expect("kernel").launch([1, 1, 1]))
             .expect("record");
     }
     let command_buffer = builder.finish();

@@ -60,7 +60,7 @@ fn cross_queue_wait_is_a_stream_wait() -> Result<()> {
         let (a, b) = (device.create_semaphore(0)?, device.create_semaphore(0)?);
 
         let hold = api.hold();
-        let fill = q0.fill(signals(&a, 1), &x.whole(), &[7]);
+        let fill = q0.fill(signals(&a, 1), 7u8, &x.whole());
         let polls = stat(&device, keys::REACTOR_POLLS);
         let copy = q1.copy(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
@@ -114,7 +114,7 @@ fn parked_action_released_when_its_signal_is_scheduled() -> Result<()> {
         );
         assert_eq!(stat(&device, keys::DEFERRED_WAITS), 1, "{strategy:?}");
         assert_eq!(stat(&device, keys::IN_FLIGHT), 0, "parked work was issued");
-        let fill = q0.fill(signals(&a, 1), &x.whole(), &[9]);
+        let fill = q0.fill(signals(&a, 1), 9u8, &x.whole());
         wait_until("the parked copy to be issued", || {
             stat(&device, keys::IN_FLIGHT) == 2
         })?;
@@ -159,11 +159,11 @@ fn fault_probe_fails_every_affected_fence() -> Result<()> {
         let host_funcs = api.stats().host_funcs;
 
         let hold = api.hold();
-        let in_flight = q0.fill(signals(&a, 1), &x.whole(), &[1]);
+        let in_flight = q0.fill(signals(&a, 1), 1u8, &x.whole());
         let native = q1.fill(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+            2u8,
             &x.whole(),
-            &[2],
         );
         let parked = q0.barrier(Timepoints::new(Fence::at(&gate, 1), Fence::at(&c, 1)));
         assert_eq!(stat(&device, keys::IN_FLIGHT), 2);
@@ -180,7 +180,7 @@ fn fault_probe_fails_every_affected_fence() -> Result<()> {
                 let outcome = within(name, submission).await?;
                 assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
             }
-            let after = q1.fill(signals(&c, 2), &x.whole(), &[3]);
+            let after = q1.fill(signals(&c, 2), 3u8, &x.whole());
             let outcome = within("after the fault", after).await?;
             assert_error(outcome, StatusCode::Aborted, &["ECC error in bank 3"]);
             Ok(())
@@ -228,16 +228,12 @@ fn kernel_failure_travels_through_stream_waits() -> Result<()> {
             let hold = api.hold();
             let failing = q0.dispatch(
                 Timepoints::new(Fence::at(&gate, 1), Fence::at(&a, 1)),
-                &executable,
-                0,
-                [1, 1, 1],
-                &[],
-                &[],
+                &executable.kernel_at(0)?.launch([1, 1, 1]),
             );
             let dependent = q1.fill(
                 Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+                0u8,
                 &y.whole(),
-                &[0],
             );
             gate.signal(1)?;
             eventually("both issued", || stat(&device, keys::IN_FLIGHT) == 2).await?;
@@ -288,11 +284,7 @@ fn work_after_a_failed_submission_fails_though_its_event_completed() -> Result<(
         let dispatch = |queue: &halcyon::Queue, wait: Fence, signal: Fence, entry: u32| {
             queue.dispatch(
                 Timepoints::new(wait, signal),
-                &executable,
-                entry,
-                [1, 1, 1],
-                &[],
-                &[],
+                &executable.kernel_at(entry).unwrap().launch([1, 1, 1]),
             )
         };
         let hold = api.hold();
@@ -350,7 +342,7 @@ fn events_and_timepoints_are_reused() -> Result<()> {
             for i in 0..200u32 {
                 done(
                     "fill",
-                    queue.fill(timeline.next(), &buffer.whole(), &[i as u8]),
+                    queue.fill(timeline.next(), i as u8, &buffer.whole()),
                 )
                 .await?;
             }
@@ -392,7 +384,7 @@ fn dropping_the_device_settles_work_in_flight() -> Result<()> {
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let done_sem = device.create_semaphore(0)?;
         let hold = api.hold();
-        let fill = queue.fill(signals(&done_sem, 1), &buffer.whole(), &[1]);
+        let fill = queue.fill(signals(&done_sem, 1), 1u8, &buffer.whole());
         let dropper = std::thread::spawn(move || drop(device));
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(done_sem.query()?, 0);
@@ -420,7 +412,7 @@ fn only_host_callback_devices_probe() -> Result<()> {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let (hold, polls) = (api.hold(), stat(&device, keys::REACTOR_POLLS));
-        let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[1]);
+        let fill = queue.fill(Timepoints::default(), 1u8, &buffer.whole());
         match strategy {
             CompletionStrategy::HostCallback => {
                 wait_until("the probe runs", || stat(&device, keys::PROBES) >= 3)?;
@@ -458,7 +450,7 @@ fn completions_come_from_the_chosen_strategy() -> Result<()> {
         let timeline = queue.timeline()?;
         block_on(async {
             for _ in 0..10 {
-                done("fill", queue.fill(timeline.next(), &buffer.whole(), &[1])).await?;
+                done("fill", queue.fill(timeline.next(), 1u8, &buffer.whole())).await?;
             }
             Ok(())
         })?;
@@ -514,7 +506,7 @@ fn buffers_of_another_device_are_refused() -> Result<()> {
     block_on(async {
         let fill = two
             .queue(0)?
-            .fill(signals(&signal, 1), &buffer.whole(), &[1]);
+            .fill(signals(&signal, 1), 1u8, &buffer.whole());
         let outcome = within("fill", fill).await?;
         let id = buffer.id().to_string();
         assert_error(outcome, StatusCode::InvalidArgument, &[&id, &two.info().id]);
@@ -537,9 +529,19 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[10; 16])).await?;
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
-            builder.update(x.slice(0..4)?, &u32_bytes(&[100]))?;
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(x.whole()),
+            )?;
+            builder.update(&u32_bytes(&[100]), x.slice(0..4)?)?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(x.whole()),
+            )?;
             let twice = builder.finish();
             for round in 1..=4u32 {
                 done(
@@ -558,7 +560,12 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
 
             // A binding table resolves to a new list each time: replayed on the stream.
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-            builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::slot(0, 0, 64)])?;
+            builder.dispatch(
+                &executable
+                    .kernel_at(0)?
+                    .launch([1, 1, 1])
+                    .binding(Binding::slot(0, 0, 64)),
+            )?;
             let slotted = builder.finish();
             let mut table = BindingTable::new();
             table.set(0, x.whole())?;
@@ -567,7 +574,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
                 done("execute with a table", run).await?;
                 done(
                     "fill",
-                    queue.fill(Timepoints::default(), &x.slice(60..64)?, &[1]),
+                    queue.fill(Timepoints::default(), 1u8, &x.slice(60..64)?),
                 )
                 .await?;
             }
@@ -586,7 +593,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
 /// an entry point without a declaration launches with none.
 #[test]
 fn declared_shared_memory_reaches_every_launch() -> Result<()> {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    use halcyon::{CommandBuffer, CommandBufferMode};
     let record = |args: &LaunchArgs<'_>| {
         // SAFETY: the only binding; blocks of one launch run one after another.
         let out = unsafe { args.binding_mut::<u32>(0) };
@@ -607,21 +614,21 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
     block_on(async {
         let out = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[7; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.dispatch(&executable, 0, [2, 1, 1], &[], [Binding::from(out.whole())])?;
         builder.dispatch(
-            &executable,
-            1,
-            [1, 1, 1],
-            &[],
-            [Binding::from(out.slice(8..16)?)],
+            &executable
+                .kernel_at(0)?
+                .launch([2, 1, 1])
+                .binding(out.whole()),
+        )?;
+        builder.dispatch(
+            &executable
+                .kernel_at(1)?
+                .launch([1, 1, 1])
+                .binding(out.slice(8..16)?),
         )?;
         let list = builder.finish();
         for round in 0..3 {
-            done(
-                "fill",
-                queue.fill(Timepoints::default(), &out.whole(), &[7]),
-            )
-            .await?;
+            done("fill", queue.fill(Timepoints::default(), 7u8, &out.whole())).await?;
             done("execute", queue.execute(Timepoints::default(), &list, None)).await?;
             let values = bytes_u32(&download(&queue, Fence::new(), &out.whole()).await?)?;
             let filled = u32::from_ne_bytes([7; 4]);
@@ -639,7 +646,7 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
 /// captured again two submissions later.
 #[test]
 fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
-    use halcyon::{Binding, CommandBuffer, CommandBufferMode};
+    use halcyon::{CommandBuffer, CommandBufferMode};
     let api = HostStreamApi::new();
     let device = device(&api, CompletionStrategy::CompletionThread)?;
     let queue = device.queue(0)?;
@@ -648,7 +655,12 @@ fn a_failed_capture_falls_back_to_direct_issue() -> Result<()> {
     block_on(async {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.dispatch(&executable, 0, [1, 1, 1], &[], [Binding::from(x.whole())])?;
+        builder.dispatch(
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(x.whole()),
+        )?;
         let list = builder.finish();
         // Direct, capture (invalidated: direct), direct, capture, graph.
         let expected = [(0, 0, 0), (0, 1, 0), (0, 1, 0), (1, 1, 1), (1, 1, 2)];
@@ -682,7 +694,7 @@ fn a_graph_of_a_released_buffer_is_not_launched() -> Result<()> {
         let (buffer, allocated) = queue.alloca(Timepoints::default(), 64, BufferParams::DEVICE)?;
         done("alloca", allocated).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(Binding::from(buffer.whole()), &[3])?;
+        builder.fill(3u8, Binding::from(buffer.whole()))?;
         let fill = builder.finish();
         for _ in 0..3 {
             done("fill", queue.execute(Timepoints::default(), &fill, None)).await?;
@@ -718,7 +730,7 @@ fn alloca_uses_stream_ordered_allocation() -> Result<()> {
         assert_eq!(api.stats().allocations, before + 1);
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[9]),
+            queue.fill(Timepoints::default(), 9u8, &buffer.whole()),
         )
         .await?;
         let bytes = download(&queue, Fence::new(), &buffer.whole()).await?;

@@ -437,7 +437,7 @@ fn host_callbacks_need_host_functions() {
         let queue = device.queue(0)?;
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[4]),
+            queue.fill(Timepoints::default(), 4u8, &buffer.whole()),
         )
         .await
     })

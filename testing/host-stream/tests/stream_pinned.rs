@@ -45,9 +45,9 @@ fn updates_and_reads_share_one_pooled_pinned_buffer() -> Result<()> {
                 let a: Vec<u8> = (0..12).map(|i| round ^ i).collect();
                 let b: Vec<u8> = (0..100).map(|i| round.wrapping_mul(3) ^ i).collect();
                 let c: Vec<u8> = (0..2000).map(|i| (i % 251) as u8 ^ round).collect();
-                builder.update(x.slice(0..12)?, &a)?;
-                builder.update(x.slice(100..200)?, &b)?;
-                builder.update(x.slice(1000..3000)?, &c)?;
+                builder.update(&a, x.slice(0..12)?)?;
+                builder.update(&b, x.slice(100..200)?)?;
+                builder.update(&c, x.slice(1000..3000)?)?;
                 let list = builder.finish();
                 done("updates", queue.execute(Timepoints::default(), &list, None)).await?;
                 let bytes = download(&queue, Fence::new(), &x.whole()).await?;
@@ -86,14 +86,14 @@ fn lists_captured_into_graphs_take_no_lease() -> Result<()> {
     block_on(async {
         let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.update(x.slice(4..8)?, &u32_bytes(&[42]))?;
-        builder.fill(Binding::from(x.slice(8..16)?), &[1])?;
+        builder.update(&u32_bytes(&[42]), x.slice(4..8)?)?;
+        builder.fill(1u8, Binding::from(x.slice(8..16)?))?;
         let list = builder.finish();
         for round in 0..4 {
             let leases = stat(&device, keys::PINNED_LEASES);
             done(
                 "fill x[0]",
-                queue.fill(Timepoints::default(), &x.slice(0..4)?, &[0]),
+                queue.fill(Timepoints::default(), 0u8, &x.slice(0..4)?),
             )
             .await?;
             done("list", queue.execute(Timepoints::default(), &list, None)).await?;
@@ -143,7 +143,7 @@ fn without_pinned_memory_copies_work_and_status_words_fail_clearly() -> Result<(
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[1, 2, 3])).await?;
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-            builder.update(x.slice(4..8)?, &u32_bytes(&[20]))?;
+            builder.update(&u32_bytes(&[20]), x.slice(4..8)?)?;
             done(
                 "update",
                 queue.execute(Timepoints::default(), &builder.finish(), None),
@@ -152,7 +152,10 @@ fn without_pinned_memory_copies_work_and_status_words_fail_clearly() -> Result<(
             let values = bytes_u32(&download(&queue, Fence::new(), &x.whole()).await?)?;
             assert_eq!(values, [1, 20, 3], "{strategy:?}");
 
-            let run = queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[0], &[]);
+            let run = queue.dispatch(
+                Timepoints::default(),
+                &executable.kernel_at(0)?.launch([1, 1, 1]).constant(0u32),
+            );
             let outcome = within("the checked dispatch", run).await?;
             assert_error(
                 outcome,
@@ -182,11 +185,7 @@ fn status_words_live_in_the_pinned_lease() -> Result<()> {
             for (round, value) in [5u32, 0, 9, 0].into_iter().enumerate() {
                 let run = queue.dispatch(
                     Timepoints::default(),
-                    &executable,
-                    0,
-                    [1, 1, 1],
-                    &[value],
-                    &[],
+                    &executable.kernel_at(0)?.launch([1, 1, 1]).constant(value),
                 );
                 let outcome = within("the checked dispatch", run).await?;
                 match value {
@@ -222,7 +221,7 @@ fn a_fault_orphans_the_leases_in_flight_and_frees_the_rest() -> Result<()> {
         block_on(async {
             let x = upload(&queue, BufferParams::DEVICE, &[3u8; 1024]).await?;
             let hold = api.hold();
-            let read = queue.read(Timepoints::default(), &x.whole());
+            let read = queue.read::<u8>(Timepoints::default(), &x.whole());
             eventually("the read is in flight", || {
                 stat(&device, keys::IN_FLIGHT) == 1
             })
@@ -275,7 +274,7 @@ fn a_deep_pipeline_reaches_a_steady_state_without_reusing_leases_in_flight() -> 
                         &[value; SLICE as usize],
                         &slice,
                     ));
-                    reads.push(queue.read(Timepoints::default(), &slice));
+                    reads.push(queue.read::<u8>(Timepoints::default(), &slice));
                 }
                 assert_eq!(
                     stat(&device, keys::IN_FLIGHT),
@@ -359,7 +358,7 @@ fn idle_pinned_memory_beyond_the_limit_goes_to_the_reclaimer() -> Result<()> {
         let x = upload(&queue, BufferParams::DEVICE, &vec![5u8; MIB]).await?;
         let hold = api.hold();
         let reads: Vec<_> = (0..70)
-            .map(|_| queue.read(Timepoints::default(), &x.whole()))
+            .map(|_| queue.read::<u8>(Timepoints::default(), &x.whole()))
             .collect();
         drop(hold);
         for read in reads {

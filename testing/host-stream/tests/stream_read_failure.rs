@@ -94,7 +94,7 @@ fn a_read_whose_copy_fails_part_way_keeps_its_destination_until_the_stream_ran()
         let hold = api.hold();
         api.fail_next_read_after_enqueue();
         watch_reads();
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         // The read was issued (its copy enqueued, then failed) and the stream has not run it:
         // its destination must still be allocated.
         block_on(eventually("the read issued", || {
@@ -129,7 +129,7 @@ fn a_backend_panic_after_the_copy_was_enqueued_keeps_the_destination() -> Result
         api.panic_in_next_record();
         watch_reads();
         // The issue runs on this thread and panics inside; the panic fails the read.
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         assert!(
             !FREED.load(Ordering::SeqCst),
             "{strategy:?}: the read's destination was freed while its copy was still enqueued"
@@ -141,7 +141,7 @@ fn a_backend_panic_after_the_copy_was_enqueued_keeps_the_destination() -> Result
         let small = device.allocator().allocate(4, BufferParams::DEVICE)?;
         block_on(done(
             "fill",
-            queue.fill(Timepoints::default(), &small.whole(), &[0]),
+            queue.fill(Timepoints::default(), 0u8, &small.whole()),
         ))?;
         assert!(
             victim.iter().all(|&b| b == 0),

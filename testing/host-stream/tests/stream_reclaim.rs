@@ -37,7 +37,7 @@ fn memory_released_while_settling_goes_to_the_reclaimer() -> Result<()> {
 
             let buffer = device.allocator().allocate(4096, BufferParams::DEVICE)?;
             let hold = api.hold();
-            let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[1]);
+            let fill = queue.fill(Timepoints::default(), 1u8, &buffer.whole());
             drop(buffer); // the submission holds the memory now
             assert_eq!(api.stats().allocations, before + 1);
             drop(hold);
@@ -78,7 +78,7 @@ fn memory_dropped_while_the_device_is_busy_goes_to_the_reclaimer() -> Result<()>
             )?;
             let busy = device.allocator().allocate(4096, BufferParams::DEVICE)?;
             let hold = api.hold();
-            let fill = queue.fill(Timepoints::default(), &busy.whole(), &[1]);
+            let fill = queue.fill(Timepoints::default(), 1u8, &busy.whole());
             drop(idle);
             drop(executable);
             assert_eq!(
@@ -131,7 +131,7 @@ fn an_allocation_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
             assert_eq!(error.code(), StatusCode::ResourceExhausted, "{error}");
             for round in 0..50 {
                 let hold = api.hold();
-                let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[round as u8]);
+                let fill = queue.fill(Timepoints::default(), round as u8, &buffer.whole());
                 drop(buffer);
                 drop(hold);
                 done("fill", fill).await?;
@@ -164,7 +164,7 @@ fn a_queue_alloca_after_awaiting_never_fails_for_a_pending_free() -> Result<()> 
                 let context = |e: halcyon::Error| e.context(format!("round {round}, {strategy:?}"));
                 let buffer = device.allocator().allocate(SIZE, BufferParams::DEVICE)?;
                 let hold = api.hold();
-                let fill = queue.fill(Timepoints::default(), &buffer.whole(), &[round as u8]);
+                let fill = queue.fill(Timepoints::default(), round as u8, &buffer.whole());
                 drop(buffer);
                 drop(hold);
                 done("fill", fill).await?;
@@ -276,7 +276,7 @@ fn a_load_after_awaiting_never_fails_for_a_pending_free() -> Result<()> {
                 let context = |e: halcyon::Error| e.context(format!("round {round}, {strategy:?}"));
                 let used = buffer.take().expect("a buffer each round");
                 let hold = api.hold();
-                let fill = queue.fill(Timepoints::default(), &used.whole(), &[round as u8]);
+                let fill = queue.fill(Timepoints::default(), round as u8, &used.whole());
                 drop(used);
                 drop(hold);
                 done("fill", fill).await?;
@@ -320,7 +320,10 @@ fn executables_released_while_settling_are_unloaded_by_the_reclaimer() -> Result
 
             let executable = device.load_executable(&spec())?;
             let hold = api.hold();
-            let run = queue.dispatch(Timepoints::default(), &executable, 0, [1, 1, 1], &[], &[]);
+            let run = queue.dispatch(
+                Timepoints::default(),
+                &executable.kernel_at(0)?.launch([1, 1, 1]),
+            );
             drop(executable); // the submission holds the module now
             assert_eq!(api.stats().modules, 1);
             drop(hold);

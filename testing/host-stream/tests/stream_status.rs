@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use halcyon::{
-    Binding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, Executable, Fence,
-    Result, StatusCode, Timepoints,
+    BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint, Executable, Fence, Result,
+    StatusCode, Timepoints,
 };
 use halcyon_conformance::harness::{
     assert_error, assert_failed, block_on, bytes_u32, done, download, eventually, signals,
@@ -125,11 +125,11 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
 
             let failing = queue.dispatch(
                 signals(&signal, 1),
-                &kernels.executable,
-                CHECK_A,
-                [1, 1, 1],
-                &[],
-                &[fails.whole()],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_A)?
+                    .launch([1, 1, 1])
+                    .binding(fails.whole()),
             );
             let outcome = within("the failing dispatch", failing).await?;
             let error = assert_error(
@@ -148,29 +148,29 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
 
             let passing = queue.dispatch(
                 Timepoints::default(),
-                &kernels.executable,
-                CHECK_A,
-                [1, 1, 1],
-                &[],
-                &[passes.whole()],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_A)?
+                    .launch([1, 1, 1])
+                    .binding(passes.whole()),
             );
             done("a dispatch leaving its word at zero", passing).await?;
 
             // One submission, two words: check_a's stays zero, check_b's is set to 9.
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
             builder.dispatch(
-                &kernels.executable,
-                CHECK_A,
-                [1, 1, 1],
-                &[],
-                [Binding::from(passes.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_A)?
+                    .launch([1, 1, 1])
+                    .binding(passes.whole()),
             )?;
             builder.dispatch(
-                &kernels.executable,
-                CHECK_B,
-                [1, 1, 1],
-                &[],
-                [Binding::from(nine.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_B)?
+                    .launch([1, 1, 1])
+                    .binding(nine.whole()),
             )?;
             let both = builder.finish();
             let outcome = within(
@@ -185,18 +185,18 @@ fn a_set_status_word_fails_the_submission_naming_entry_and_value() -> Result<()>
             // Both set: the first (in command order) is named, the other counted.
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
             builder.dispatch(
-                &kernels.executable,
-                CHECK_B,
-                [1, 1, 1],
-                &[],
-                [Binding::from(nine.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_B)?
+                    .launch([1, 1, 1])
+                    .binding(nine.whole()),
             )?;
             builder.dispatch(
-                &kernels.executable,
-                CHECK_A,
-                [1, 1, 1],
-                &[],
-                [Binding::from(fails.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_A)?
+                    .launch([1, 1, 1])
+                    .binding(fails.whole()),
             )?;
             let both = builder.finish();
             let outcome = within(
@@ -239,19 +239,19 @@ fn dependents_on_another_queue_wait_for_the_check() -> Result<()> {
                 let hold = api.hold();
                 let checked = q0.dispatch(
                     signals(&a, 1),
-                    &kernels.executable,
-                    CHECK_A,
-                    [1, 1, 1],
-                    &[],
-                    &[verdict.whole()],
+                    &kernels
+                        .executable
+                        .kernel_at(CHECK_A)?
+                        .launch([1, 1, 1])
+                        .binding(verdict.whole()),
                 );
                 let dependent = q1.dispatch(
                     Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
-                    &kernels.executable,
-                    ADD_ONE,
-                    [1, 1, 1],
-                    &[],
-                    &[data.whole()],
+                    &kernels
+                        .executable
+                        .kernel_at(ADD_ONE)?
+                        .launch([1, 1, 1])
+                        .binding(data.whole()),
                 );
                 // Issued and held on queue 0's stream; the dependent is parked, not handed to
                 // queue 1's stream with a wait on the dispatch's event.
@@ -314,18 +314,18 @@ fn reusable_lists_with_status_words_are_replayed_not_captured() -> Result<()> {
             let buffers = api.stats().allocations;
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
             builder.dispatch(
-                &kernels.executable,
-                CHECK_A,
-                [1, 1, 1],
-                &[],
-                [Binding::from(verdict.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(CHECK_A)?
+                    .launch([1, 1, 1])
+                    .binding(verdict.whole()),
             )?;
             builder.dispatch(
-                &kernels.executable,
-                ADD_ONE,
-                [1, 1, 1],
-                &[],
-                [Binding::from(data.whole())],
+                &kernels
+                    .executable
+                    .kernel_at(ADD_ONE)?
+                    .launch([1, 1, 1])
+                    .binding(data.whole()),
             )?;
             let list = builder.finish();
 
@@ -463,16 +463,16 @@ fn empty_status_word_dispatches_check_nothing() -> Result<()> {
         let hold = api.hold();
         let empty = q0.dispatch(
             signals(&a, 1),
-            &kernels.executable,
-            CHECK_A,
-            [0, 1, 1],
-            &[],
-            &[verdict.whole()],
+            &kernels
+                .executable
+                .kernel_at(CHECK_A)?
+                .launch([0, 1, 1])
+                .binding(verdict.whole()),
         );
         let dependent = q1.fill(
             Timepoints::new(Fence::at(&a, 1), Fence::at(&b, 1)),
+            3u8,
             &target.whole(),
-            &[3],
         );
         eventually("both issued", || stat(&device, keys::IN_FLIGHT) == 2).await?;
         assert_eq!(stat(&device, keys::NATIVE_WAITS), 1);

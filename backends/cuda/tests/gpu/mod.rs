@@ -881,11 +881,13 @@ fn dynamic_shared_memory_reaches_the_kernel() {
         queue
             .dispatch(
                 Timepoints::default(),
-                &executable,
-                0,
-                [blocks, 1, 1],
-                &[N, WORDS],
-                &[x.whole(), out.whole()],
+                &executable
+                    .kernel_at(0)?
+                    .launch([blocks, 1, 1])
+                    .constant(N)
+                    .constant(WORDS)
+                    .binding(x.whole())
+                    .binding(out.whole()),
             )
             .await?;
         assert_eq!(
@@ -893,9 +895,16 @@ fn dynamic_shared_memory_reaches_the_kernel() {
             expected
         );
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
-        builder.fill(out.whole(), &[0])?;
+        builder.fill(0u8, out.whole())?;
         let bindings = [Binding::from(x.whole()), Binding::from(out.whole())];
-        builder.dispatch(&executable, 0, [blocks, 1, 1], &[N, WORDS], bindings)?;
+        builder.dispatch(
+            &executable
+                .kernel_at(0)?
+                .launch([blocks, 1, 1])
+                .constant(N)
+                .constant(WORDS)
+                .bindings(bindings),
+        )?;
         let list = builder.finish();
         for round in 0..3 {
             queue.execute(Timepoints::default(), &list, None).await?;
@@ -932,7 +941,7 @@ fn device_dispatch_and_mapping() {
     let executable = device
         .load_executable(&common::standard_module().spec())
         .unwrap();
-    let add_one = executable.entry_point_index("add_one_u32").unwrap();
+    let add_one = executable.kernel("add_one_u32").unwrap();
     let queue = device.queue(0).unwrap();
     block_on(async {
         let data: Vec<u32> = (0..4096).collect();
@@ -942,11 +951,10 @@ fn device_dispatch_and_mapping() {
         wait.insert(&gate, 1);
         let dispatch = queue.dispatch(
             Timepoints::new(wait, Fence::new()),
-            &executable,
-            add_one,
-            [64, 1, 1],
-            &[4096],
-            &[buffer.whole()],
+            &add_one
+                .launch([64, 1, 1])
+                .constant(4096u32)
+                .binding(buffer.whole()),
         );
         gate.signal(1)?;
         dispatch.await?;
@@ -970,14 +978,15 @@ fn device_dispatch_and_mapping() {
             chunk.copy_from_slice(&(i as u32 * 3).to_le_bytes());
         }
     }
-    block_on(queue.dispatch(
-        Timepoints::default(),
-        &executable,
-        add_one,
-        [4, 1, 1],
-        &[256],
-        &[buffer.whole()],
-    ))
+    block_on(
+        queue.dispatch(
+            Timepoints::default(),
+            &add_one
+                .launch([4, 1, 1])
+                .constant(256u32)
+                .binding(buffer.whole()),
+        ),
+    )
     .unwrap();
     let map = buffer.map_read(..).unwrap();
     let values: &[u32] = map.as_slice().unwrap();

@@ -16,11 +16,11 @@ pub fn binding_table_replay(device: &Device, kernels: &dyn Kernels) -> Result<()
         let bytes = N as u64 * 4;
         let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
         builder.dispatch(
-            &kernels.executable,
-            kernels.add_one,
-            workgroups(N),
-            &[N],
-            [Binding::slot(0, 0, bytes)],
+            &kernels
+                .add_one
+                .launch(workgroups(N))
+                .constant(N)
+                .binding(Binding::slot(0, 0, bytes)),
         )?;
         let command_buffer = builder.finish();
         assert_eq!(command_buffer.slot_count(), 1);

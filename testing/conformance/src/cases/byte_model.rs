@@ -160,7 +160,7 @@ fn replay() -> Result<CommandBuffer> {
     builder
         .copy(Binding::slot(0, 0, 16), Binding::slot(1, 4, 16))?
         .barrier()
-        .fill(Binding::slot(1, 0, 4), &[0xA5, 0x5A])?;
+        .fill([0xA5u8, 0x5A], Binding::slot(1, 0, 4))?;
     Ok(builder.finish())
 }
 
@@ -440,6 +440,32 @@ async fn settle(
     Ok(())
 }
 
+/// Calls `$call` with `$pattern`'s bytes as one fill value of as many bytes: `u8`, `[u8; 2]`,
+/// `[u8; 3]` (which the fill refuses) or `[u8; 4]`.
+macro_rules! with_pattern {
+    ($pattern:expr, |$value:ident| $call:expr) => {
+        match *$pattern.as_slice() {
+            [a] => {
+                let $value = a;
+                $call
+            }
+            [a, b] => {
+                let $value = [a, b];
+                $call
+            }
+            [a, b, c] => {
+                let $value = [a, b, c];
+                $call
+            }
+            [a, b, c, d] => {
+                let $value = [a, b, c, d];
+                $call
+            }
+            _ => unreachable!("fill patterns are 1 to 4 bytes"),
+        }
+    };
+}
+
 /// Submits `transfer` as one queue operation.
 fn submit_one(
     queue: &Queue,
@@ -449,7 +475,8 @@ fn submit_one(
 ) -> Result<Submission> {
     Ok(match transfer {
         Transfer::Fill { target, pattern } => {
-            queue.fill(timepoints, &state.range(*target)?, pattern)
+            let target = state.range(*target)?;
+            with_pattern!(pattern, |value| queue.fill(timepoints, value, &target))
         }
         Transfer::Update { target, data } => queue.update(timepoints, data, &state.range(*target)?),
         Transfer::Copy { source, target } => {
@@ -465,8 +492,11 @@ fn record(
     transfer: &Transfer,
 ) -> Result<()> {
     match transfer {
-        Transfer::Fill { target, pattern } => builder.fill(state.range(*target)?, pattern)?,
-        Transfer::Update { target, data } => builder.update(state.range(*target)?, data)?,
+        Transfer::Fill { target, pattern } => {
+            let target = state.range(*target)?;
+            with_pattern!(pattern, |value| builder.fill(value, target))?
+        }
+        Transfer::Update { target, data } => builder.update(data, state.range(*target)?)?,
         Transfer::Copy { source, target } => {
             builder.copy(state.range(*source)?, state.range(*target)?)?
         }
@@ -640,7 +670,7 @@ fn refuse(
         // a barrier, so the timeline does not stall.
         let len = 1 + rng.below(8);
         let attempt = || -> Result<Submission> {
-            Ok(queue.fill(timeline.next(), &part(size + 1 - len, len)?, &[1]))
+            Ok(queue.fill(timeline.next(), 1u8, &part(size + 1 - len, len)?))
         };
         let error = attempt().err().unwrap_or_else(|| {
             panic!("operation {index} ({what}): a range past the end of buffer {buffer} was sliced")
@@ -661,20 +691,20 @@ fn refuse(
             } else {
                 (0, 4 * rng.below(size / 4) + 2)
             };
-            let fill = queue.fill(timepoints, &part(at, len)?, &[1, 2, 3, 4]);
+            let fill = queue.fill(timepoints, [1u8, 2, 3, 4], &part(at, len)?);
             (fill, StatusCode::InvalidArgument)
         }
         Refusal::PatternOf3 => (
-            queue.fill(timepoints, &whole, &[1, 2, 3]),
+            queue.fill(timepoints, [1u8, 2, 3], &whole),
             StatusCode::InvalidArgument,
         ),
         Refusal::MisalignedUpdate => {
             let at = 2 + 4 * rng.below((size - 6) / 4);
-            let update = queue.update(timepoints, &[7; 4], &part(at, 4)?);
+            let update = queue.update(timepoints, &[7u8; 4], &part(at, 4)?);
             (update, StatusCode::InvalidArgument)
         }
         Refusal::UpdateLength => (
-            queue.update(timepoints, &[7; 12], &part(0, 8)?),
+            queue.update(timepoints, &[7u8; 12], &part(0, 8)?),
             StatusCode::InvalidArgument,
         ),
         Refusal::OverlappingCopy => {

@@ -552,9 +552,7 @@ pub fn foreign_resources(a: Device, b: Device, kernels: &dyn Kernels) -> Result<
         // A fill on B of A's buffer.
         let target = upload_u32(&a.queue, &data).await?;
         let s = fresh()?;
-        let fill = b
-            .queue
-            .fill(signals(&s, 1), &target.whole(), &7u32.to_le_bytes());
+        let fill = b.queue.fill(signals(&s, 1), 7u32, &target.whole());
         let (expected, after) = match foreign("a fill on B of A's buffer", fill, &s).await? {
             Some(()) => (vec![7; N as usize], Fence::at(&s, 1)),
             None => (data.clone(), Fence::new()),

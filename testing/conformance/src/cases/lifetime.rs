@@ -31,11 +31,11 @@ pub fn dropped_handles_outlive_in_flight_work(
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         for target in [&buffer, &scratch] {
             builder.dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(N),
-                &[N],
-                [target.whole().into()],
+                &kernels
+                    .add_one
+                    .launch(workgroups(N))
+                    .constant(N)
+                    .binding(target.whole()),
             )?;
         }
         let command_buffer = builder.finish();

@@ -25,8 +25,8 @@ pub fn map_refused_while_device_writes(device: &Device, _: &dyn Kernels) -> Resu
         let gate = device.create_semaphore(0)?;
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::new()),
+            0xA5u8,
             &buffer.whole(),
-            &[0xA5],
         );
 
         let write = buffer.map_write(..).map(|g| g.len());
@@ -62,29 +62,29 @@ pub fn submission_refused_while_mapped(device: &Device, _: &dyn Kernels) -> Resu
         let id = buffer.id().to_string();
         done(
             "fill",
-            queue.fill(Timepoints::default(), &buffer.whole(), &[1]),
+            queue.fill(Timepoints::default(), 1u8, &buffer.whole()),
         )
         .await?;
 
         let guard = buffer.map_read(..)?;
         let signal = device.create_semaphore(0)?;
-        let fill = queue.fill(signals(&signal, 1), &buffer.whole(), &[2]);
+        let fill = queue.fill(signals(&signal, 1), 2u8, &buffer.whole());
         let outcome = within("fill while mapped for reading", fill).await?;
         assert_error(outcome, StatusCode::FailedPrecondition, &[&id]);
         assert_failed(&signal, StatusCode::FailedPrecondition, &id);
-        let read = queue.read(Timepoints::default(), &buffer.slice(0..16)?);
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.slice(0..16)?);
         let bytes = done("read while mapped for reading", read).await?;
         assert_eq!(bytes, [1; 16]);
         drop(guard);
 
         let mut guard = buffer.map_write(..)?;
         guard.fill(3);
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         let outcome = within("read while mapped for writing", read).await?;
         assert_error(outcome, StatusCode::FailedPrecondition, &[&id]);
         drop(guard);
 
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         let bytes = done("read after the guards dropped", read).await?;
         assert!(
             bytes.iter().all(|&b| b == 3),
@@ -104,7 +104,7 @@ pub fn map_after_signal_reached(device: &Device, kernels: &dyn Kernels) -> Resul
     block_on(async {
         let kernels = StandardKernels::load(device, kernels)?;
         let queue = device.queue(0)?;
-        let buffer = upload(&queue, BufferParams::HOST, &[0; N as usize * 4]).await?;
+        let buffer = upload(&queue, BufferParams::HOST, &[0u8; N as usize * 4]).await?;
         let signal = device.create_semaphore(0)?;
         let mut submissions = Vec::new();
         for round in 1..=ROUNDS {
@@ -148,8 +148,8 @@ pub fn later_failure_waits_for_earlier_work(device: &Device, _: &dyn Kernels) ->
         );
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
+            0x5Au8,
             &buffer.whole(),
-            &[0x5A],
         );
         let mut wait = Fence::at(&s, 1);
         wait.insert(&doomed, 1);
@@ -191,8 +191,8 @@ pub fn failure_through_another_semaphore_waits_for_earlier_work(
         let (gate, s, doomed, chain) = (gate?, s?, doomed?, chain?);
         let fill = queue.fill(
             Timepoints::new(Fence::at(&gate, 1), Fence::at(&s, 1)),
+            0x3Cu8,
             &buffer.whole(),
-            &[0x3C],
         );
         let mut wait = Fence::at(&s, 1);
         wait.insert(&doomed, 1);

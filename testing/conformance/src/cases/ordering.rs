@@ -142,7 +142,7 @@ pub fn concurrent_chains_across_queues(device: &Device, kernels: &dyn Kernels) -
             let (arrived, device) = (arrived.clone(), device.clone());
             tasks.push(tokio::spawn(async move {
                 let seed = (1 + task) as f32;
-                let f32s = |v: f32| u32_bytes(&vec![v.to_bits(); N as usize]);
+                let f32s = |v: f32| vec![v; N as usize];
                 let x = upload(&queues[0], BufferParams::DEVICE, &f32s(seed)).await?;
                 let y = upload(&queues[0], BufferParams::DEVICE, &f32s(0.0)).await?;
                 let chain = device.create_semaphore(0)?;
@@ -228,7 +228,7 @@ pub fn timeline_in_order(device: &Device, kernels: &dyn Kernels) -> Result<()> {
             .allocate(N as u64 * 4, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
 
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &7u32.to_le_bytes());
+        let fill = queue.fill(timeline.next(), 7u32, &buffer.whole());
         let adds: Vec<_> = (0..3)
             .map(|_| kernels.add_one(&queue, timeline.next(), &buffer.whole(), N))
             .collect();
@@ -343,18 +343,15 @@ pub fn command_buffer_barrier_orders_commands(
     block_on(async {
         let kernels = StandardKernels::load(device, kernels)?;
         let queue = device.queue(0)?;
-        let buffer = upload(&queue, BufferParams::DEVICE, &vec![0; N as usize * 4]).await?;
+        let buffer = upload(&queue, BufferParams::DEVICE, &vec![0u8; N as usize * 4]).await?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-        builder
-            .fill(buffer.whole(), &41u32.to_le_bytes())?
-            .barrier()
-            .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(N),
-                &[N],
-                [buffer.whole().into()],
-            )?;
+        builder.fill(41u32, buffer.whole())?.barrier().dispatch(
+            &kernels
+                .add_one
+                .launch(workgroups(N))
+                .constant(N)
+                .binding(buffer.whole()),
+        )?;
         let command_buffer = builder.finish();
 
         done(
@@ -387,8 +384,8 @@ pub fn refusal_fails_in_order(device: &Device, _: &dyn Kernels) -> Result<()> {
         let timeline = queue.timeline()?;
         let mut first = timeline.next();
         first.wait.insert(&gate, 1);
-        let fill = queue.fill(first, &buffer.whole(), &7u32.to_le_bytes());
-        let mut refused = queue.fill(timeline.next(), &buffer.slice(2..6)?, &1u32.to_le_bytes());
+        let fill = queue.fill(first, 7u32, &buffer.whole());
+        let mut refused = queue.fill(timeline.next(), 1u32, &buffer.slice(2..6)?);
         assert!(
             poll!(&mut refused).is_pending(),
             "a refused operation completed before the operation before it on its timeline"
@@ -422,11 +419,11 @@ pub fn dropped_timeline_step_does_not_stall(device: &Device, _: &dyn Kernels) ->
         let buffer = device.allocator().allocate(16, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
         let attempt = || -> Result<halcyon::Submission> {
-            Ok(queue.fill(timeline.next(), &buffer.slice(0..1000)?, &[1]))
+            Ok(queue.fill(timeline.next(), 1u8, &buffer.slice(0..1000)?))
         };
         let error = attempt().unwrap_err();
         assert_eq!(error.code(), StatusCode::OutOfRange, "{error}");
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &[9]);
+        let fill = queue.fill(timeline.next(), 9u8, &buffer.whole());
         done("a fill after a dropped timeline step", fill).await?;
         assert_eq!(timeline.semaphore().query()?, 2);
         let values = download(&queue, Fence::new(), &buffer.whole()).await?;

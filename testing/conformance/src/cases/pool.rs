@@ -24,7 +24,7 @@ pub fn alloca_dealloca_reuses_memory(device: &Device, _: &dyn Kernels) -> Result
         let (buffer, alloca) = queue.alloca(timeline.next(), SIZE, BufferParams::DEVICE)?;
         let first = pattern_bytes(SIZE as usize, 6);
         let write = queue.write(timeline.next(), &first, &buffer.whole());
-        let read = queue.read(timeline.next(), &buffer.whole());
+        let read = queue.read::<u8>(timeline.next(), &buffer.whole());
         assert_eq!(done("read of the first alloca", read).await?, first);
         done("alloca", alloca).await?;
         done("write", write).await?;
@@ -92,7 +92,7 @@ pub fn deallocated_buffer_is_refused(device: &Device, _: &dyn Kernels) -> Result
         done("dealloca", queue.dealloca(timeline.next(), &buffer)).await?;
 
         let signal = device.create_semaphore(0)?;
-        let fill = queue.fill(signals(&signal, 1), &buffer.whole(), &[0]);
+        let fill = queue.fill(signals(&signal, 1), 0u8, &buffer.whole());
         let id = buffer.id().to_string();
         assert_error(
             within("fill", fill).await?,
@@ -100,7 +100,7 @@ pub fn deallocated_buffer_is_refused(device: &Device, _: &dyn Kernels) -> Result
             &[&id],
         );
         assert_failed(&signal, StatusCode::FailedPrecondition, &id);
-        let read = queue.read(Timepoints::default(), &buffer.whole());
+        let read = queue.read::<u8>(Timepoints::default(), &buffer.whole());
         assert_error(
             within("read", read).await?,
             StatusCode::FailedPrecondition,

@@ -125,21 +125,21 @@ impl Side {
         let (whole, half) = (Binding::slot(0, 0, CELL_BYTES), CELL_BYTES / 2);
         builder
             .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(CELL_LEN),
-                &[CELL_LEN],
-                [whole],
+                &kernels
+                    .add_one
+                    .launch(workgroups(CELL_LEN))
+                    .constant(CELL_LEN)
+                    .binding(whole),
             )?
             .barrier()
             .copy(Binding::slot(0, 0, half), Binding::slot(1, half, half))?
             .barrier()
             .dispatch(
-                &kernels.executable,
-                kernels.add_one,
-                workgroups(CELL_LEN),
-                &[CELL_LEN],
-                [Binding::slot(1, 0, CELL_BYTES)],
+                &kernels
+                    .add_one
+                    .launch(workgroups(CELL_LEN))
+                    .constant(CELL_LEN)
+                    .binding(Binding::slot(1, 0, CELL_BYTES)),
             )?;
         let kernel_error = if provider.can_fail() {
             let probe = device.create_semaphore(0)?;
@@ -730,16 +730,12 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
             at,
             len,
             value,
-        } => unit(transfer.fill(timepoints, &part(*cell, *at, *len)?, &value.to_le_bytes())),
+        } => unit(transfer.fill(timepoints, *value, &part(*cell, *at, *len)?)),
         Op::Update { cell, at, data } => {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
             let target = part(*cell, *at, data.len() as u32)?;
-            unit(transfer.update(timepoints, &bytes, &target))
+            unit(transfer.update(timepoints, data, &target))
         }
-        Op::Write { cell, data } => {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-            unit(transfer.write(timepoints, &bytes, &whole(*cell)))
-        }
+        Op::Write { cell, data } => unit(transfer.write(timepoints, data, &whole(*cell))),
         Op::Read { cell } => Ok(vec![Pending::Bytes(
             transfer.read(timepoints, &whole(*cell)),
         )]),
@@ -766,16 +762,15 @@ fn submit(side: &Side, cells: &[Cell], step: &Step) -> Result<Vec<Pending>> {
             let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
             builder
                 .dispatch(
-                    &k.executable,
-                    k.add_one,
-                    workgroups(*n),
-                    &[*n],
-                    [Binding::from(whole(*x))],
+                    &k.add_one
+                        .launch(workgroups(*n))
+                        .constant(*n)
+                        .binding(whole(*x)),
                 )?
                 .barrier()
                 .copy(part(*x, *at, *len)?, part(*y, *to_at, *len)?)?
                 .barrier()
-                .fill(part(*y, *fill_at, *fill_len)?, &value.to_le_bytes())?;
+                .fill(*value, part(*y, *fill_at, *fill_len)?)?;
             unit(dispatch.execute(timepoints, &builder.finish(), None))
         }
         Op::Replay { x, y } => {

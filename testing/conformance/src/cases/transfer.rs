@@ -2,7 +2,7 @@
 
 use halcyon::{BufferParams, Device, Fence, Result, Timepoints};
 
-use crate::harness::{block_on, bytes_u32, done, download, pattern_bytes, u32_bytes, upload};
+use crate::harness::{block_on, bytes_u32, done, download, pattern_bytes, upload};
 use crate::kernels::{Kernels, StandardKernels};
 
 const SIZE: usize = 1024;
@@ -21,15 +21,15 @@ pub fn fill_update_copy_round_trip(device: &Device, _: &dyn Kernels) -> Result<(
         let timeline = queue.timeline()?;
 
         let submissions = [
-            queue.fill(timeline.next(), &a.whole(), &0x0102_0304u32.to_le_bytes()),
-            queue.fill(timeline.next(), &a.slice(256..512)?, &[0xAB, 0xCD]),
-            queue.fill(timeline.next(), &a.slice(513..517)?, &[0x5E]),
+            queue.fill(timeline.next(), 0x0102_0304u32, &a.whole()),
+            queue.fill(timeline.next(), [0xABu8, 0xCD], &a.slice(256..512)?),
+            queue.fill(timeline.next(), 0x5Eu8, &a.slice(513..517)?),
             queue.update(timeline.next(), &update, &a.slice(16..48)?),
             queue.copy(timeline.next(), &a.slice(0..512)?, &b.slice(512..1024)?),
             queue.write(timeline.next(), &written, &b.slice(0..512)?),
         ];
-        let read_a = queue.read(timeline.next(), &a.whole());
-        let read_b = queue.read(timeline.next(), &b.whole());
+        let read_a = queue.read::<u8>(timeline.next(), &a.whole());
+        let read_b = queue.read::<u8>(timeline.next(), &b.whole());
 
         let mut model_a: Vec<u8> = [4, 3, 2, 1].repeat(SIZE / 4);
         model_a[256..512].copy_from_slice(&[0xAB, 0xCD].repeat(128));
@@ -83,8 +83,8 @@ pub fn queue_read_returns_bytes(device: &Device, _: &dyn Kernels) -> Result<()> 
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let timeline = queue.timeline()?;
-        let fill = queue.fill(timeline.next(), &buffer.whole(), &[0x11, 0x22]);
-        let read = queue.read(timeline.next(), &buffer.slice(6..16)?);
+        let fill = queue.fill(timeline.next(), [0x11u8, 0x22], &buffer.whole());
+        let read = queue.read::<u8>(timeline.next(), &buffer.slice(6..16)?);
         let bytes = done("read", read).await?;
         assert_eq!(bytes, [0x11, 0x22].repeat(5), "read of bytes 6..16");
         done("fill", fill).await
@@ -163,9 +163,8 @@ pub fn saxpy_dispatch(device: &Device, kernels: &dyn Kernels) -> Result<()> {
         let queue = device.queue(0)?;
         let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
         let ys: Vec<f32> = (0..=N).map(|i| 0.5 * i as f32).collect();
-        let bits = |v: &[f32]| u32_bytes(&v.iter().map(|f| f.to_bits()).collect::<Vec<_>>());
-        let x = upload(&queue, BufferParams::DEVICE, &bits(&xs)).await?;
-        let y = upload(&queue, BufferParams::DEVICE, &bits(&ys)).await?;
+        let x = upload(&queue, BufferParams::DEVICE, &xs).await?;
+        let y = upload(&queue, BufferParams::DEVICE, &ys).await?;
 
         let saxpy = kernels.saxpy(
             &queue,

@@ -7,7 +7,7 @@ use halcyon::{
 };
 
 use crate::harness::{assert_error, assert_rejected, block_on, done};
-use crate::kernels::{workgroups, Kernels, StandardKernels, ADD_ONE_U32, SAXPY_F32};
+use crate::kernels::{workgroups, Kernels, StandardKernels, ADD_ONE_U32, FAIL, SAXPY_F32};
 
 const N: u32 = 64;
 
@@ -46,9 +46,18 @@ pub fn wrong_constant_count(device: &Device, kernels: &dyn Kernels) -> Result<()
         let buffer = device
             .allocator()
             .allocate(N as u64 * 4, BufferParams::DEVICE)?;
-        let (executable, entry) = (&kernels.executable, kernels.add_one);
+        let entry = &kernels.add_one;
         let bindings = [buffer.whole()];
-        let dispatch = |t| queue.dispatch(t, executable, entry, workgroups(N), &[N, 7], &bindings);
+        let dispatch = |t| {
+            queue.dispatch(
+                t,
+                &entry
+                    .launch(workgroups(N))
+                    .constant(N)
+                    .constant(7u32)
+                    .bindings(&bindings),
+            )
+        };
         let mentions = [ADD_ONE_U32, "1", "2"];
         assert_rejected(
             device,
@@ -71,11 +80,18 @@ pub fn wrong_binding_count(device: &Device, kernels: &dyn Kernels) -> Result<()>
         let buffer = device
             .allocator()
             .allocate(N as u64 * 4, BufferParams::DEVICE)?;
-        let (executable, entry) = (&kernels.executable, kernels.saxpy);
-        let constants = [1.0f32.to_bits(), N];
+        let entry = &kernels.saxpy;
         let bindings = [buffer.whole()];
-        let dispatch =
-            |t| queue.dispatch(t, executable, entry, workgroups(N), &constants, &bindings);
+        let dispatch = |t| {
+            queue.dispatch(
+                t,
+                &entry
+                    .launch(workgroups(N))
+                    .constant(1.0f32)
+                    .constant(N)
+                    .bindings(&bindings),
+            )
+        };
         let mentions = [SAXPY_F32, "2", "1"];
         assert_rejected(
             device,
@@ -89,31 +105,21 @@ pub fn wrong_binding_count(device: &Device, kernels: &dyn Kernels) -> Result<()>
     })
 }
 
-/// An entry-point index past the executable's entry points is rejected with `OutOfRange`
-/// naming the index and the count, both when recording and when dispatching on a queue.
+/// An entry-point index past the executable's entry points is refused with `OutOfRange`
+/// naming the index and the count, and a name it lacks with `NotFound` naming the entry points
+/// it has: a dispatch takes a [`halcyon::Kernel`], which is looked up (and checked) before
+/// anything is recorded or submitted, so no dispatch can name a missing entry point.
 pub fn bad_entry_point_index(device: &Device, kernels: &dyn Kernels) -> Result<()> {
-    block_on(async {
-        let kernels = StandardKernels::load(device, kernels)?;
-        let queue = device.queue(0)?;
-        let count = kernels.executable.entry_points().len() as u32;
-        let index = count + 5;
-        let mentions = [&index.to_string()[..], &count.to_string()[..]];
-        let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-        let recorded = builder
-            .dispatch(&kernels.executable, index, [1, 1, 1], &[], [])
-            .map(drop);
-        assert_error(recorded, StatusCode::OutOfRange, &mentions);
-        let dispatch = |t| queue.dispatch(t, &kernels.executable, index, [1, 1, 1], &[], &[]);
-        assert_rejected(
-            device,
-            "dispatch",
-            dispatch,
-            StatusCode::OutOfRange,
-            &mentions,
-        )
-        .await?;
-        Ok(())
-    })
+    let kernels = StandardKernels::load(device, kernels)?;
+    let count = kernels.executable.entry_points().len() as u32;
+    let index = count + 5;
+    let mentions = [&index.to_string()[..], &count.to_string()[..]];
+    let looked_up = kernels.executable.kernel_at(index);
+    assert_error(looked_up, StatusCode::OutOfRange, &mentions);
+    let looked_up = kernels.executable.kernel("no_such_kernel");
+    let mentions = ["no_such_kernel", ADD_ONE_U32, SAXPY_F32, FAIL];
+    assert_error(looked_up, StatusCode::NotFound, &mentions);
+    Ok(())
 }
 
 /// Executing a reusable command buffer that uses binding-table slots 0 and 1 with only slot 0
@@ -163,7 +169,7 @@ pub fn one_shot_submitted_twice(device: &Device, _: &dyn Kernels) -> Result<()> 
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
-        builder.fill(buffer.whole(), &[9])?;
+        builder.fill(9u8, buffer.whole())?;
         let command_buffer = builder.finish();
 
         let first = queue.execute(Timepoints::default(), &command_buffer, None);

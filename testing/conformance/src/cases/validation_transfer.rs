@@ -14,7 +14,7 @@ pub fn fill_pattern_length_3(device: &Device, _: &dyn Kernels) -> Result<()> {
     block_on(async {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(96, BufferParams::DEVICE)?;
-        let fill = |t| queue.fill(t, &buffer.whole(), &[1, 2, 3]);
+        let fill = |t| queue.fill(t, [1u8, 2, 3], &buffer.whole());
         assert_rejected(
             device,
             "3-byte fill",
@@ -33,7 +33,7 @@ pub fn fill_misaligned(device: &Device, _: &dyn Kernels) -> Result<()> {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let target = buffer.slice(6..26)?;
-        let fill = |t| queue.fill(t, &target, &[1, 2, 3, 4]);
+        let fill = |t| queue.fill(t, [1u8, 2, 3, 4], &target);
         let mentions = ["6", "20", "4"];
         assert_rejected(
             device,
@@ -52,7 +52,7 @@ pub fn update_too_large(device: &Device, _: &dyn Kernels) -> Result<()> {
     block_on(async {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(65540, BufferParams::DEVICE)?;
-        let data = vec![0; 65540];
+        let data = vec![0u8; 65540];
         let update = |t| queue.update(t, &data, &buffer.whole());
         let mentions = ["65540", "65536"];
         assert_rejected(
@@ -74,7 +74,7 @@ pub fn update_length_mismatch(device: &Device, _: &dyn Kernels) -> Result<()> {
         let queue = device.queue(0)?;
         let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
         let target = buffer.slice(0..24)?;
-        let data = [0; 12];
+        let data = [0u8; 12];
         let mentions = ["24", "12"];
         let update = |t| queue.update(t, &data, &target);
         assert_rejected(
@@ -162,7 +162,7 @@ pub fn fill_without_transfer_target(device: &Device, _: &dyn Kernels) -> Result<
             usage: BufferUsage::TRANSFER_SOURCE | BufferUsage::DISPATCH_STORAGE,
         };
         let buffer = device.allocator().allocate(64, params)?;
-        let fill = |t| queue.fill(t, &buffer.whole(), &[0]);
+        let fill = |t| queue.fill(t, 0u8, &buffer.whole());
         let id = buffer.id().to_string();
         let mentions = ["TRANSFER_TARGET", &id];
         assert_rejected(device, "fill", fill, StatusCode::InvalidArgument, &mentions).await?;

@@ -1,0 +1,201 @@
+//! [`Kernel`]: an entry point of an executable, looked up once; [`Launch`]: one dispatch of it,
+//! built up from its workgroups, push constants and bindings.
+
+use std::fmt;
+
+use bytemuck::Pod;
+
+use super::{EntryPoint, Executable};
+use crate::command_buffer::Binding;
+use crate::error::{Error, Result, StatusCode};
+
+/// An entry point of an [`Executable`], looked up once by name ([`Executable::kernel`]) and
+/// dispatched any number of times ([`Kernel::launch`]). Cheap to clone; it keeps the executable
+/// alive.
+///
+/// ```
+/// use halcyon::{Buffer, Executable, Queue, Timepoints};
+///
+/// /// y = a * x + y over `n` floats, 256 per workgroup.
+/// async fn saxpy(queue: &Queue, module: &Executable, a: f32, x: &Buffer, y: &Buffer) -> halcyon::Result<()> {
+///     let saxpy = module.kernel("saxpy")?; // `NotFound`, listing the names, if it has none
+///     let n = (x.size() / 4) as u32;
+///     let launch = saxpy
+///         .launch([n.div_ceil(256), 1, 1])
+///         .constant(a)
+///         .constant(n)
+///         .binding(x.whole())
+///         .binding(y.whole());
+///     queue.dispatch(Timepoints::default(), &launch).await
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Kernel {
+    executable: Executable,
+    index: u32,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name())
+            .field("index", &self.index)
+            .field("executable", &self.executable.id())
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// The kernel at `index` of `executable`; the caller checked that there is one.
+    pub(super) fn new(executable: Executable, index: u32) -> Self {
+        debug_assert!((index as usize) < executable.entry_points().len());
+        Kernel { executable, index }
+    }
+
+    /// The entry point's name.
+    pub fn name(&self) -> &str {
+        &self.entry_point().name
+    }
+
+    /// The entry point: workgroup size, binding and constant counts.
+    pub fn entry_point(&self) -> &EntryPoint {
+        &self.executable.entry_points()[self.index as usize]
+    }
+
+    /// The executable it belongs to.
+    pub fn executable(&self) -> &Executable {
+        &self.executable
+    }
+
+    /// Its index among the executable's entry points (what backends dispatch by).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A launch of `workgroups` workgroups (x, y, z; a zero anywhere makes it a no-op) with no
+    /// constants or bindings yet: add them in the entry point's order with
+    /// [`Launch::constant`] and [`Launch::binding`], then dispatch it on a queue
+    /// ([`crate::Queue::dispatch`]) or record it ([`crate::CommandBufferBuilder::dispatch`]).
+    pub fn launch(&self, workgroups: [u32; 3]) -> Launch {
+        Launch {
+            kernel: self.clone(),
+            workgroups,
+            constants: Vec::new(),
+            bindings: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// One dispatch of a [`Kernel`]: its workgroups, push constants and buffer bindings, in the
+/// entry point's order. A builder: each method takes and returns the launch.
+///
+/// Nothing is checked while building except the size of each constant; the dispatch that
+/// takes the launch checks the rest (constant and binding counts against the entry point,
+/// workgroup limits, buffer usage, binding-table slot rules) and fails with the first problem,
+/// a constant of the wrong size included (`InvalidArgument` naming its size). A launch may be
+/// dispatched any number of times; it holds its buffers and its executable alive.
+///
+/// ```
+/// use halcyon::{Binding, CommandBuffer, CommandBufferMode, Kernel};
+///
+/// fn record_scale(scale: &Kernel, factor: f32, n: u32) -> halcyon::Result<CommandBuffer> {
+///     let launch = scale
+///         .launch([n.div_ceil(64), 1, 1])
+///         .constant(factor) // an f32, bit for bit
+///         .constant(n)
+///         .binding(Binding::slot(0, 0, u64::from(n) * 4)); // a buffer given at submission
+///     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+///     builder.dispatch(&launch)?;
+///     Ok(builder.finish())
+/// }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a launch does nothing until a queue or command buffer dispatches it"]
+pub struct Launch {
+    kernel: Kernel,
+    workgroups: [u32; 3],
+    constants: Vec<u32>,
+    bindings: Vec<Binding>,
+    /// The first constant of the wrong size, reported by the dispatch.
+    error: Option<Error>,
+}
+
+impl Launch {
+    /// Appends a push constant: a 4-byte value (`u32`, `i32`, `f32`, or a 4-byte `Pod` type of
+    /// your own), passed bit for bit. A value of another size makes the dispatch fail with
+    /// `InvalidArgument` naming the size.
+    pub fn constant<T: Pod>(mut self, value: T) -> Self {
+        self.push_constant(bytemuck::bytes_of(&value));
+        self
+    }
+
+    /// Appends push constants: each element as [`Launch::constant`] would
+    /// (`.constants(&[n, stride])`).
+    pub fn constants<T: Pod>(mut self, values: &[T]) -> Self {
+        for value in values {
+            self.push_constant(bytemuck::bytes_of(value));
+        }
+        self
+    }
+
+    fn push_constant(&mut self, bytes: &[u8]) {
+        match <[u8; 4]>::try_from(bytes) {
+            Ok(word) => self.constants.push(u32::from_ne_bytes(word)),
+            Err(_) if self.error.is_none() => {
+                self.error = Some(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "constant {} of dispatch '{}' is {} bytes; push constants are 4 bytes \
+                         (u32, i32 or f32)",
+                        self.constants.len(),
+                        self.kernel.name(),
+                        bytes.len()
+                    ),
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Appends a buffer binding: a range known now (`BufferRef` or `&BufferRef`) or a
+    /// binding-table slot ([`Binding::slot`], reusable command buffers only).
+    pub fn binding(mut self, binding: impl Into<Binding>) -> Self {
+        self.bindings.push(binding.into());
+        self
+    }
+
+    /// Appends buffer bindings, in order.
+    pub fn bindings<B: Into<Binding>>(mut self, bindings: impl IntoIterator<Item = B>) -> Self {
+        self.bindings.extend(bindings.into_iter().map(Into::into));
+        self
+    }
+
+    /// The kernel it launches.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Workgroups in x, y, z.
+    pub fn workgroups(&self) -> [u32; 3] {
+        self.workgroups
+    }
+
+    /// The push constants so far, as 32-bit words.
+    pub fn constant_words(&self) -> &[u32] {
+        &self.constants
+    }
+
+    /// The bindings so far.
+    pub fn binding_list(&self) -> &[Binding] {
+        &self.bindings
+    }
+
+    /// The first constant of the wrong size, if any.
+    pub(crate) fn check(&self) -> Result<()> {
+        match &self.error {
+            Some(error) => Err(error.clone()),
+            None => Ok(()),
+        }
+    }
+}
