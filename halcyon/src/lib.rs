@@ -1,47 +1,46 @@
 //! # halcyon
 //!
 //! An async-first hardware abstraction layer: one API over CPU, Vulkan, CUDA and HIP devices in
-//! the spirit of IREE's HAL, where every wait is a std [`Future`](std::future::Future).
+//! the spirit of IREE's HAL, where every wait is a std [`Future`](std::future::Future) that
+//! runs under tokio, `futures::executor` or any other executor.
 //!
-//! This crate is the executor-agnostic core:
+//! A program opens a [`Device`] through a backend crate (`halcyon-cpu`, `halcyon-vulkan`,
+//! `halcyon-cuda`, `halcyon-hip`), allocates [`Buffer`]s, loads an [`Executable`] and submits
+//! work to a [`Queue`]. Each operation returns a [`Submission`] future at once; a [`Timeline`]
+//! orders them, and [`Timepoints`] and [`Semaphore`]s order work across queues and devices.
 //!
-//! * [`Semaphore`]: a timeline semaphore (monotonic `u64` payload plus a failure state) whose
-//!   waits are cancel-safe futures woken only when their value is reached;
-//! * [`Fence`]: a set of `(semaphore, value)` timepoints with `wait_all` / `wait_any` futures;
-//! * [`reactor`]: the per-device completion reactor that turns device completions into wakes;
-//! * [`queue`]: the pending-action executor that issues queue work once its waits are reached;
-//! * [`backend`]: the hooks device backends build on (native semaphores).
+//! ```
+//! use halcyon::{Device, Executable};
+//!
+//! /// Uploads `x`, runs `scale` over it in place (64 floats per workgroup), reads it back.
+//! async fn scale(device: &Device, module: &Executable, factor: f32, x: &[f32]) -> halcyon::Result<Vec<f32>> {
+//!     let scale = module.kernel("scale")?;
+//!     let buffer = device.allocator().allocate(std::mem::size_of_val(x) as u64, halcyon::BufferParams::DEVICE)?;
+//!     let queue = device.queue(0)?;
+//!     let timeline = queue.timeline()?; // each operation waits for the one before
+//!     queue.write(timeline.next(), x, &buffer.whole()).await?;
+//!     let groups = (x.len() as u32).div_ceil(64);
+//!     let launch = scale.launch([groups, 1, 1]).constant(factor).binding(buffer.whole());
+//!     queue.dispatch(timeline.next(), &launch).await?;
+//!     queue.read::<f32>(timeline.next(), &buffer.whole()).await
+//! }
+//! ```
+//!
+//! The README's version of this runs on the CPU device (`halcyon_cpu::default_device()`).
+//!
+//! # Modules
+//!
+//! * The user API at the crate root: devices, queues, buffers, command buffers, executables,
+//!   [`Semaphore`] (a timeline semaphore: monotonic `u64` payload plus a failure state, whose
+//!   waits are cancel-safe futures woken only when their value is reached) and [`Fence`] (a set
+//!   of `(semaphore, value)` timepoints with `wait_all` / `wait_any`).
+//! * [`reactor`]: the per-device completion reactor that turns device completions into wakes.
+//! * [`queue`]: the pending-action executor that issues queue work once its waits are reached,
+//!   and the ordering and failure rules every operation keeps.
+//! * [`backend`]: what device backends implement and build on (the SPI).
 //!
 //! The stream layer CUDA and HIP share is the `halcyon-stream` crate, built on [`backend`].
-//!
-//! Futures use std `Waker`s only, so they run under tokio, `futures::executor` or any executor.
-//!
-//! ```
-//! use halcyon::{Fence, Semaphore};
-//!
-//! # fn main() -> halcyon::Result<()> {
-//! futures::executor::block_on(async {
-//!     let upload = Semaphore::new(0);
-//!     let compute = Semaphore::new(0);
-//!
-//!     // A "device" thread finishes the upload, then the compute step.
-//!     let (u, c) = (upload.clone(), compute.clone());
-//!     let device = std::thread::spawn(move || -> halcyon::Result<()> {
-//!         u.signal(1)?;
-//!         c.wait_blocking(0, None)?;
-//!         c.signal(1)
-//!     });
-//!
-//!     let mut done = Fence::new();
-//!     done.insert(&upload, 1);
-//!     done.insert(&compute, 1);
-//!     done.wait_all().await?;
-//!     device.join().unwrap()?;
-//!     println!("upload at {}, compute at {}", upload.query()?, compute.query()?);
-//!     Ok(())
-//! })
-//! # }
-//! ```
+//! `docs/ARCHITECTURE.md` in the repository describes the layers and a submission's path.
 
 #![warn(missing_docs)]
 
