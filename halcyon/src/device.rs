@@ -6,6 +6,7 @@
 //! content-keyed cache). Backends implement [`DeviceBackend`]; the core never names a vendor type.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::allocator::Allocator;
@@ -58,26 +59,117 @@ pub struct DeviceInfo {
     pub features: DeviceFeatures,
 }
 
-/// Stable query keys every device answers (backends may answer more).
+/// A query key whose answer is a `T` ([`Device::query`]). Backends define keys of their own
+/// (`halcyon_stream::keys`, ...); [`Device::query_raw`] asks by name.
+pub struct Key<T> {
+    name: &'static str,
+    _answer: PhantomData<fn() -> T>,
+}
+
+impl<T> Key<T> {
+    /// A key named `name` whose answer is a `T`.
+    pub const fn new(name: &'static str) -> Self {
+        Key {
+            name,
+            _answer: PhantomData,
+        }
+    }
+
+    /// Its name, as [`DeviceBackend::query`] receives it.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<T> Clone for Key<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Key<T> {}
+
+impl<T> fmt::Debug for Key<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?}: {})", self.name, std::any::type_name::<T>())
+    }
+}
+
+/// A type a query can answer in: the backend's `i64` answer, checked to fit.
+pub trait QueryValue: Sized {
+    /// The answer as `Self`, or `None` if it does not fit.
+    fn from_answer(answer: i64) -> Option<Self>;
+}
+
+impl QueryValue for i64 {
+    fn from_answer(answer: i64) -> Option<Self> {
+        Some(answer)
+    }
+}
+
+impl QueryValue for u64 {
+    fn from_answer(answer: i64) -> Option<Self> {
+        u64::try_from(answer).ok()
+    }
+}
+
+impl QueryValue for u32 {
+    fn from_answer(answer: i64) -> Option<Self> {
+        u32::try_from(answer).ok()
+    }
+}
+
+impl QueryValue for bool {
+    fn from_answer(answer: i64) -> Option<Self> {
+        match answer {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// Typed query keys every device answers ([`Device::query`]; backends may answer more, see
+/// their crates' `keys`). Each key names the type of its answer.
 pub mod keys {
+    use super::Key;
+
     /// How many queues the device has.
-    pub const QUEUE_COUNT: &str = "device.queue_count";
+    pub const QUEUE_COUNT: Key<u32> = Key::new(names::QUEUE_COUNT);
     /// How many workgroups (or threads) can run at once.
-    pub const CONCURRENCY: &str = "device.concurrency";
+    pub const CONCURRENCY: Key<u32> = Key::new(names::CONCURRENCY);
     /// Minimum alignment of buffer offsets for dispatch bindings, in bytes.
-    pub const BINDING_ALIGNMENT: &str = "buffer.binding_alignment";
+    pub const BINDING_ALIGNMENT: Key<u64> = Key::new(names::BINDING_ALIGNMENT);
     /// The most workgroups a dispatch may have in x (Vulkan's `maxComputeWorkGroupCount[0]`,
     /// CUDA's and HIP's grid limit); a device that does not answer has no limit below
     /// `u32::MAX`. Dispatches beyond it are refused at submission.
-    pub const MAX_WORKGROUP_COUNT_X: &str = "dispatch.max_workgroup_count.x";
+    pub const MAX_WORKGROUP_COUNT_X: Key<u32> = Key::new(names::MAX_WORKGROUP_COUNT_X);
     /// As [`MAX_WORKGROUP_COUNT_X`], in y.
-    pub const MAX_WORKGROUP_COUNT_Y: &str = "dispatch.max_workgroup_count.y";
+    pub const MAX_WORKGROUP_COUNT_Y: Key<u32> = Key::new(names::MAX_WORKGROUP_COUNT_Y);
     /// As [`MAX_WORKGROUP_COUNT_X`], in z.
-    pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
+    pub const MAX_WORKGROUP_COUNT_Z: Key<u32> = Key::new(names::MAX_WORKGROUP_COUNT_Z);
     /// The memory the device's buffers draw on, in bytes: device-local heaps on a GPU, the
     /// machine's physical memory on the CPU device. Not answered where the backend cannot
     /// tell.
-    pub const MEMORY_BYTES: &str = "device.memory_bytes";
+    pub const MEMORY_BYTES: Key<u64> = Key::new(names::MEMORY_BYTES);
+
+    /// The keys' names, as backends match them in [`DeviceBackend::query`](super::DeviceBackend::query).
+    pub mod names {
+        /// The name of [`QUEUE_COUNT`](super::QUEUE_COUNT).
+        pub const QUEUE_COUNT: &str = "device.queue_count";
+        /// The name of [`CONCURRENCY`](super::CONCURRENCY).
+        pub const CONCURRENCY: &str = "device.concurrency";
+        /// The name of [`BINDING_ALIGNMENT`](super::BINDING_ALIGNMENT).
+        pub const BINDING_ALIGNMENT: &str = "buffer.binding_alignment";
+        /// The name of [`MAX_WORKGROUP_COUNT_X`](super::MAX_WORKGROUP_COUNT_X).
+        pub const MAX_WORKGROUP_COUNT_X: &str = "dispatch.max_workgroup_count.x";
+        /// The name of [`MAX_WORKGROUP_COUNT_Y`](super::MAX_WORKGROUP_COUNT_Y).
+        pub const MAX_WORKGROUP_COUNT_Y: &str = "dispatch.max_workgroup_count.y";
+        /// The name of [`MAX_WORKGROUP_COUNT_Z`](super::MAX_WORKGROUP_COUNT_Z).
+        pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
+        /// The name of [`MEMORY_BYTES`](super::MEMORY_BYTES).
+        pub const MEMORY_BYTES: &str = "device.memory_bytes";
+    }
 }
 
 /// Work a backend runs once a submission's waits are reached.
@@ -118,7 +210,8 @@ pub trait DeviceBackend: Send + Sync + 'static {
     /// Identity and features.
     fn info(&self) -> &DeviceInfo;
 
-    /// An integer fact for `key` (see [`keys`]), or `None` if the backend does not know it.
+    /// An integer fact for the key named `key` (see [`keys::names`]), or `None` if the backend
+    /// does not know it.
     fn query(&self, key: &str) -> Option<i64>;
 
     /// How many queues the device has (at least 1).
@@ -212,9 +305,9 @@ impl Device {
                 .map_or(u32::MAX, |v| v.clamp(0, i64::from(u32::MAX)) as u32)
         };
         let max_workgroup_count = [
-            limit(keys::MAX_WORKGROUP_COUNT_X),
-            limit(keys::MAX_WORKGROUP_COUNT_Y),
-            limit(keys::MAX_WORKGROUP_COUNT_Z),
+            limit(keys::names::MAX_WORKGROUP_COUNT_X),
+            limit(keys::names::MAX_WORKGROUP_COUNT_Y),
+            limit(keys::names::MAX_WORKGROUP_COUNT_Z),
         ];
         Device {
             inner: Arc::new(Inner {
@@ -231,15 +324,45 @@ impl Device {
         self.inner.backend.info()
     }
 
-    /// An integer fact (see [`keys`]); `NotFound` naming the key if the device does not know it.
-    pub fn query(&self, key: &str) -> Result<i64> {
-        if key == keys::QUEUE_COUNT {
-            return Ok(self.queue_count() as i64);
+    /// A fact about the device, typed by its key (see [`keys`]). `NotFound` naming the key if
+    /// the device does not answer it; `Internal` if the backend's answer does not fit the key's
+    /// type (a backend bug).
+    ///
+    /// ```
+    /// use halcyon::device::keys;
+    ///
+    /// fn describe(device: &halcyon::Device) -> halcyon::Result<String> {
+    ///     let queues: u32 = device.query(keys::QUEUE_COUNT)?;
+    ///     let memory = device.query(keys::MEMORY_BYTES).map_or("unknown".into(), |b| format!("{b} bytes"));
+    ///     Ok(format!("{queues} queues, {memory}"))
+    /// }
+    /// ```
+    pub fn query<T: QueryValue>(&self, key: Key<T>) -> Result<T> {
+        let answer = self.query_raw(key.name())?;
+        T::from_answer(answer).ok_or_else(|| {
+            Error::new(
+                StatusCode::Internal,
+                format!(
+                    "device {} answered query '{}' with {answer}, which is not a {}",
+                    self.info().id,
+                    key.name(),
+                    std::any::type_name::<T>()
+                ),
+            )
+        })
+    }
+
+    /// A fact by its name, as the backend answers it (for backend-specific keys built at run
+    /// time, such as `vulkan.max_compute_workgroup_count.x`); `NotFound` naming the key if the
+    /// device does not answer it. Prefer [`Device::query`] with a typed key.
+    pub fn query_raw(&self, name: &str) -> Result<i64> {
+        if name == keys::names::QUEUE_COUNT {
+            return Ok(i64::from(self.queue_count()));
         }
-        self.inner.backend.query(key).ok_or_else(|| {
+        self.inner.backend.query(name).ok_or_else(|| {
             Error::new(
                 StatusCode::NotFound,
-                format!("device {} does not answer query '{key}'", self.info().id),
+                format!("device {} does not answer query '{name}'", self.info().id),
             )
         })
     }

@@ -112,9 +112,9 @@ impl DeviceBackend for CpuDevice {
 
     fn query(&self, key: &str) -> Option<i64> {
         match key {
-            keys::CONCURRENCY => Some(self.concurrency as i64),
-            keys::BINDING_ALIGNMENT => Some(1),
-            keys::MEMORY_BYTES => physical_memory_bytes(),
+            keys::names::CONCURRENCY => Some(self.concurrency as i64),
+            keys::names::BINDING_ALIGNMENT => Some(1),
+            keys::names::MEMORY_BYTES => physical_memory_bytes(),
             "buffer.alignment" => Some(ALIGNMENT as i64),
             "cpu.inline" => Some(self.pool.is_none() as i64),
             _ => None,

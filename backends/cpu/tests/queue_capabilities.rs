@@ -28,7 +28,7 @@ impl DeviceBackend for TransferQueue {
     fn query(&self, key: &str) -> Option<i64> {
         match key {
             // Vulkan's smallest maxComputeWorkGroupCount (lavapipe's) in x and z.
-            keys::MAX_WORKGROUP_COUNT_X | keys::MAX_WORKGROUP_COUNT_Z => Some(65535),
+            keys::names::MAX_WORKGROUP_COUNT_X | keys::names::MAX_WORKGROUP_COUNT_Z => Some(65535),
             _ => self.cpu.query(key),
         }
     }

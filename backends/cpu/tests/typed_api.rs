@@ -104,3 +104,28 @@ fn transfers_take_and_give_typed_elements() -> halcyon::Result<()> {
         Ok(())
     })
 }
+
+/// Queries are typed by their key: the standard keys answer in their own types, a backend's
+/// key by name through `query_raw`, and an unknown key is `NotFound` naming it.
+#[test]
+fn queries_answer_in_their_keys_types() {
+    use halcyon::device::{keys, Key};
+    let device = halcyon_cpu::default_device().unwrap();
+    let queues: u32 = device.query(keys::QUEUE_COUNT).unwrap();
+    assert_eq!(queues, device.queue_count());
+    let concurrency: u32 = device.query(keys::CONCURRENCY).unwrap();
+    assert!(concurrency >= 1);
+    assert_eq!(device.query(keys::BINDING_ALIGNMENT).unwrap(), 1u64);
+    assert_eq!(device.query_raw("cpu.inline").unwrap(), 0);
+    let inline: Key<bool> = Key::new("cpu.inline");
+    assert!(!device.query(inline).unwrap());
+    let error = device.query_raw("cpu.no_such_key").unwrap_err();
+    assert_eq!(error.code(), halcyon::StatusCode::NotFound);
+    assert!(error.message().contains("cpu.no_such_key"), "{error}");
+    // An answer that does not fit the key's type is the backend's bug, said as such.
+    let as_bool: Key<bool> = Key::new(keys::names::CONCURRENCY);
+    if concurrency > 1 {
+        let error = device.query(as_bool).unwrap_err();
+        assert_eq!(error.code(), halcyon::StatusCode::Internal, "{error}");
+    }
+}

@@ -379,7 +379,7 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
         "{name} completion_thread/read_block_on: {} submissions leased pinned memory",
         device
             .query(halcyon_stream::keys::PINNED_LEASES)
-            .unwrap_or(-1)
+            .map_or("?".to_string(), |v| v.to_string())
     );
     group.finish();
 }
@@ -604,11 +604,11 @@ fn replay(c: &mut Criterion, raw: &Raw) {
             device
                 ._device
                 .query(halcyon_stream::keys::GRAPH_LAUNCHES)
-                .unwrap_or(-1),
+                .map_or("?".to_string(), |v| v.to_string()),
             device
                 ._device
                 .query(halcyon_stream::keys::SUBMISSIONS)
-                .unwrap_or(-1)
+                .map_or("?".to_string(), |v| v.to_string())
         );
     }
     group.finish();

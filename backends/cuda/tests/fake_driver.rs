@@ -207,7 +207,7 @@ fn frees_on_other_threads_wait_for_graph_captures() {
         fake.stats().captures_invalidated
     );
     assert_eq!(stat(keys::GRAPH_CAPTURE_FAILURES), 0, "{frees} frees");
-    assert_eq!(stat(keys::GRAPH_CAPTURES), i64::from(ROUNDS));
+    assert_eq!(stat(keys::GRAPH_CAPTURES), u64::from(ROUNDS));
     let after = fake.stats();
     assert_eq!(
         after.captures_invalidated, before.captures_invalidated,

@@ -641,7 +641,7 @@ fn main() {
     let idle = idle_cpu(&halcyon);
     c.final_summary();
 
-    let stats = |key: &str| halcyon.device.query(key).unwrap_or(-1);
+    let stats = |key: &str| halcyon.device.query_raw(key).unwrap_or(-1);
     println!(
         "\nhalcyon-vulkan counters: submits {}, completed {}, reactor parks {}, reactor wakeups {}, \
          pending-action polls {}, watch interrupts {}, host waits {}, native waits {}",

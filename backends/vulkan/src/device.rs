@@ -672,16 +672,18 @@ impl DeviceBackend for VulkanDevice {
         let context = &self.core.context;
         let stats = &context.stats;
         Some(match key {
-            keys::CONCURRENCY => 1,
-            keys::BINDING_ALIGNMENT => context.limits.min_storage_buffer_offset_alignment as i64,
-            keys::MEMORY_BYTES => physical_query(context, "vulkan.device_local_bytes")?,
-            keys::MAX_WORKGROUP_COUNT_X => {
+            keys::names::CONCURRENCY => 1,
+            keys::names::BINDING_ALIGNMENT => {
+                context.limits.min_storage_buffer_offset_alignment as i64
+            }
+            keys::names::MEMORY_BYTES => physical_query(context, "vulkan.device_local_bytes")?,
+            keys::names::MAX_WORKGROUP_COUNT_X => {
                 i64::from(context.limits.max_compute_work_group_count[0])
             }
-            keys::MAX_WORKGROUP_COUNT_Y => {
+            keys::names::MAX_WORKGROUP_COUNT_Y => {
                 i64::from(context.limits.max_compute_work_group_count[1])
             }
-            keys::MAX_WORKGROUP_COUNT_Z => {
+            keys::names::MAX_WORKGROUP_COUNT_Z => {
                 i64::from(context.limits.max_compute_work_group_count[2])
             }
             "vulkan.native_waits" => context.stat(&stats.native_waits),

@@ -41,7 +41,7 @@ struct Stats {
 }
 
 fn stats(device: &Device) -> Stats {
-    let get = |key: &str| device.query(key).unwrap();
+    let get = |key: &str| device.query_raw(key).unwrap();
     Stats {
         blocks: get("vulkan.memory_blocks"),
         block_bytes: get("vulkan.memory_block_bytes"),
@@ -262,7 +262,7 @@ fn non_coherent_round_trips_at_odd_offsets() {
         return;
     };
     let atom = device
-        .query("vulkan.non_coherent_atom_size")
+        .query_raw("vulkan.non_coherent_atom_size")
         .unwrap()
         .max(1) as usize;
     eprintln!("nonCoherentAtomSize {atom}");

@@ -276,7 +276,7 @@ fn workgroups_beyond_the_device_limits_are_refused_at_load() {
     assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
     assert!(error.message().contains("maxComputeWorkGroup"), "{error}");
     let shared = device
-        .query("vulkan.max_compute_shared_memory_size")
+        .query_raw("vulkan.max_compute_shared_memory_size")
         .unwrap();
     let words = shared / 4 + 1;
     let error = load(&format!(
@@ -311,7 +311,7 @@ fn over_limit_dispatches_fail(device: &Device) {
         let x = device.allocator().allocate(256, BufferParams::DEVICE)?;
         for (axis, workgroups) in [("x", [0, 1, 1]), ("y", [1, 0, 1]), ("z", [1, 1, 0])] {
             let index = ["x", "y", "z"].iter().position(|a| *a == axis).unwrap();
-            let limit = device.query(&format!("vulkan.max_compute_workgroup_count.{axis}"))?;
+            let limit = device.query_raw(&format!("vulkan.max_compute_workgroup_count.{axis}"))?;
             let Ok(count) = u32::try_from(limit + 1) else {
                 continue; // No count is over a limit of u32::MAX.
             };
@@ -334,7 +334,7 @@ fn over_limit_dispatches_fail(device: &Device) {
             );
         }
         // At the limit is fine (every invocation exits at once: n = 0).
-        let limit = device.query("vulkan.max_compute_workgroup_count.x")?;
+        let limit = device.query_raw("vulkan.max_compute_workgroup_count.x")?;
         let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
         builder.dispatch(
             &add_one

@@ -14,7 +14,7 @@ use halcyon_vulkan::SpirvModule;
 use common::{device_or_skip, standard_module, VulkanKernels};
 
 fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
+    device.query_raw(key).unwrap()
 }
 
 #[test]
@@ -362,8 +362,10 @@ fn queries_report_physical_device_properties() {
     assert!(stat(&device, "vulkan.max_memory_allocation_count") >= 4096);
     assert!(stat(&device, "vulkan.device_local_bytes") > 0);
     assert!((0..=4).contains(&stat(&device, "vulkan.device_type")));
-    assert!(device.query("vulkan.max_compute_workgroup_size.w").is_err());
-    assert!(device.query("vulkan.no_such_key").is_err());
+    assert!(device
+        .query_raw("vulkan.max_compute_workgroup_size.w")
+        .is_err());
+    assert!(device.query_raw("vulkan.no_such_key").is_err());
 }
 
 /// Queues of a dedicated transfer family (where the device has one) move memory and refuse

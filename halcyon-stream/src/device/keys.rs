@@ -1,72 +1,139 @@
 //! Query keys a stream device answers through [`halcyon::Device::query`], besides the standard
 //! [`halcyon::device::keys`]: counters of how waits were satisfied, how submissions completed, and
 //! what the event and timepoint pools did.
+//!
+//! Each key is typed by its answer (all counters, `u64`); [`names`] holds the names the stream
+//! device matches.
+
+use halcyon::device::Key;
 
 /// Waits satisfied by `stream_wait_event` on a scheduled signal's event (no host wait).
-pub const NATIVE_WAITS: &str = "stream.native_waits";
+pub const NATIVE_WAITS: Key<u64> = Key::new(names::NATIVE_WAITS);
 /// Waits the host had to see reached first (host or other devices' semaphores not yet
 /// reached at submit, and host calls' waits).
-pub const HOST_WAITS: &str = "stream.host_waits";
+pub const HOST_WAITS: Key<u64> = Key::new(names::HOST_WAITS);
 /// Waits on this device's semaphores whose signal was not yet scheduled at submit: the
 /// submission was parked until it was.
-pub const DEFERRED_WAITS: &str = "stream.deferred_waits";
+pub const DEFERRED_WAITS: Key<u64> = Key::new(names::DEFERRED_WAITS);
 /// Submissions received.
-pub const SUBMISSIONS: &str = "stream.submissions";
+pub const SUBMISSIONS: Key<u64> = Key::new(names::SUBMISSIONS);
 /// Submissions issued to a stream whose fences were settled.
-pub const COMPLETED: &str = "stream.completed";
+pub const COMPLETED: Key<u64> = Key::new(names::COMPLETED);
 /// Of those, how many failed.
-pub const FAILED: &str = "stream.failed";
+pub const FAILED: Key<u64> = Key::new(names::FAILED);
 /// Settled by a host-function callback through the reactor.
-pub const CALLBACK_COMPLETIONS: &str = "stream.callback_completions";
+pub const CALLBACK_COMPLETIONS: Key<u64> = Key::new(names::CALLBACK_COMPLETIONS);
 /// Settled by a completion thread.
-pub const THREAD_COMPLETIONS: &str = "stream.thread_completions";
+pub const THREAD_COMPLETIONS: Key<u64> = Key::new(names::THREAD_COMPLETIONS);
 /// Settled (successfully) by the probe because their callback had not come.
-pub const PROBE_COMPLETIONS: &str = "stream.probe_completions";
+pub const PROBE_COMPLETIONS: Key<u64> = Key::new(names::PROBE_COMPLETIONS);
 /// Failed by the probe because their event reported an error (a device fault).
-pub const PROBE_FAILURES: &str = "stream.probe_failures";
+pub const PROBE_FAILURES: Key<u64> = Key::new(names::PROBE_FAILURES);
 /// Probe runs.
-pub const PROBES: &str = "stream.probes";
+pub const PROBES: Key<u64> = Key::new(names::PROBES);
 /// Submissions whose event completed before a submission whose event their stream waited on
 /// had settled, so they settled after it (see `halcyon_stream::timeline`). Those that fail
 /// that way are counted in [`FAILED`] when they do.
-pub const SETTLES_DEFERRED: &str = "stream.settles_deferred";
+pub const SETTLES_DEFERRED: Key<u64> = Key::new(names::SETTLES_DEFERRED);
 /// Submissions in flight now.
-pub const IN_FLIGHT: &str = "stream.in_flight";
+pub const IN_FLIGHT: Key<u64> = Key::new(names::IN_FLIGHT);
 /// Events the event pool created.
-pub const EVENTS_CREATED: &str = "stream.events_created";
+pub const EVENTS_CREATED: Key<u64> = Key::new(names::EVENTS_CREATED);
 /// Events handed out by the pool (created or reused).
-pub const EVENTS_ACQUIRED: &str = "stream.events_acquired";
+pub const EVENTS_ACQUIRED: Key<u64> = Key::new(names::EVENTS_ACQUIRED);
 /// Events back in the pool now.
-pub const EVENTS_FREE: &str = "stream.events_free";
+pub const EVENTS_FREE: Key<u64> = Key::new(names::EVENTS_FREE);
 /// Timepoint records created.
-pub const TIMEPOINTS_CREATED: &str = "stream.timepoints_created";
+pub const TIMEPOINTS_CREATED: Key<u64> = Key::new(names::TIMEPOINTS_CREATED);
 /// Timepoint records handed out (created or reused).
-pub const TIMEPOINTS_ACQUIRED: &str = "stream.timepoints_acquired";
+pub const TIMEPOINTS_ACQUIRED: Key<u64> = Key::new(names::TIMEPOINTS_ACQUIRED);
 /// Times the reactor woke.
-pub const REACTOR_WAKEUPS: &str = "stream.reactor_wakeups";
+pub const REACTOR_WAKEUPS: Key<u64> = Key::new(names::REACTOR_WAKEUPS);
 /// Pending-action polls on the reactor.
-pub const REACTOR_POLLS: &str = "stream.reactor_polls";
+pub const REACTOR_POLLS: Key<u64> = Key::new(names::REACTOR_POLLS);
 /// Resubmitted command lists captured into a graph.
-pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
+pub const GRAPH_CAPTURES: Key<u64> = Key::new(names::GRAPH_CAPTURES);
 /// Captures of a resubmitted command list that failed (the driver refused or invalidated the
 /// capture); each such submission was issued directly instead.
-pub const GRAPH_CAPTURE_FAILURES: &str = "stream.graph_capture_failures";
+pub const GRAPH_CAPTURE_FAILURES: Key<u64> = Key::new(names::GRAPH_CAPTURE_FAILURES);
 /// Submissions issued as one graph launch.
-pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
+pub const GRAPH_LAUNCHES: Key<u64> = Key::new(names::GRAPH_LAUNCHES);
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
-pub const QUEUED_ALLOCATIONS: &str = "stream.queued_allocations";
+pub const QUEUED_ALLOCATIONS: Key<u64> = Key::new(names::QUEUED_ALLOCATIONS);
 /// Submissions with dispatches that take a status word (zeroed before, checked on completion;
 /// signalled from the host).
-pub const STATUS_CHECKS: &str = "stream.status_checks";
+pub const STATUS_CHECKS: Key<u64> = Key::new(names::STATUS_CHECKS);
 /// Submissions that leased the device's pinned host memory (status words, staged update bytes,
 /// read-back bytes), so their copies needed no staging by the API.
-pub const PINNED_LEASES: &str = "stream.pinned_leases";
+pub const PINNED_LEASES: Key<u64> = Key::new(names::PINNED_LEASES);
 /// Pinned host buffers idle in the device's pool now (leased ones not counted).
-pub const PINNED_IDLE: &str = "stream.pinned_idle";
+pub const PINNED_IDLE: Key<u64> = Key::new(names::PINNED_IDLE);
 /// Pinned host buffers the device allocated so far (steady once its pool covers the
 /// submissions in flight).
-pub const PINNED_ALLOCATED: &str = "stream.pinned_allocated";
+pub const PINNED_ALLOCATED: Key<u64> = Key::new(names::PINNED_ALLOCATED);
 /// Buffer frees and module unloads handed to the device's reclaimer thread because the last
 /// reference went while a submission was settled (both may wait for the device; completion
 /// paths must not).
-pub const DEFERRED_FREES: &str = "stream.deferred_frees";
+pub const DEFERRED_FREES: Key<u64> = Key::new(names::DEFERRED_FREES);
+
+/// The keys' names, as the stream device matches them.
+pub mod names {
+    /// The name of [`NATIVE_WAITS`](super::NATIVE_WAITS).
+    pub const NATIVE_WAITS: &str = "stream.native_waits";
+    /// The name of [`HOST_WAITS`](super::HOST_WAITS).
+    pub const HOST_WAITS: &str = "stream.host_waits";
+    /// The name of [`DEFERRED_WAITS`](super::DEFERRED_WAITS).
+    pub const DEFERRED_WAITS: &str = "stream.deferred_waits";
+    /// The name of [`SUBMISSIONS`](super::SUBMISSIONS).
+    pub const SUBMISSIONS: &str = "stream.submissions";
+    /// The name of [`COMPLETED`](super::COMPLETED).
+    pub const COMPLETED: &str = "stream.completed";
+    /// The name of [`FAILED`](super::FAILED).
+    pub const FAILED: &str = "stream.failed";
+    /// The name of [`CALLBACK_COMPLETIONS`](super::CALLBACK_COMPLETIONS).
+    pub const CALLBACK_COMPLETIONS: &str = "stream.callback_completions";
+    /// The name of [`THREAD_COMPLETIONS`](super::THREAD_COMPLETIONS).
+    pub const THREAD_COMPLETIONS: &str = "stream.thread_completions";
+    /// The name of [`PROBE_COMPLETIONS`](super::PROBE_COMPLETIONS).
+    pub const PROBE_COMPLETIONS: &str = "stream.probe_completions";
+    /// The name of [`PROBE_FAILURES`](super::PROBE_FAILURES).
+    pub const PROBE_FAILURES: &str = "stream.probe_failures";
+    /// The name of [`PROBES`](super::PROBES).
+    pub const PROBES: &str = "stream.probes";
+    /// The name of [`SETTLES_DEFERRED`](super::SETTLES_DEFERRED).
+    pub const SETTLES_DEFERRED: &str = "stream.settles_deferred";
+    /// The name of [`IN_FLIGHT`](super::IN_FLIGHT).
+    pub const IN_FLIGHT: &str = "stream.in_flight";
+    /// The name of [`EVENTS_CREATED`](super::EVENTS_CREATED).
+    pub const EVENTS_CREATED: &str = "stream.events_created";
+    /// The name of [`EVENTS_ACQUIRED`](super::EVENTS_ACQUIRED).
+    pub const EVENTS_ACQUIRED: &str = "stream.events_acquired";
+    /// The name of [`EVENTS_FREE`](super::EVENTS_FREE).
+    pub const EVENTS_FREE: &str = "stream.events_free";
+    /// The name of [`TIMEPOINTS_CREATED`](super::TIMEPOINTS_CREATED).
+    pub const TIMEPOINTS_CREATED: &str = "stream.timepoints_created";
+    /// The name of [`TIMEPOINTS_ACQUIRED`](super::TIMEPOINTS_ACQUIRED).
+    pub const TIMEPOINTS_ACQUIRED: &str = "stream.timepoints_acquired";
+    /// The name of [`REACTOR_WAKEUPS`](super::REACTOR_WAKEUPS).
+    pub const REACTOR_WAKEUPS: &str = "stream.reactor_wakeups";
+    /// The name of [`REACTOR_POLLS`](super::REACTOR_POLLS).
+    pub const REACTOR_POLLS: &str = "stream.reactor_polls";
+    /// The name of [`GRAPH_CAPTURES`](super::GRAPH_CAPTURES).
+    pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
+    /// The name of [`GRAPH_CAPTURE_FAILURES`](super::GRAPH_CAPTURE_FAILURES).
+    pub const GRAPH_CAPTURE_FAILURES: &str = "stream.graph_capture_failures";
+    /// The name of [`GRAPH_LAUNCHES`](super::GRAPH_LAUNCHES).
+    pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
+    /// The name of [`QUEUED_ALLOCATIONS`](super::QUEUED_ALLOCATIONS).
+    pub const QUEUED_ALLOCATIONS: &str = "stream.queued_allocations";
+    /// The name of [`STATUS_CHECKS`](super::STATUS_CHECKS).
+    pub const STATUS_CHECKS: &str = "stream.status_checks";
+    /// The name of [`PINNED_LEASES`](super::PINNED_LEASES).
+    pub const PINNED_LEASES: &str = "stream.pinned_leases";
+    /// The name of [`PINNED_IDLE`](super::PINNED_IDLE).
+    pub const PINNED_IDLE: &str = "stream.pinned_idle";
+    /// The name of [`PINNED_ALLOCATED`](super::PINNED_ALLOCATED).
+    pub const PINNED_ALLOCATED: &str = "stream.pinned_allocated";
+    /// The name of [`DEFERRED_FREES`](super::DEFERRED_FREES).
+    pub const DEFERRED_FREES: &str = "stream.deferred_frees";
+}

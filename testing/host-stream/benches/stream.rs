@@ -357,10 +357,10 @@ fn replay(c: &mut Criterion) {
         "replay_100: graph launches {} of {} submissions",
         device
             .query(halcyon_stream::keys::GRAPH_LAUNCHES)
-            .unwrap_or(-1),
+            .map_or("?".to_string(), |v| v.to_string()),
         device
             .query(halcyon_stream::keys::SUBMISSIONS)
-            .unwrap_or(-1)
+            .map_or("?".to_string(), |v| v.to_string())
     );
 }
 

@@ -37,8 +37,8 @@ fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device>
     )
 }
 
-fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
+fn stat(device: &Device, key: halcyon::device::Key<u64>) -> i64 {
+    device.query(key).unwrap() as i64
 }
 
 /// Waits (a bounded time) for `condition`, from sync code.

@@ -49,8 +49,8 @@ fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device>
     )
 }
 
-fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
+fn stat(device: &Device, key: halcyon::device::Key<u64>) -> i64 {
+    device.query(key).unwrap() as i64
 }
 
 fn entry(name: &str, bindings: u32) -> EntryPoint {

@@ -41,20 +41,19 @@ fn main() -> halcyon::Result<()> {
 
 /// Prints one device's properties, indented under its URI.
 fn describe(device: &Device) {
-    let answer = |key: &str| device.query(key).ok();
-    let memory = match answer(keys::MEMORY_BYTES) {
+    let memory = match device.query(keys::MEMORY_BYTES).ok() {
         Some(bytes) => format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64),
         None => "not reported".into(),
     };
     println!("    memory:      {memory}");
     println!("    queues:      {}", device.queue_count());
-    if let Some(concurrency) = answer(keys::CONCURRENCY) {
+    if let Ok(concurrency) = device.query(keys::CONCURRENCY) {
         println!("    concurrency: {concurrency}");
     }
     println!("    formats:     {}", device.supported_formats().join(", "));
     let [x, y, z] = device.max_workgroup_count();
     println!("    workgroups:  at most {x} x {y} x {z} per dispatch");
-    if let Some(alignment) = answer(keys::BINDING_ALIGNMENT) {
+    if let Ok(alignment) = device.query(keys::BINDING_ALIGNMENT) {
         println!("    bindings:    offsets aligned to {alignment} bytes");
     }
     let features = device.info().features;

@@ -25,6 +25,6 @@ pub fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Dev
 }
 
 /// A counter the device answers under `key`.
-pub fn stat(device: &Device, key: &str) -> i64 {
-    device.query(key).unwrap()
+pub fn stat(device: &Device, key: halcyon::device::Key<u64>) -> i64 {
+    device.query(key).unwrap() as i64
 }
