@@ -27,15 +27,10 @@
 //!   thread per queue blocked on blocking-sync events. A **probe** on the reactor queries the
 //!   events in flight while the device is busy: a device fault (after which host functions never
 //!   run) becomes an error on every affected fence instead of a hang.
-//! * **Status words**: a kernel fails its dispatch by setting a `u32` it takes as one more
-//!   parameter after its constants (the convention is in [`api`](api#status-words); GPU kernels
-//!   have no other way short of a context-killing fault). Each such dispatch of a submission
-//!   gets its own word in the submission's lease of the device's pinned host memory, zeroed by
-//!   the host before and read by it after (the kernel writes it over the bus); a nonzero word
-//!   fails the submission on completion naming the entry point and the value.
-//!   Such a submission's signals are made from the host after the check (not scheduled on the
-//!   timelines), so dependents on every queue stay parked until it passed, and its command
-//!   list is replayed on the stream, never captured into a graph.
+//! * **Status words**: this layer implements the status-word convention (docs/ARCHITECTURE.md;
+//!   its part is in [`api`](api#status-words)): each dispatch that takes one gets its own word
+//!   in the submission's lease of the device's pinned host memory, which the kernel writes over
+//!   the bus, and dependents on every queue stay parked until the host's check passed.
 //! * **Pinned host memory**: a submission's status words, and its update or read-back bytes up
 //!   to 1 MiB, live in one lease of pooled [`MemoryPlacement::Pinned`] memory of the API, held
 //!   until the submission is settled, so its copies are plain DMAs (no staging, no host

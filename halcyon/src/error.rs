@@ -43,8 +43,8 @@ pub enum StatusCode {
     /// Unrecoverable data loss or corruption.
     DataLoss,
     /// A kernel reported that it failed: a Rust kernel returned `Err`, a C kernel returned
-    /// nonzero, a GPU kernel set its status word. The kernel's own outcome, not a fault of
-    /// halcyon, a driver or the caller's use of the API.
+    /// nonzero, a GPU kernel set its status word (docs/ARCHITECTURE.md, "Status words"). The
+    /// kernel's own outcome, not a fault of halcyon, a driver or the caller's use of the API.
     KernelFailed,
 }
 

@@ -1,111 +1,46 @@
 //! # halcyon-cuda
 //!
-//! halcyon's CUDA backend, built on [cudarc]'s driver bindings with libcuda opened at run
-//! time: nothing from CUDA is needed to build it. With no NVIDIA driver, a driver older than
-//! CUDA 12.0, or no device, enumeration and creation return [`StatusCode::Unavailable`] saying
-//! which, and never panic.
+//! halcyon's CUDA backend: the generic stream device ([`halcyon_stream::StreamDevice`]) over
+//! [`CudaApi`], the CUDA driver API as a [`halcyon_stream::StreamApi`] translation table (one
+//! stream per queue, timepoints `(value, CUevent)`, device-side waits with `cuStreamWaitEvent`;
+//! its docs have the call-by-call table). Only [cudarc]'s declarations are used: libcuda (CUDA
+//! 12.0, driver R525, or newer: see [`probe`]) and, for [`CudaModule::compile`], libnvrtc are
+//! opened at run time, so nothing from CUDA is needed to build it. Devices are `cuda://N`
+//! ([`CudaDriver`] for a [`DriverRegistry`], [`create_device`], [`create_device_with`]);
+//! [`create_device`] has a complete example.
 //!
-//! cudarc's loader panics in those cases, so it is never used (only cudarc's declarations
-//! are), and no driver function is called before [`probe::probe`] has succeeded: it opens
-//! libcuda with libloading (the library every driver call is then resolved from), checks
-//! `cuDriverGetVersion` against [`probe::MIN_DRIVER_VERSION`] (CUDA 12.0, driver R525; the
-//! bindings are CUDA 12.8's, but symbols are resolved one at a time on first use, and calls
-//! newer than 12.0 are made only where the driver has them: see [`probe`]) and runs
-//! `cuInit(0)`. Every function here that calls the driver takes the resulting
-//! [`probe::Probe`] as proof, except the [`sys`] calls themselves, which fail (never panic)
-//! without a driver. NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
-//! `catch_unwind`, so this holds under `panic = "abort"` too.
+//! # Formats and safety
 //!
-//! A device is halcyon's generic stream device ([`halcyon_stream::StreamDevice`]) over
-//! [`CudaApi`], the CUDA driver API as a [`halcyon_stream::StreamApi`] translation table: one
-//! stream per queue, timeline semaphores as `(value, CUevent)` timepoints, device-side waits with
-//! `cuStreamWaitEvent`, completion through a thread per queue blocked on blocking-sync events
-//! (the default) or through `cuLaunchHostFunc` callbacks ([`CudaDeviceOptions`]).
+//! One executable format, `"cuda"` ([`CudaModule`], see [`module`]). PTX enters safely
+//! ([`CudaModule::ptx`], [`CudaModule::compile`], [`CudaModule::from_packed`]): the driver's JIT
+//! reports bad PTX as an error. A cubin or fatbin is read by the driver unchecked, so it enters
+//! only through `unsafe` ([`CudaModule::binary`], [`CudaModule::from_packed_unchecked`],
+//! [`halcyon::PackedExecutable::spec_unchecked`]), whose caller vouches for the image and its
+//! entry-point metadata.
 //!
-//! **Failing a dispatch.** A kernel fails its dispatch through a status word, the stream
-//! layer's convention ([`halcyon_stream::api`]): a kernel whose entry point declares `b`
-//! bindings and `c` constants and that takes one more parameter, a pointer, after the
-//! constants gets a `u32` in device memory, zero when it starts; writing a nonzero value fails
-//! the submission on completion (`StatusCode::Internal`, naming the entry point and the value),
-//! and everything waiting on it. `__trap()` or an illegal address would instead be a sticky
-//! fault that kills the context. Such submissions signal their semaphores from the host after
-//! the check, so their dependents wait on the host. Whether a kernel takes the word is read
-//! from its PTX `.param`s, or for a cubin from `cuFuncGetParamInfo` (CUDA 12.4+ drivers; before
-//! that every cubin kernel is launched with a word, which a kernel without the parameter never
-//! reads): see [`module`].
+//! # Ordering
 //!
-//! ```text
-//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
-//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-//!     if (i < n && !isfinite(x[i])) *status = 1u;
-//! }
-//! ```
+//! Nothing beyond the core's rules. A kernel fails its dispatch by the status-word convention
+//! (docs/ARCHITECTURE.md); whether it takes the word is read from its PTX `.param`s or
+//! `cuFuncGetParamInfo` ([`module`]).
 //!
-//! Modules, bottom up (cudarc's own layering, `sys` → `result` → `api`, as in halcyon-hip):
+//! # Errors
 //!
-//! * [`probe`]: the gate in front of the driver (libcuda present, CUDA 12.0 or newer,
-//!   initialised).
-//! * [`sys`]: the driver calls this crate makes, resolved from the library the probe opened, with
-//!   cudarc's parameter types and the result as a plain number ([`sys::Code`]), so codes from a
-//!   driver newer than the bindings and missing symbols are errors, not undefined behaviour or
-//!   panics.
-//! * [`result`]: a [`sys::Code`] → [`halcyon::Error`] with the call, the error's name and number.
-//! * [`nvrtc`]: CUDA C → PTX at run time, behind its own probe of libnvrtc.
-//! * [`module`]: the `"cuda"` executable format ([`CudaModule`]: PTX, or through `unsafe`
-//!   constructors a cubin or fatbin, plus entry-point metadata; native, or as bytes in a
-//!   [`halcyon::PackedExecutable`]), its cheap checks, [`CudaModule::compile`].
-//! * [`api`]: [`CudaApi`], the translation table (its docs have the call-by-call table), with
-//!   the host-function registry behind `cuLaunchHostFunc` and pinned staging for reads and
-//!   writes.
-//! * this module: [`CudaDriver`] for a [`DriverRegistry`] (`cuda://N`), [`create_device`] and
-//!   [`create_device_with`].
+//! With no NVIDIA driver, one older than CUDA 12.0, or no device, enumeration and creation
+//! return [`StatusCode::Unavailable`] saying which, and never panic: cudarc's loader (which
+//! panics) is never used, no driver function is called before [`probe::probe`] succeeds, and
+//! every function that calls the driver takes its [`probe::Probe`] as proof (the [`sys`] calls
+//! fail without one). NVRTC is guarded the same way ([`nvrtc::probe`]). Nothing relies on
+//! `catch_unwind`, so this holds under `panic = "abort"` too. A device fault (`__trap()`, an
+//! illegal address) is sticky and kills the context; the stream layer's fault probe turns it
+//! into errors on the affected fences (`Aborted`; [`result`] maps every CUDA error).
 //!
-//! ```
-//! use halcyon::{BufferParams, EntryPoint, StatusCode, Timepoints};
-//! use halcyon_cuda::CudaModule;
+//! # Testing without a GPU
 //!
-//! # fn main() -> halcyon::Result<()> {
-//! let skip = |e: &halcyon::Error| e.code() == StatusCode::Unavailable;
-//! let device = match halcyon_cuda::create_device(0) {
-//!     Ok(device) => device,
-//!     Err(e) if skip(&e) => return Ok(println!("no CUDA device: {e}")),
-//!     Err(e) => return Err(e),
-//! };
-//! // CUDA C, compiled to PTX by NVRTC at run time (or ship PTX: `CudaModule::ptx`).
-//! let module = CudaModule::compile(
-//!     r#"extern "C" __global__ void add_one(unsigned int* x, unsigned int n) {
-//!            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-//!            if (i < n) x[i] += 1;
-//!        }"#,
-//!     vec![EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 1 }],
-//!     &[],
-//! );
-//! let module = match module {
-//!     Ok(module) => module,
-//!     Err(e) if skip(&e) => return Ok(println!("no NVRTC: {e}")),
-//!     Err(e) => return Err(e),
-//! };
-//! let executable = match device.load_executable(&module.spec()) {
-//!     Ok(executable) => executable,
-//!     // An NVRTC newer than the driver writes PTX the driver cannot JIT.
-//!     Err(e) if e.code() == StatusCode::FailedPrecondition => return Ok(println!("{e}")),
-//!     Err(e) => return Err(e),
-//! };
-//! let add_one = executable.kernel("add_one")?;
-//! let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
-//! let queue = device.queue(0)?;
-//! let timeline = queue.timeline()?;
-//! futures::executor::block_on(async {
-//!     queue.fill(timeline.next(), 0u8, &buffer.whole()).await?;
-//!     queue
-//!         .dispatch(timeline.next(), &add_one.launch([16, 1, 1]).constant(1024u32).binding(buffer.whole()))
-//!         .await?;
-//!     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
-//!     assert!(words.iter().all(|&word| word == 1));
-//!     Ok(())
-//! })
-//! # }
-//! ```
+//! `tests/fake_driver*.rs` run the conformance suite and the translation-table tests on the
+//! fake driver of `testing/fake-gpu`, a `libcuda.so.1` that runs the driver API on host threads
+//! and aborts on any breach of CUDA's contract. On a machine without libcuda or a device the GPU
+//! tests skip (`Unavailable`).
 
 #![warn(missing_docs)]
 
@@ -250,6 +185,56 @@ impl Default for CudaDeviceOptions {
 }
 
 /// Creates device `cuda://index` with the default [`CudaDeviceOptions`].
+///
+/// Compiles a kernel with NVRTC, then fills, dispatches and reads back; without a driver, a
+/// device or NVRTC it prints why and stops:
+///
+/// ```
+/// use halcyon::{BufferParams, EntryPoint, StatusCode, Timepoints};
+/// use halcyon_cuda::CudaModule;
+///
+/// # fn main() -> halcyon::Result<()> {
+/// let skip = |e: &halcyon::Error| e.code() == StatusCode::Unavailable;
+/// let device = match halcyon_cuda::create_device(0) {
+///     Ok(device) => device,
+///     Err(e) if skip(&e) => return Ok(println!("no CUDA device: {e}")),
+///     Err(e) => return Err(e),
+/// };
+/// // CUDA C, compiled to PTX by NVRTC at run time (or ship PTX: `CudaModule::ptx`).
+/// let module = CudaModule::compile(
+///     r#"extern "C" __global__ void add_one(unsigned int* x, unsigned int n) {
+///            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+///            if (i < n) x[i] += 1;
+///        }"#,
+///     vec![EntryPoint { name: "add_one".into(), workgroup_size: [64, 1, 1], binding_count: 1, constant_count: 1 }],
+///     &[],
+/// );
+/// let module = match module {
+///     Ok(module) => module,
+///     Err(e) if skip(&e) => return Ok(println!("no NVRTC: {e}")),
+///     Err(e) => return Err(e),
+/// };
+/// let executable = match device.load_executable(&module.spec()) {
+///     Ok(executable) => executable,
+///     // An NVRTC newer than the driver writes PTX the driver cannot JIT.
+///     Err(e) if e.code() == StatusCode::FailedPrecondition => return Ok(println!("{e}")),
+///     Err(e) => return Err(e),
+/// };
+/// let add_one = executable.kernel("add_one")?;
+/// let buffer = device.allocator().allocate(1024 * 4, BufferParams::DEVICE)?;
+/// let queue = device.queue(0)?;
+/// let timeline = queue.timeline()?;
+/// futures::executor::block_on(async {
+///     queue.fill(timeline.next(), 0u8, &buffer.whole()).await?;
+///     queue
+///         .dispatch(timeline.next(), &add_one.launch([16, 1, 1]).constant(1024u32).binding(buffer.whole()))
+///         .await?;
+///     let words = queue.read::<u32>(timeline.next(), &buffer.whole()).await?;
+///     assert!(words.iter().all(|&word| word == 1));
+///     Ok(())
+/// })
+/// # }
+/// ```
 pub fn create_device(index: u32) -> Result<halcyon::Device> {
     create_device_with(index, CudaDeviceOptions::default())
 }

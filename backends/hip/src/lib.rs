@@ -1,34 +1,12 @@
 //! # halcyon-hip
 //!
-//! halcyon's HIP (AMD ROCm) backend. The HIP runtime, `libamdhip64`, is opened at run time
-//! with [`libloading`]: nothing from ROCm is needed to build this crate, and with no runtime or
-//! no AMD GPU, enumeration and creation return [`StatusCode::Unavailable`] saying what is
-//! missing, with the HIP error named.
-//!
-//! Modules, bottom up (as in cudarc):
-//!
-//! * [`sys`]: the raw symbol table ([`sys::HipApi`]) and FFI types of `hip_runtime_api.h`,
-//!   loaded from `libamdhip64.so`, `.so.7`, `.so.6` or `.so.5` ([`sys::DEFAULT_SONAMES`]).
-//!   Symbols newer than HIP 5.2 (`hipLaunchHostFunc`, ...) are optional.
-//! * [`result`]: [`result::Hip`], one checked method per call, returning [`halcyon::Result`]
-//!   with messages such as `hipMalloc(1048576 bytes) failed: hipErrorOutOfMemory (2)`.
-//! * [`module`]: [`HipModule`], the `"hip-hsaco"` executable format: an AMDGPU code object (or
-//!   offload bundle) plus entry-point metadata. HIP reads code objects unchecked, so one from a
-//!   file enters through the `unsafe` [`HipModule::from_code_object_unchecked`]; hiprtc output
-//!   enters safely ([`rtc::HipRtc::compile_module`]). Its byte form is a
-//!   [`halcyon::PackedExecutable`] ([`HipModule::to_packed`]), loaded from unchecked specs only.
-//! * [`code_object`]: what halcyon reads of code objects for its cheap checks: the ELF header
-//!   (through `object`), the kernel metadata (MessagePack, through `rmpv`), a bundle's table.
-//! * [`api`]: [`HipStreamApi`], halcyon's [`halcyon_stream::StreamApi`] over HIP (its docs
-//!   have the "core vocabulary → HIP call" table). The generic stream layer
-//!   ([`halcyon_stream::StreamDevice`]) turns it into a device: timeline semaphores over HIP
-//!   events, device-side waits, completion, the fault probe (defensive on HIP: see
-//!   [Device faults](#device-faults)).
-//! * [`rtc`]: [`rtc::HipRtc`], hiprtc opened at run time, to compile HIP C++ to code objects
-//!   (`libhiprtc.so`, `.so.7`, `.so.6`, `.so.5`, else a 5.x/6.x `libamdhip64` that still
-//!   contains it), and [`rtc::kfd_offload_arch`], the GPUs' architecture for `--offload-arch`.
-//! * [`HipDriver`]: the [`Driver`] for a [`DriverRegistry`]. Devices are `hip://N`;
-//!   [`HipDriver::create_device_with`] takes [`HipDeviceOptions`].
+//! halcyon's HIP (AMD ROCm) backend: the generic stream device
+//! ([`halcyon_stream::StreamDevice`]) over [`HipStreamApi`], the HIP runtime as a
+//! [`halcyon_stream::StreamApi`] translation table (its docs have the "core vocabulary → HIP
+//! call" table). The runtime, `libamdhip64` ([`sys`]), and hiprtc ([`rtc`]) are opened at run
+//! time with [`libloading`]: nothing from ROCm is needed to build this crate. Devices are
+//! `hip://N` ([`HipDriver`] for a [`DriverRegistry`]; [`HipDriver::create_device_with`] takes
+//! [`HipDeviceOptions`]):
 //!
 //! ```no_run
 //! let registry = halcyon::DriverRegistry::new();
@@ -40,47 +18,31 @@
 //! # Ok::<(), halcyon::Error>(())
 //! ```
 //!
-//! # Completion
+//! # Formats and safety
 //!
-//! [`HipDeviceOptions::completion`] defaults to [`CompletionStrategy::CompletionThread`]: a
-//! thread per queue blocks in `hipEventSynchronize` on each submission's blocking-sync event
-//! (a private HIP event recorded beside the one other threads query and make streams wait on,
-//! since HIP holds an event's lock for the whole synchronisation: see [`api`], "Events").
-//! IREE measured HIP host callbacks at about 6 µs (`hipLaunchHostFunc`) and stream callbacks
-//! (`hipStreamAddCallback`, all HIP 5.2 has) at up to about 100 µs, against about 2 µs for an
-//! event record; a stream callback also blocks the stream it is on until it returns.
-//! [`CompletionStrategy::HostCallback`] (IREE's design, callbacks on a dedicated stream) is
-//! available for comparison.
+//! One executable format, `"hip-hsaco"` ([`HipModule`], see [`module`]): an AMDGPU code object
+//! or offload bundle plus entry-point metadata. HIP reads code objects unchecked, so one from a
+//! file enters through the `unsafe` [`HipModule::from_code_object_unchecked`], and its byte
+//! form ([`HipModule::to_packed`]) loads from unchecked specs only; hiprtc output, which
+//! halcyon compiled itself, enters safely ([`rtc::HipRtc::compile_module`]).
 //!
-//! # Device faults
+//! # Ordering
 //!
-//! On ROCm a GPU fault (a memory access violation, an illegal instruction, a trap) ends the
-//! process: the runtime's HSA queue-error callback prints the error and calls `abort()`
-//! (ROCclr and ROCm/clr `rocdevice.cpp`, `callbackQueue`). It is not reported through HIP
-//! calls: `hipEventQuery`, `hipEventSynchronize` and `hipStreamSynchronize` do not return a
-//! sticky error for it, and stream callbacks always receive `hipSuccess`. So on this backend
-//! the stream layer's fault probe, and the completion threads' and host functions' handling of
-//! error statuses, are defensive code for what the HIP API declares (it stays, and keeps
-//! working should a runtime report errors), not how a faulting kernel surfaces; halcyon cannot
-//! turn a device fault into a failed fence here. See [`api`], "Device faults".
+//! Nothing beyond the core's rules. A kernel fails its dispatch by the status-word convention
+//! (docs/ARCHITECTURE.md); its argument metadata says whether it takes the word ([`module`]).
 //!
-//! # Failing a dispatch
+//! # Errors
 //!
-//! A HIP kernel can only stop with an error through a trap (`abort()`, `__builtin_trap()`), a
-//! device fault that aborts the whole process (above). So a kernel fails its dispatch through a
-//! status word instead, the stream layer's convention ([`halcyon_stream::api`]): a kernel whose
-//! entry point declares `b` bindings and `c` constants and whose argument metadata shows one more
-//! global pointer after the constants gets a `u32` in device memory, zero when it starts; writing a
-//! nonzero value fails the submission on completion (`StatusCode::Internal`, naming the entry point
-//! and the value), and everything waiting on it. Such submissions signal their semaphores from the
-//! host after the check, so their dependents wait on the host. See [`module`].
+//! With no runtime or no AMD GPU, enumeration and creation return [`StatusCode::Unavailable`]
+//! saying what is missing, with the HIP error named ([`result`]). There are no sticky faults
+//! to report: on ROCm a device fault (an access violation, a trap) aborts the whole process,
+//! so the stream layer's fault probe is defensive code here (see [`api`], "Device faults").
 //!
-//! ```text
-//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
-//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-//!     if (i < n && !isfinite(x[i])) *status = 1u;
-//! }
-//! ```
+//! # Testing without a GPU
+//!
+//! `tests/fake_runtime*.rs` run the conformance suite and the runtime tests on the fake GPU of
+//! `testing/fake-gpu`, opened by path as the HIP runtime, which aborts on any breach of a HIP
+//! rule halcyon relies on. Without a runtime or a GPU the GPU tests skip (`Unavailable`).
 
 #![warn(missing_docs)]
 
@@ -279,12 +241,19 @@ impl Driver for HipDriver {
 pub struct HipDeviceOptions {
     /// Queues, each with its own HIP stream (at least 1).
     pub queue_count: u32,
-    /// How completions are observed; [`CompletionStrategy::CompletionThread`] by default (see
-    /// the [crate docs](crate#completion)).
+    /// How completions are observed. Default [`CompletionStrategy::CompletionThread`]: a
+    /// thread per queue blocks in `hipEventSynchronize` on each submission's blocking-sync event
+    /// (a private HIP event recorded beside the one other threads query and make streams wait
+    /// on, since HIP holds an event's lock for the whole synchronisation: see [`api`],
+    /// "Events"). IREE measured HIP host callbacks at about 6 µs (`hipLaunchHostFunc`) and
+    /// stream callbacks (`hipStreamAddCallback`, all HIP 5.2 has) at up to about 100 µs,
+    /// against about 2 µs for an event record; a stream callback also blocks the stream it is
+    /// on until it returns. [`CompletionStrategy::HostCallback`] (IREE's design, callbacks on a
+    /// dedicated stream) is available for comparison.
     pub completion: CompletionStrategy,
     /// With host callbacks: how often, at most, the fault probe queries the events in flight
     /// while the device is busy (completion threads need no probe). Defensive on ROCm, which
-    /// aborts the process on a device fault (see the [crate docs](crate#device-faults)).
+    /// aborts the process on a device fault (see [`api`], "Device faults").
     pub probe_interval: Duration,
     /// The allocator of host-visible buffers.
     pub host_visible_memory: HostVisibleMemory,

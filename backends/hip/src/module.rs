@@ -46,12 +46,18 @@
 //!
 //! # Status word
 //!
-//! A kernel fails its dispatch through a status word (the stream layer's convention, see
-//! [`halcyon_stream::api`]): its last explicit argument, after the constants, a pointer to a
-//! `u32` that is zero when it starts and that it sets nonzero to fail
-//! (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int* status)`). A trap
-//! (`abort()`, `__builtin_trap()`) would instead be a device fault, on which ROCm aborts the
-//! whole process (see [`crate::api`], "Device faults").
+//! A kernel may take a status word (the status-word convention, docs/ARCHITECTURE.md) as its
+//! last explicit argument, a pointer after the constants. A trap (`abort()`,
+//! `__builtin_trap()`) would instead be a device fault, on which ROCm aborts the whole process
+//! (see [`crate::api`], "Device faults"):
+//!
+//! ```text
+//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n && !isfinite(x[i])) *status = 1u;
+//! }
+//! ```
+//!
 //! [`CodeObject::check_entry_point`](crate::code_object::CodeObject::check_entry_point) tells
 //! from the argument metadata whether a kernel takes one
 //! ([`HipModule::takes_status_word`]).

@@ -84,8 +84,8 @@ impl halcyon_conformance::Kernels for HipKernels {
         device.load_executable(&module()?.spec())
     }
 
-    /// A HIP kernel fails its dispatch through a status word (an `unsigned int*` after its
-    /// constants, set nonzero; the stream device checks it on completion), never a trap
+    /// A HIP kernel fails its dispatch through a status word (the status-word convention,
+    /// docs/ARCHITECTURE.md), never a trap
     /// (`abort()`, `__builtin_trap()`), a device fault on which ROCm aborts the whole process:
     /// `fail` in data/conformance.hip takes one.
     fn can_fail(&self) -> bool {

@@ -58,10 +58,8 @@ struct Reflected {
 ///   the highest binding the entry point uses plus one (unused numbers below it still take a
 ///   buffer); a bound range must be at least as long as the variable's fixed-size part;
 /// * `var<storage>` at `@group(1) @binding(0)` ([`STATUS_SET`], [`STATUS_BINDING`]) is the
-///   status word, 4 bytes: halcyon binds a zeroed word there for each dispatch of an entry
-///   point that uses it, and a nonzero value when the submission completes fails the
-///   submission (`StatusCode::KernelFailed`, naming the entry point and the value); such
-///   submissions signal their semaphores from the host after the check;
+///   status word (the status-word convention, docs/ARCHITECTURE.md), 4 bytes: halcyon binds
+///   a zeroed word there for each dispatch of an entry point that uses it;
 /// * the `var<push_constant>` block the entry point uses, a multiple of 4 bytes and at most
 ///   128, is `size / 4` `u32` constants at offsets `0, 4, ...`;
 /// * anything else an entry point uses from outside (uniform buffers, textures, samplers,

@@ -26,7 +26,7 @@
 //! lease (the graph's copies must outlive the submission: the API keeps their bytes), and where
 //! the API has no pinned memory the copies go through the API's own staging.
 //!
-//! **Status words** (the convention is in [`crate::api`]): a command list whose
+//! **Status words** (the status-word convention, docs/ARCHITECTURE.md): a command list whose
 //! dispatches include entry points that take a status word gets one `u32` per such dispatch at
 //! the start of its pinned lease, zeroed by the host at issue; dispatch `i` of them is launched
 //! with word `i`, which the kernel writes over the bus, and [`Core::complete`] reads the words

@@ -8,12 +8,10 @@
 //! launch: the stream skips its work up to the next event record, and that event (and so the
 //! submission's fence) reports the error.
 //!
-//! A kernel added with [`HostModule::kernel_with_status_word`] takes a status word (the stream
-//! layer's convention, see [`halcyon_stream::api`]): its launches pass one more argument after
-//! the constants, the host address of a `u32` that is zero when the kernel starts
-//! ([`LaunchArgs::status_word`]). Writing a nonzero value there is how a GPU kernel fails its
-//! dispatch; the launch itself succeeds, and the stream device fails the submission when it
-//! checks the word on completion.
+//! A kernel added with [`HostModule::kernel_with_status_word`] takes a status word (the
+//! status-word convention, docs/ARCHITECTURE.md): its launches pass the word's host address
+//! after the constants ([`LaunchArgs::status_word`]), and the launch itself succeeds whatever
+//! the kernel writes there.
 
 use std::any::Any;
 use std::fmt;
@@ -73,8 +71,8 @@ impl LaunchArgs<'_> {
 
     /// The status word the launch passed after the constants, for a kernel added with
     /// [`HostModule::kernel_with_status_word`] (`None` for other kernels): the word at the
-    /// host address of the launch's status argument, zero when the kernel started. Store a
-    /// nonzero value to fail the dispatch. No binding of the launch overlaps it (the launch is
+    /// host address of the launch's status argument (used by the status-word convention,
+    /// docs/ARCHITECTURE.md). No binding of the launch overlaps it (the launch is
     /// refused otherwise), so it may be used while binding slices live.
     pub fn status_word(&self) -> Option<&AtomicU32> {
         self.status
@@ -190,11 +188,10 @@ impl HostModule {
         self
     }
 
-    /// Adds a kernel that takes a status word after its constants (the stream layer's
-    /// [convention](halcyon_stream::api#status-words)): like [`HostModule::kernel`], but every
-    /// launch passes the word's address, which the kernel reaches through
-    /// [`LaunchArgs::status_word`]. A nonzero word fails the dispatch when the stream device
-    /// checks it on completion; the launch itself succeeds.
+    /// Adds a kernel that takes a status word after its constants (the status-word
+    /// convention, docs/ARCHITECTURE.md): like [`HostModule::kernel`], but every launch passes
+    /// the word's address, which the kernel reaches through [`LaunchArgs::status_word`]; the
+    /// launch itself succeeds.
     ///
     /// ```
     /// use std::sync::atomic::Ordering;

@@ -36,13 +36,19 @@
 //! the text on any driver ([`ptx_status_word`]), and the two must agree. A binary image on a
 //! CUDA 12.0 to 12.3 driver is not checked: that is part of [`CudaModule::binary`]'s contract.
 //!
-//! **Status word.** A kernel fails its dispatch through a status word (the stream layer's
-//! convention, see [`halcyon_stream::api`]): one more parameter after the constants, an
-//! 8-byte pointer to a `u32` that is zero when the kernel starts and that the kernel sets
-//! nonzero to fail (`extern "C" __global__ void k(float* x, unsigned int n, unsigned int*
-//! status)`). A trap or an illegal address would instead be a sticky fault that kills the
-//! context. Whether a kernel takes the word is read from its parameters (`b + c` parameters:
-//! no; `b + c + 1`, the last a pointer: yes; anything else is refused). On a driver without
+//! **Status word.** A kernel may take a status word (the status-word convention,
+//! docs/ARCHITECTURE.md) as one more pointer parameter after the constants; a trap or an
+//! illegal address would instead be a sticky fault that kills the context:
+//!
+//! ```text
+//! extern "C" __global__ void checked(const float* x, unsigned int n, unsigned int* status) {
+//!     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!     if (i < n && !isfinite(x[i])) *status = 1u;
+//! }
+//! ```
+//!
+//! Whether a kernel takes the word is read from its parameters (`b + c` parameters: no;
+//! `b + c + 1`, the last a pointer: yes; anything else is refused). On a driver without
 //! `cuFuncGetParamInfo` every kernel of a binary image that declares parameters is launched
 //! with a status word, which a kernel without the parameter never reads (its dispatches are
 //! then checked on the host and never captured into graphs; ship PTX, or run a 12.4+ driver,
