@@ -403,8 +403,14 @@ impl Semaphore {
         }
     }
 
+    /// Fails the semaphore as abandoned if `value` is still unreached. With no handle left
+    /// that could signal, the payload can no longer rise, so a value reached before the last
+    /// handle went (a signal racing the waiter's registration) is never reported abandoned.
     fn fail_abandoned(&self, value: u64) {
         let current = self.shared.value.load(Ordering::Acquire);
+        if current == FAILED || current >= value {
+            return;
+        }
         self.fail(Error::new(
             StatusCode::Aborted,
             format!(
@@ -622,9 +628,17 @@ impl Future for Wait {
         // Registered before this check: a last handle dropped after it sees the waiter and
         // fails the semaphore, one dropped before it is seen here.
         if !this.semaphore.signallable() {
+            // Nothing can signal any more: the payload is final. Either it reached this wait's
+            // value (the signal removed the waiter) or the semaphore fails as abandoned (which
+            // removes every waiter).
             this.semaphore.fail_abandoned(this.value);
             this.registered = None;
-            return Poll::Ready(Err(this.semaphore.failure()));
+            let payload = shared.value.load(Ordering::Acquire);
+            return Poll::Ready(if payload == FAILED {
+                Err(this.semaphore.failure())
+            } else {
+                Ok(())
+            });
         }
         if first_registration {
             if let Some(native) = &shared.native {

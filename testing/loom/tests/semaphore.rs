@@ -280,3 +280,34 @@ fn dropped_wait_vs_fail() {
         assert_eq!(Arc::strong_count(&counter), 1, "a waker clone leaked");
     });
 }
+
+/// The last handle that could signal signals the awaited value and is dropped while the wait
+/// registers: the wait completes `Ok` and the semaphore stays at the value. (An abandonment
+/// check that did not look at the payload failed a wait whose value had just been reached.)
+#[test]
+fn signal_then_drop_last_handle_vs_wait() {
+    model(|| {
+        let sem = Semaphore::new(0);
+        let wait = sem.wait(1);
+        let signaler = thread::spawn(move || {
+            sem.signal(1).expect("the only signal succeeds");
+            drop(sem);
+        });
+        block_on(wait).expect("a reached value is never reported abandoned");
+        signaler.join().unwrap();
+    });
+}
+
+/// The last handle that could signal is dropped unsignalled while the wait registers: the wait
+/// ends with `Aborted` ("abandoned") instead of hanging.
+#[test]
+fn drop_last_handle_vs_wait_ends_it() {
+    model(|| {
+        let sem = Semaphore::new(0);
+        let wait = sem.wait(1);
+        let dropper = thread::spawn(move || drop(sem));
+        let error = block_on(wait).expect_err("nothing can signal any more");
+        assert_eq!(error.code(), StatusCode::Aborted, "{error}");
+        dropper.join().unwrap();
+    });
+}
