@@ -19,6 +19,7 @@ use crate::error::{Error, Result, StatusCode};
 
 /// What an allocator has handed out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AllocatorStats {
     /// Bytes of live buffers (pooled blocks in use count at their block size).
     pub bytes_in_use: u64,

@@ -48,6 +48,7 @@ bitflags::bitflags! {
 
 /// What a device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Its URI, for example `cpu://0`.
     pub id: String,
@@ -57,6 +58,24 @@ pub struct DeviceInfo {
     pub driver: String,
     /// Optional capabilities.
     pub features: DeviceFeatures,
+}
+
+impl DeviceInfo {
+    /// A device's identity; `features` default.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, driver: impl Into<String>) -> Self {
+        DeviceInfo {
+            id: id.into(),
+            name: name.into(),
+            driver: driver.into(),
+            features: Default::default(),
+        }
+    }
+
+    /// Sets [`DeviceInfo::features`].
+    pub fn with_features(mut self, features: DeviceFeatures) -> Self {
+        self.features = features;
+        self
+    }
 }
 
 /// A query key whose answer is a `T` ([`Device::query`]). Backends define keys of their own

@@ -20,6 +20,7 @@ use crate::error::{Error, Result, StatusCode};
 
 /// What a driver is.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriverInfo {
     /// The URI scheme, for example `cpu`.
     pub id: String,
@@ -29,8 +30,24 @@ pub struct DriverInfo {
     pub full_name: String,
 }
 
+impl DriverInfo {
+    /// A driver's identity; every field given.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        full_name: impl Into<String>,
+    ) -> Self {
+        DriverInfo {
+            id: id.into(),
+            name: name.into(),
+            full_name: full_name.into(),
+        }
+    }
+}
+
 /// A device a driver can create.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceEntry {
     /// Index within the driver (the `N` of `driver://N`).
     pub index: u32,
@@ -38,6 +55,17 @@ pub struct DeviceEntry {
     pub uri: String,
     /// A human-readable name.
     pub name: String,
+}
+
+impl DeviceEntry {
+    /// A device a driver found; every field given.
+    pub fn new(index: u32, uri: impl Into<String>, name: impl Into<String>) -> Self {
+        DeviceEntry {
+            index,
+            uri: uri.into(),
+            name: name.into(),
+        }
+    }
 }
 
 /// A backend's entry point: enumerates and creates its devices.

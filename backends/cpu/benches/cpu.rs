@@ -61,10 +61,11 @@ const MODES: [(&str, ExecutionMode); 2] = [
 ];
 
 fn create_device(mode: ExecutionMode) -> Device {
-    halcyon_cpu::create_device(CpuDeviceOptions {
-        mode,
-        queue_count: 1,
-    })
+    halcyon_cpu::create_device(
+        CpuDeviceOptions::default()
+            .with_mode(mode)
+            .with_queue_count(1),
+    )
     .expect("create CPU device")
 }
 

@@ -83,12 +83,12 @@ impl CpuDevice {
                 _pool: pool.clone(),
             }),
             inflight: Arc::default(),
-            info: DeviceInfo {
-                id: format!("cpu://{index}"),
-                name: format!("host CPU ({mode})"),
-                driver: crate::DRIVER_ID.into(),
-                features: DeviceFeatures::empty(),
-            },
+            info: DeviceInfo::new(
+                format!("cpu://{index}"),
+                format!("host CPU ({mode})"),
+                crate::DRIVER_ID,
+            )
+            .with_features(DeviceFeatures::empty()),
             queues,
             pool,
             concurrency,

@@ -86,11 +86,26 @@ pub enum ExecutionMode {
 
 /// How to create a CPU device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CpuDeviceOptions {
     /// Pool or inline execution.
     pub mode: ExecutionMode,
     /// Number of queues (at least 1).
     pub queue_count: u32,
+}
+
+impl CpuDeviceOptions {
+    /// Sets [`CpuDeviceOptions::mode`].
+    pub fn with_mode(mut self, mode: ExecutionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets [`CpuDeviceOptions::queue_count`].
+    pub fn with_queue_count(mut self, queue_count: u32) -> Self {
+        self.queue_count = queue_count;
+        self
+    }
 }
 
 impl Default for CpuDeviceOptions {
@@ -129,23 +144,23 @@ impl CpuDriver {
 
 impl Driver for CpuDriver {
     fn info(&self) -> DriverInfo {
-        DriverInfo {
-            id: DRIVER_ID.into(),
-            name: "CPU".into(),
-            full_name: format!(
+        DriverInfo::new(
+            DRIVER_ID,
+            "CPU",
+            format!(
                 "halcyon-cpu {} (host CPU, Rust and C ABI v1 kernels)",
                 env!("CARGO_PKG_VERSION")
             ),
-        }
+        )
     }
 
     fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(vec![DeviceEntry {
-            index: 0,
-            uri: format!("{DRIVER_ID}://0"),
-            name: format!("host CPU ({cores} cores)"),
-        }])
+        Ok(vec![DeviceEntry::new(
+            0,
+            format!("{DRIVER_ID}://0"),
+            format!("host CPU ({cores} cores)"),
+        )])
     }
 
     fn create_device(&self, index: u32) -> Result<halcyon::Device> {

@@ -46,12 +46,7 @@ fn library() -> Option<&'static Path> {
 fn devices() -> Result<Vec<Device>> {
     [ExecutionMode::Pool { workers: 0 }, ExecutionMode::Inline]
         .into_iter()
-        .map(|mode| {
-            halcyon_cpu::create_device(CpuDeviceOptions {
-                mode,
-                ..CpuDeviceOptions::default()
-            })
-        })
+        .map(|mode| halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(mode)))
         .collect()
 }
 

@@ -65,10 +65,11 @@ mod pool {
     use super::*;
 
     halcyon_conformance::conformance_tests!(
-        || halcyon_cpu::create_device(CpuDeviceOptions {
-            mode: ExecutionMode::Pool { workers: 0 },
-            queue_count: 2,
-        }),
+        || halcyon_cpu::create_device(
+            CpuDeviceOptions::default()
+                .with_mode(ExecutionMode::Pool { workers: 0 })
+                .with_queue_count(2)
+        ),
         CpuKernels
     );
 }
@@ -78,10 +79,7 @@ mod inline {
     use super::*;
 
     halcyon_conformance::conformance_tests!(
-        || halcyon_cpu::create_device(CpuDeviceOptions {
-            mode: ExecutionMode::Inline,
-            ..CpuDeviceOptions::default()
-        }),
+        || halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(ExecutionMode::Inline)),
         CpuKernels
     );
 }
@@ -91,10 +89,11 @@ mod pool_pair {
     use super::*;
 
     fn device() -> Result<Device> {
-        halcyon_cpu::create_device(CpuDeviceOptions {
-            mode: ExecutionMode::Pool { workers: 0 },
-            queue_count: 2,
-        })
+        halcyon_cpu::create_device(
+            CpuDeviceOptions::default()
+                .with_mode(ExecutionMode::Pool { workers: 0 })
+                .with_queue_count(2),
+        )
     }
 
     halcyon_conformance::multi_device_tests!(|| Ok((device()?, device()?)), CpuKernels);
@@ -106,10 +105,7 @@ mod inline_pair {
     use super::*;
 
     fn device() -> Result<Device> {
-        halcyon_cpu::create_device(CpuDeviceOptions {
-            mode: ExecutionMode::Inline,
-            ..CpuDeviceOptions::default()
-        })
+        halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(ExecutionMode::Inline))
     }
 
     halcyon_conformance::multi_device_tests!(|| Ok((device()?, device()?)), CpuKernels);

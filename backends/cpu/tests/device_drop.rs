@@ -32,10 +32,11 @@ impl Flag {
 }
 
 fn pool_device() -> halcyon::Device {
-    halcyon_cpu::create_device(CpuDeviceOptions {
-        mode: ExecutionMode::Pool { workers: 2 },
-        queue_count: 1,
-    })
+    halcyon_cpu::create_device(
+        CpuDeviceOptions::default()
+            .with_mode(ExecutionMode::Pool { workers: 2 })
+            .with_queue_count(1),
+    )
     .expect("create a pool device")
 }
 

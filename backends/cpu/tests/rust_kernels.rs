@@ -65,10 +65,11 @@ fn a_misaligned_binding_fails_the_dispatch() {
 // `&mut [T]` over the whole binding in every workgroup, is a data race Miri reports).
 
 fn device(workers: usize) -> halcyon::Device {
-    halcyon_cpu::create_device(CpuDeviceOptions {
-        mode: halcyon_cpu::ExecutionMode::Pool { workers },
-        queue_count: 1,
-    })
+    halcyon_cpu::create_device(
+        CpuDeviceOptions::default()
+            .with_mode(halcyon_cpu::ExecutionMode::Pool { workers })
+            .with_queue_count(1),
+    )
     .unwrap()
 }
 

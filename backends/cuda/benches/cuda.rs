@@ -454,12 +454,10 @@ impl DeviceLoop {
 }
 
 fn options(completion: CompletionStrategy, graphs: bool) -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        queue_count: 1,
-        completion,
-        graphs,
-        ..CudaDeviceOptions::default()
-    }
+    CudaDeviceOptions::default()
+        .with_queue_count(1)
+        .with_completion(completion)
+        .with_graphs(graphs)
 }
 
 /// The spin budget of the `completion_thread_spin` variants
@@ -467,10 +465,7 @@ fn options(completion: CompletionStrategy, graphs: bool) -> CudaDeviceOptions {
 const SPIN: Duration = Duration::from_micros(50);
 
 fn spinning() -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        completion_spin: SPIN,
-        ..options(CompletionStrategy::CompletionThread, false)
-    }
+    options(CompletionStrategy::CompletionThread, false).with_completion_spin(SPIN)
 }
 
 fn round_trip(c: &mut Criterion, raw: &Raw) {

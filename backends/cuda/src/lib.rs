@@ -135,6 +135,7 @@ pub(crate) fn describe_device(_probe: &Probe, ordinal: i32) -> Result<String> {
 
 /// How to create a CUDA device ([`create_device_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CudaDeviceOptions {
     /// Queues, each with its own CUDA stream (at least 1). Default 2, so a transfer can overlap
     /// a kernel.
@@ -169,6 +170,44 @@ pub struct CudaDeviceOptions {
     /// (see [`CudaApi::set_pool_release_threshold`]). Default `u64::MAX`: all of it, given back
     /// only when a plain allocation runs out of memory.
     pub pool_release_threshold: u64,
+}
+
+impl CudaDeviceOptions {
+    /// Sets [`CudaDeviceOptions::queue_count`].
+    pub fn with_queue_count(mut self, queue_count: u32) -> Self {
+        self.queue_count = queue_count;
+        self
+    }
+
+    /// Sets [`CudaDeviceOptions::completion`].
+    pub fn with_completion(mut self, completion: CompletionStrategy) -> Self {
+        self.completion = completion;
+        self
+    }
+
+    /// Sets [`CudaDeviceOptions::probe_interval`].
+    pub fn with_probe_interval(mut self, probe_interval: Duration) -> Self {
+        self.probe_interval = probe_interval;
+        self
+    }
+
+    /// Sets [`CudaDeviceOptions::graphs`].
+    pub fn with_graphs(mut self, graphs: bool) -> Self {
+        self.graphs = graphs;
+        self
+    }
+
+    /// Sets [`CudaDeviceOptions::completion_spin`].
+    pub fn with_completion_spin(mut self, completion_spin: Duration) -> Self {
+        self.completion_spin = completion_spin;
+        self
+    }
+
+    /// Sets [`CudaDeviceOptions::pool_release_threshold`].
+    pub fn with_pool_release_threshold(mut self, pool_release_threshold: u64) -> Self {
+        self.pool_release_threshold = pool_release_threshold;
+        self
+    }
 }
 
 impl Default for CudaDeviceOptions {
@@ -250,13 +289,12 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
     api.set_pool_release_threshold(options.pool_release_threshold)?;
     halcyon_stream::create_device(
         api,
-        StreamDeviceOptions {
-            index,
-            queue_count: options.queue_count,
-            completion: options.completion,
-            probe_interval: options.probe_interval,
-            completion_spin: options.completion_spin,
-        },
+        StreamDeviceOptions::default()
+            .with_index(index)
+            .with_queue_count(options.queue_count)
+            .with_completion(options.completion)
+            .with_probe_interval(options.probe_interval)
+            .with_completion_spin(options.completion_spin),
     )
 }
 
@@ -279,16 +317,16 @@ impl Driver for CudaDriver {
             ),
             Err(e) => e.message().to_string(),
         };
-        DriverInfo {
-            id: DRIVER_ID.into(),
-            name: "CUDA".into(),
-            full_name: format!(
+        DriverInfo::new(
+            DRIVER_ID,
+            "CUDA",
+            format!(
                 "halcyon-cuda {} (cudarc 0.19, CUDA {} bindings, driver CUDA {}+; {driver})",
                 env!("CARGO_PKG_VERSION"),
                 probe::version_string(probe::BINDINGS_VERSION),
                 probe::version_string(probe::MIN_DRIVER_VERSION)
             ),
-        }
+        )
     }
 
     fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
@@ -296,11 +334,11 @@ impl Driver for CudaDriver {
         let count = device_count(probe)?;
         (0..count)
             .map(|i| {
-                Ok(DeviceEntry {
-                    index: i as u32,
-                    uri: format!("{DRIVER_ID}://{i}"),
-                    name: describe_device(probe, i)?,
-                })
+                Ok(DeviceEntry::new(
+                    i as u32,
+                    format!("{DRIVER_ID}://{i}"),
+                    describe_device(probe, i)?,
+                ))
             })
             .collect()
     }

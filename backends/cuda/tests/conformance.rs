@@ -23,19 +23,14 @@ use halcyon_cuda::{create_device_with, CudaDeviceOptions};
 use halcyon_stream::CompletionStrategy;
 
 fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        queue_count: 2,
-        completion,
-        probe_interval: Duration::from_millis(10),
-        ..CudaDeviceOptions::default()
-    }
+    CudaDeviceOptions::default()
+        .with_queue_count(2)
+        .with_completion(completion)
+        .with_probe_interval(Duration::from_millis(10))
 }
 
 fn with_graphs() -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        graphs: true,
-        ..options(CompletionStrategy::CompletionThread)
-    }
+    options(CompletionStrategy::CompletionThread).with_graphs(true)
 }
 
 /// A thread per queue blocked in `cuEventSynchronize` (the default).
@@ -56,10 +51,8 @@ mod completion_thread_spin {
     halcyon_conformance::conformance_tests!(
         || create_device_with(
             0,
-            CudaDeviceOptions {
-                completion_spin: Duration::from_micros(100),
-                ..options(CompletionStrategy::CompletionThread)
-            }
+            options(CompletionStrategy::CompletionThread)
+                .with_completion_spin(Duration::from_micros(100))
         ),
         CudaKernels
     );

@@ -42,12 +42,10 @@ fn fake_device(options: CudaDeviceOptions) -> halcyon::Result<Device> {
 }
 
 fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        queue_count: 2,
-        completion,
-        probe_interval: Duration::from_millis(10),
-        ..CudaDeviceOptions::default()
-    }
+    CudaDeviceOptions::default()
+        .with_queue_count(2)
+        .with_completion(completion)
+        .with_probe_interval(Duration::from_millis(10))
 }
 
 /// Completion threads blocked in `cuEventSynchronize` (the default).
@@ -65,10 +63,10 @@ mod completion_thread_spin {
     use super::*;
 
     halcyon_conformance::conformance_tests!(
-        || fake_device(CudaDeviceOptions {
-            completion_spin: Duration::from_micros(100),
-            ..options(CompletionStrategy::CompletionThread)
-        }),
+        || fake_device(
+            options(CompletionStrategy::CompletionThread)
+                .with_completion_spin(Duration::from_micros(100))
+        ),
         CudaKernels
     );
 }
@@ -88,10 +86,7 @@ mod graphs {
     use super::*;
 
     halcyon_conformance::conformance_tests!(
-        || fake_device(CudaDeviceOptions {
-            graphs: true,
-            ..options(CompletionStrategy::CompletionThread)
-        }),
+        || fake_device(options(CompletionStrategy::CompletionThread).with_graphs(true)),
         CudaKernels
     );
 }
@@ -160,11 +155,8 @@ fn frees_on_other_threads_wait_for_graph_captures() {
         }
     };
     let before = fake.stats();
-    let device = fake_device(CudaDeviceOptions {
-        graphs: true,
-        ..options(CompletionStrategy::CompletionThread)
-    })
-    .unwrap();
+    let device =
+        fake_device(options(CompletionStrategy::CompletionThread).with_graphs(true)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let freer = {
         let (device, stop) = (device.clone(), stop.clone());
@@ -229,11 +221,7 @@ fn work_reaches_the_fake_driver() {
     use halcyon_conformance::harness::{block_on, download_u32, upload_u32};
 
     let before = fake.stats();
-    let device = fake_device(CudaDeviceOptions {
-        graphs: true,
-        ..options(CompletionStrategy::HostCallback)
-    })
-    .unwrap();
+    let device = fake_device(options(CompletionStrategy::HostCallback).with_graphs(true)).unwrap();
     let executable = device
         .load_executable(&common::standard_module().spec())
         .unwrap();

@@ -34,11 +34,9 @@ fn fake_or_skip(test: &str) -> Option<&'static Fake> {
 }
 
 fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
-    CudaDeviceOptions {
-        completion,
-        probe_interval: Duration::from_millis(5),
-        ..CudaDeviceOptions::default()
-    }
+    CudaDeviceOptions::default()
+        .with_completion(completion)
+        .with_probe_interval(Duration::from_millis(5))
 }
 
 /// Waits until the fake's context is gone (every device dropped, their threads ended) and so

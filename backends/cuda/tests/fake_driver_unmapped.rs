@@ -33,12 +33,10 @@ fn fake_device(completion: CompletionStrategy) -> halcyon::Result<Device> {
     unmapped_driver().map_err(|e| Error::new(StatusCode::Unavailable, e))?;
     create_device_with(
         0,
-        CudaDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(10),
-            ..CudaDeviceOptions::default()
-        },
+        CudaDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(10)),
     )
 }
 

@@ -211,22 +211,22 @@ impl Driver for HipDriver {
             Ok(hip) => hip.describe(),
             Err(e) => format!("runtime not loaded: {}", e.message()),
         };
-        DriverInfo {
-            id: DRIVER_ID.into(),
-            name: "HIP".into(),
-            full_name: format!("halcyon-hip {} ({runtime})", env!("CARGO_PKG_VERSION")),
-        }
+        DriverInfo::new(
+            DRIVER_ID,
+            "HIP",
+            format!("halcyon-hip {} ({runtime})", env!("CARGO_PKG_VERSION")),
+        )
     }
 
     fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
         let (hip, count) = self.devices()?;
         (0..count)
             .map(|i| {
-                Ok(DeviceEntry {
-                    index: i as u32,
-                    uri: format!("{DRIVER_ID}://{i}"),
-                    name: describe_device(hip, i)?,
-                })
+                Ok(DeviceEntry::new(
+                    i as u32,
+                    format!("{DRIVER_ID}://{i}"),
+                    describe_device(hip, i)?,
+                ))
             })
             .collect()
     }
@@ -238,6 +238,7 @@ impl Driver for HipDriver {
 
 /// How [`HipDriver::create_device_with`] creates a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HipDeviceOptions {
     /// Queues, each with its own HIP stream (at least 1).
     pub queue_count: u32,
@@ -279,6 +280,50 @@ pub struct HipDeviceOptions {
     /// `true`; `false` leaves the device's scheduling alone. No effect on newer runtimes or
     /// with host callbacks. Best effort: a runtime that refuses it leaves the device polling.
     pub blocking_sync: bool,
+}
+
+impl HipDeviceOptions {
+    /// Sets [`HipDeviceOptions::queue_count`].
+    pub fn with_queue_count(mut self, queue_count: u32) -> Self {
+        self.queue_count = queue_count;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::completion`].
+    pub fn with_completion(mut self, completion: CompletionStrategy) -> Self {
+        self.completion = completion;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::probe_interval`].
+    pub fn with_probe_interval(mut self, probe_interval: Duration) -> Self {
+        self.probe_interval = probe_interval;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::host_visible_memory`].
+    pub fn with_host_visible_memory(mut self, host_visible_memory: HostVisibleMemory) -> Self {
+        self.host_visible_memory = host_visible_memory;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::completion_spin`].
+    pub fn with_completion_spin(mut self, completion_spin: Duration) -> Self {
+        self.completion_spin = completion_spin;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::pool_release_threshold`].
+    pub fn with_pool_release_threshold(mut self, pool_release_threshold: u64) -> Self {
+        self.pool_release_threshold = pool_release_threshold;
+        self
+    }
+
+    /// Sets [`HipDeviceOptions::blocking_sync`].
+    pub fn with_blocking_sync(mut self, blocking_sync: bool) -> Self {
+        self.blocking_sync = blocking_sync;
+        self
+    }
 }
 
 /// The first HIP runtime whose `hipEventSynchronize` honours an event's
@@ -328,13 +373,12 @@ impl HipDriver {
         }
         halcyon_stream::create_device(
             api,
-            StreamDeviceOptions {
-                index,
-                queue_count: options.queue_count,
-                completion: options.completion,
-                probe_interval: options.probe_interval,
-                completion_spin: options.completion_spin,
-            },
+            StreamDeviceOptions::default()
+                .with_index(index)
+                .with_queue_count(options.queue_count)
+                .with_completion(options.completion)
+                .with_probe_interval(options.probe_interval)
+                .with_completion_spin(options.completion_spin),
         )
     }
 }

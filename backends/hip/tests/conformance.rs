@@ -96,13 +96,11 @@ impl halcyon_conformance::Kernels for HipKernels {
 fn device(completion: CompletionStrategy) -> Result<Device> {
     let device = HipDriver::new().create_device_with(
         0,
-        &HipDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(10),
-            host_visible_memory: HostVisibleMemory::Auto,
-            ..HipDeviceOptions::default()
-        },
+        &HipDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(10))
+            .with_host_visible_memory(HostVisibleMemory::Auto),
     )?;
     // Compile (once) with the device current on this thread; no compiler means no kernels,
     // which skips the cases like a missing device does.

@@ -38,13 +38,11 @@ fn runtime_with_a_device() -> Option<Hip> {
 fn device(hip: Hip, completion: CompletionStrategy, memory: HostVisibleMemory) -> Result<Device> {
     HipDriver::with_hip(hip).create_device_with(
         0,
-        &HipDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(10),
-            host_visible_memory: memory,
-            ..HipDeviceOptions::default()
-        },
+        &HipDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(10))
+            .with_host_visible_memory(memory),
     )
 }
 
@@ -111,13 +109,11 @@ fn devices(
     completion: CompletionStrategy,
     memory: HostVisibleMemory,
 ) -> Result<(Device, Device)> {
-    let options = HipDeviceOptions {
-        queue_count: 2,
-        completion,
-        probe_interval: Duration::from_millis(10),
-        host_visible_memory: memory,
-        ..HipDeviceOptions::default()
-    };
+    let options = HipDeviceOptions::default()
+        .with_queue_count(2)
+        .with_completion(completion)
+        .with_probe_interval(Duration::from_millis(10))
+        .with_host_visible_memory(memory);
     let driver = HipDriver::with_hip(hip);
     Ok((
         driver.create_device_with(0, &options)?,

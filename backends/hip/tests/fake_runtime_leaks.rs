@@ -69,12 +69,10 @@ fn a_dropped_device_leaves_nothing_alive_in_the_runtime() {
             HostVisibleMemory::Auto,
         ),
     ] {
-        let options = HipDeviceOptions {
-            queue_count: 2,
-            completion,
-            host_visible_memory: memory,
-            ..HipDeviceOptions::default()
-        };
+        let options = HipDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_host_visible_memory(memory);
         let device = HipDriver::with_hip(hip)
             .create_device_with(0, &options)
             .unwrap();

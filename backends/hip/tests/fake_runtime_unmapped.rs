@@ -29,12 +29,10 @@ fn unmapped() -> Hip {
 fn device(hip: Hip, completion: CompletionStrategy) -> halcyon::Result<Device> {
     HipDriver::with_hip(hip).create_device_with(
         0,
-        &HipDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(10),
-            ..HipDeviceOptions::default()
-        },
+        &HipDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(10)),
     )
 }
 

@@ -632,18 +632,18 @@ impl VulkanDevice {
             (None, _) => String::new(),
         };
         Ok(VulkanDevice {
-            info: DeviceInfo {
-                id: context.id.clone(),
-                name: format!(
+            info: DeviceInfo::new(
+                context.id.clone(),
+                format!(
                     "{} (Vulkan {}, queue family {} x{}{transfer})",
                     context.name,
                     crate::instance::version_string(context.api_version),
                     choice.family,
                     choice.count
                 ),
-                driver: crate::DRIVER_ID.into(),
-                features: DeviceFeatures::empty(),
-            },
+                crate::DRIVER_ID,
+            )
+            .with_features(DeviceFeatures::empty()),
             completers,
             reactor,
             actions,

@@ -66,15 +66,15 @@ pub struct VulkanDriver;
 
 impl Driver for VulkanDriver {
     fn info(&self) -> DriverInfo {
-        DriverInfo {
-            id: DRIVER_ID.into(),
-            name: "Vulkan".into(),
-            full_name: format!(
+        DriverInfo::new(
+            DRIVER_ID,
+            "Vulkan",
+            format!(
                 "halcyon-vulkan {} (ash {}, Vulkan 1.2+ with timeline semaphores, SPIR-V)",
                 env!("CARGO_PKG_VERSION"),
                 "0.38"
             ),
-        }
+        )
     }
 
     fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
@@ -91,11 +91,11 @@ impl Driver for VulkanDriver {
             .enumerate()
             .map(|(i, physical)| {
                 let (name, version) = instance.describe(physical);
-                DeviceEntry {
-                    index: i as u32,
-                    uri: format!("{DRIVER_ID}://{i}"),
-                    name: format!("{name} (Vulkan {})", instance::version_string(version)),
-                }
+                DeviceEntry::new(
+                    i as u32,
+                    format!("{DRIVER_ID}://{i}"),
+                    format!("{name} (Vulkan {})", instance::version_string(version)),
+                )
             })
             .collect())
     }

@@ -313,10 +313,7 @@ mod tests {
     use crate::options::VulkanDeviceOptions;
 
     fn context(force_non_coherent: bool) -> Option<Arc<Context>> {
-        let options = VulkanDeviceOptions {
-            force_non_coherent,
-            ..Default::default()
-        };
+        let options = VulkanDeviceOptions::default().with_force_non_coherent(force_non_coherent);
         match Context::new(0, options) {
             Ok((context, _)) => Some(context),
             Err(error) if error.code() == StatusCode::Unavailable => {

@@ -9,6 +9,7 @@ use ash::vk;
 /// How [`crate::create_device_with`] creates a device. `Default` is what [`crate::create_device`]
 /// uses.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct VulkanDeviceOptions {
     /// The most compute queues to expose (each one Vulkan queue of the compute family); at
     /// least 1 is always used. Default 4.
@@ -27,6 +28,32 @@ pub struct VulkanDeviceOptions {
     pub force_non_coherent: bool,
     /// Simulated driver failures (see [`FaultInjector`]). Default `None`.
     pub faults: Option<FaultInjector>,
+}
+
+impl VulkanDeviceOptions {
+    /// Sets [`VulkanDeviceOptions::max_queues`].
+    pub fn with_max_queues(mut self, max_queues: u32) -> Self {
+        self.max_queues = max_queues;
+        self
+    }
+
+    /// Sets [`VulkanDeviceOptions::transfer_queues`].
+    pub fn with_transfer_queues(mut self, transfer_queues: u32) -> Self {
+        self.transfer_queues = transfer_queues;
+        self
+    }
+
+    /// Sets [`VulkanDeviceOptions::force_non_coherent`].
+    pub fn with_force_non_coherent(mut self, force_non_coherent: bool) -> Self {
+        self.force_non_coherent = force_non_coherent;
+        self
+    }
+
+    /// Sets [`VulkanDeviceOptions::faults`].
+    pub fn with_faults(mut self, faults: Option<FaultInjector>) -> Self {
+        self.faults = faults;
+        self
+    }
 }
 
 impl Default for VulkanDeviceOptions {

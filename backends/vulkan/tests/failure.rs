@@ -14,10 +14,7 @@ use halcyon_vulkan::{FaultInjector, VulkanDeviceOptions};
 /// `vulkan://0` with `faults` armed, or `None` (reason printed) without Vulkan.
 fn faulty_device(test: &str) -> Option<(Device, FaultInjector)> {
     let faults = FaultInjector::new();
-    let options = VulkanDeviceOptions {
-        faults: Some(faults.clone()),
-        ..Default::default()
-    };
+    let options = VulkanDeviceOptions::default().with_faults(Some(faults.clone()));
     match halcyon_vulkan::create_device_with(0, options) {
         Ok(device) => Some((device, faults)),
         Err(error) if error.code() == StatusCode::Unavailable => {

@@ -18,10 +18,7 @@ use halcyon_vulkan::VulkanDeviceOptions;
 /// Device `vulkan://0` with `force_non_coherent` as given, or `None` (reason printed) without
 /// Vulkan.
 fn device_or_skip(test: &str, force_non_coherent: bool) -> Option<Device> {
-    let options = VulkanDeviceOptions {
-        force_non_coherent,
-        ..Default::default()
-    };
+    let options = VulkanDeviceOptions::default().with_force_non_coherent(force_non_coherent);
     match halcyon_vulkan::create_device_with(0, options) {
         Ok(device) => Some(device),
         Err(error) if error.code() == StatusCode::Unavailable => {

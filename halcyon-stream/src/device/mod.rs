@@ -88,6 +88,7 @@ pub enum CompletionStrategy {
 
 /// How to create a [`StreamDevice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamDeviceOptions {
     /// The device index in its URI (`driver://index`).
     pub index: u32,
@@ -106,6 +107,38 @@ pub struct StreamDeviceOptions {
     /// their synchronisation spins (CUDA's default `CU_CTX_SCHED_AUTO`). Ignored with host
     /// callbacks.
     pub completion_spin: Duration,
+}
+
+impl StreamDeviceOptions {
+    /// Sets [`StreamDeviceOptions::index`].
+    pub fn with_index(mut self, index: u32) -> Self {
+        self.index = index;
+        self
+    }
+
+    /// Sets [`StreamDeviceOptions::queue_count`].
+    pub fn with_queue_count(mut self, queue_count: u32) -> Self {
+        self.queue_count = queue_count;
+        self
+    }
+
+    /// Sets [`StreamDeviceOptions::completion`].
+    pub fn with_completion(mut self, completion: CompletionStrategy) -> Self {
+        self.completion = completion;
+        self
+    }
+
+    /// Sets [`StreamDeviceOptions::probe_interval`].
+    pub fn with_probe_interval(mut self, probe_interval: Duration) -> Self {
+        self.probe_interval = probe_interval;
+        self
+    }
+
+    /// Sets [`StreamDeviceOptions::completion_spin`].
+    pub fn with_completion_spin(mut self, completion_spin: Duration) -> Self {
+        self.completion_spin = completion_spin;
+        self
+    }
 }
 
 impl Default for StreamDeviceOptions {
@@ -248,9 +281,9 @@ impl<A: StreamApi> StreamDevice<A> {
             completers: Vec::new(),
             reclaimer: None,
             core: core.clone(),
-            info: DeviceInfo {
-                id: id.clone(),
-                name: format!(
+            info: DeviceInfo::new(
+                id.clone(),
+                format!(
                     "{} ({} queues, {})",
                     api_info.name,
                     core.queues.len(),
@@ -259,9 +292,9 @@ impl<A: StreamApi> StreamDevice<A> {
                         CompletionStrategy::CompletionThread => "completion threads",
                     }
                 ),
-                driver: api_info.driver.clone(),
-                features: DeviceFeatures::empty(),
-            },
+                api_info.driver.clone(),
+            )
+            .with_features(DeviceFeatures::empty()),
         };
         let (api, reclaim) = (core.api.clone(), core.reclaim.clone());
         let reclaimer = std::thread::Builder::new()

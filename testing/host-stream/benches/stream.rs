@@ -116,10 +116,7 @@ fn round_trip(c: &mut Criterion) {
     ] {
         let device = create_device(
             HostStreamApi::new(),
-            StreamDeviceOptions {
-                completion,
-                ..StreamDeviceOptions::default()
-            },
+            StreamDeviceOptions::default().with_completion(completion),
         )
         .expect("device");
         let queue = device.queue(0).expect("queue");
@@ -154,11 +151,9 @@ impl DeviceLoop {
     fn new(completion: CompletionStrategy, completion_spin: Duration) -> DeviceLoop {
         let device = create_device(
             HostStreamApi::new(),
-            StreamDeviceOptions {
-                completion,
-                completion_spin,
-                ..StreamDeviceOptions::default()
-            },
+            StreamDeviceOptions::default()
+                .with_completion(completion)
+                .with_completion_spin(completion_spin),
         )
         .expect("device");
         let queue = device.queue(0).expect("queue");
@@ -329,10 +324,7 @@ fn replay(c: &mut Criterion) {
     }
     let device = create_device(
         HostStreamApi::new(),
-        StreamDeviceOptions {
-            completion: CompletionStrategy::CompletionThread,
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default().with_completion(CompletionStrategy::CompletionThread),
     )
     .expect("device");
     let queue = device.queue(0).expect("queue");

@@ -28,12 +28,10 @@ const STRATEGIES: [CompletionStrategy; 2] = [
 fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
     create_device(
         api.clone(),
-        StreamDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(5),
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(5)),
     )
 }
 
@@ -265,12 +263,10 @@ fn work_after_a_failed_submission_fails_though_its_event_completed() -> Result<(
         let api = HostStreamApi::new();
         let device = create_device(
             api.clone(),
-            StreamDeviceOptions {
-                queue_count: 3,
-                completion: strategy,
-                probe_interval: Duration::from_millis(5),
-                ..StreamDeviceOptions::default()
-            },
+            StreamDeviceOptions::default()
+                .with_queue_count(3)
+                .with_completion(strategy)
+                .with_probe_interval(Duration::from_millis(5)),
         )?;
         let (q0, q1, q2) = (device.queue(0)?, device.queue(1)?, device.queue(2)?);
         let module = HostModule::new()

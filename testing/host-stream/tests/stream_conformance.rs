@@ -81,12 +81,10 @@ fn saxpy_f32(args: &LaunchArgs<'_>) -> Result<(), String> {
 }
 
 fn options(completion: CompletionStrategy) -> StreamDeviceOptions {
-    StreamDeviceOptions {
-        queue_count: 2,
-        completion,
-        probe_interval: Duration::from_millis(10),
-        ..StreamDeviceOptions::default()
-    }
+    StreamDeviceOptions::default()
+        .with_queue_count(2)
+        .with_completion(completion)
+        .with_probe_interval(Duration::from_millis(10))
 }
 
 /// Completions through host functions on callback streams, posted to the reactor.
@@ -124,10 +122,8 @@ mod completion_thread_spin {
     halcyon_conformance::conformance_tests!(
         || create_device(
             HostStreamApi::new(),
-            StreamDeviceOptions {
-                completion_spin: Duration::from_micros(100),
-                ..options(CompletionStrategy::CompletionThread)
-            }
+            options(CompletionStrategy::CompletionThread)
+                .with_completion_spin(Duration::from_micros(100))
         ),
         HostKernels(Fail::LaunchError)
     );

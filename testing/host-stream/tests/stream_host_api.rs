@@ -415,10 +415,7 @@ fn host_callbacks_need_host_functions() {
     }
     let error = create_device(
         NoHostFunc(HostStreamApi::new()),
-        StreamDeviceOptions {
-            completion: CompletionStrategy::HostCallback,
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default().with_completion(CompletionStrategy::HostCallback),
     )
     .map(|d| d.info().id.clone())
     .unwrap_err();
@@ -426,10 +423,7 @@ fn host_callbacks_need_host_functions() {
     assert!(error.message().contains("CompletionThread"), "{error}");
     let device = create_device(
         NoHostFunc(HostStreamApi::new()),
-        StreamDeviceOptions {
-            completion: CompletionStrategy::CompletionThread,
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default().with_completion(CompletionStrategy::CompletionThread),
     )
     .expect("completion threads need no host functions");
     let buffer = device.allocator().allocate(16, BufferParams::HOST).unwrap();

@@ -193,12 +193,10 @@ fn an_allocation_after_awaiting_a_dealloca_waits_for_its_stream_ordered_free() -
         let api = HostStreamApi::new();
         let device = create_device(
             api.clone(),
-            StreamDeviceOptions {
-                completion: strategy,
-                queue_count: 2,
-                probe_interval: Duration::from_millis(5),
-                ..StreamDeviceOptions::default()
-            },
+            StreamDeviceOptions::default()
+                .with_completion(strategy)
+                .with_queue_count(2)
+                .with_probe_interval(Duration::from_millis(5)),
         )?;
         let (first, second) = (device.queue(0)?, device.queue(1)?);
         api.limit_memory(1 << 20);

@@ -40,12 +40,10 @@ const ADD_ONE: u32 = 2;
 fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
     create_device(
         api.clone(),
-        StreamDeviceOptions {
-            queue_count: 2,
-            completion,
-            probe_interval: Duration::from_millis(5),
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default()
+            .with_queue_count(2)
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(5)),
     )
 }
 

@@ -845,10 +845,7 @@ fn dynamic_shared_memory_reaches_the_kernel() {
     if !prepared("dynamic_shared_memory_reaches_the_kernel") {
         return;
     }
-    let options = halcyon_cuda::CudaDeviceOptions {
-        graphs: true,
-        ..Default::default()
-    };
+    let options = halcyon_cuda::CudaDeviceOptions::default().with_graphs(true);
     let device = match halcyon_cuda::create_device_with(0, options) {
         Ok(device) => device,
         Err(e) if e.code() == StatusCode::Unavailable => {

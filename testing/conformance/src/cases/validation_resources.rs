@@ -87,19 +87,16 @@ struct OneDevice(Device);
 impl Driver for OneDevice {
     fn info(&self) -> DriverInfo {
         let id = self.0.info().driver.clone();
-        DriverInfo {
-            name: id.clone(),
-            full_name: format!("{id} (the conformance suite's device under test)"),
-            id,
-        }
+        let full_name = format!("{id} (the conformance suite's device under test)");
+        DriverInfo::new(id.clone(), id, full_name)
     }
 
     fn enumerate_devices(&self) -> Result<Vec<DeviceEntry>> {
-        Ok(vec![DeviceEntry {
-            index: 0,
-            uri: self.0.info().id.clone(),
-            name: self.0.info().name.clone(),
-        }])
+        Ok(vec![DeviceEntry::new(
+            0,
+            self.0.info().id.clone(),
+            self.0.info().name.clone(),
+        )])
     }
 
     fn create_device(&self, _index: u32) -> Result<Device> {

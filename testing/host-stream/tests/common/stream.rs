@@ -16,11 +16,9 @@ pub const STRATEGIES: [CompletionStrategy; 2] = [
 pub fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
     create_device(
         api.clone(),
-        StreamDeviceOptions {
-            completion,
-            probe_interval: Duration::from_millis(5),
-            ..StreamDeviceOptions::default()
-        },
+        StreamDeviceOptions::default()
+            .with_completion(completion)
+            .with_probe_interval(Duration::from_millis(5)),
     )
 }
 
