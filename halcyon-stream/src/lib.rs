@@ -20,7 +20,7 @@
 //! * **Device-to-device waits**: a submission waiting on a value for which a timepoint at or
 //!   above it is scheduled makes its stream wait on that event (`stream_wait_event`): no host
 //!   round trip. A wait whose signal is not yet scheduled parks the submission in the core's
-//!   pending-action executor ([`halcyon::queue::ActionQueue`]) until the signal is scheduled (not
+//!   pending-action executor ([`halcyon::backend::ActionQueue`]) until the signal is scheduled (not
 //!   until it completes), then it is released with a stream wait.
 //! * **Completion** reaches the device's reactor by one of two [`CompletionStrategy`]s: host
 //!   functions on a dedicated callback stream that only post to the reactor, or a completion

@@ -11,8 +11,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use halcyon::queue::ActionQueue;
-use halcyon::reactor::Reactor;
+use halcyon::backend::reactor::Reactor;
+use halcyon::backend::ActionQueue;
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 
 /// Submits upload -> compute -> download, each a host action that transforms `data` and then

@@ -5,21 +5,25 @@
 //!   `VkSemaphore`, an event timeline on a GPU stream). The core keeps the waiters and the
 //!   failure state; host signals reach the native object through [`NativeSemaphore::signal`];
 //!   the backend reports device progress with [`SemaphoreExt::advance`] (normally from its
-//!   [`crate::reactor::Reactor`]).
+//!   [`crate::backend::reactor::Reactor`]).
 //! * [`SemaphoreExt`]: the semaphore operations only a backend should perform.
 //! * [`DeviceBackend`], [`BufferMemory`], [`ExecutableBackend`], [`Work`], [`ReadSink`]: the
 //!   device SPI, re-exported here so a backend finds everything it implements in one place.
-//! * The completion reactor ([`crate::reactor`]) and the pending-action executor
-//!   ([`crate::queue::ActionQueue`]) are public modules of their own.
+//! * The completion reactor ([`crate::backend::reactor`]) and the pending-action executor
+//!   ([`crate::backend::ActionQueue`]) are public modules of their own.
 //! * [`loader_image`]: the aligned, zero-padded copy of a binary kernel image handed to a
 //!   vendor loader that takes no length.
 
 use std::any::Any;
 
+pub mod reactor;
+
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};
 pub use crate::executable::ExecutableBackend;
-pub use crate::queue::ReadSink;
+pub use crate::queue::action::{ActionQueue, Issue};
+pub use crate::queue::ordered::{fail_in_order, failure_order};
+pub use crate::queue::submit::ReadSink;
 
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;

@@ -200,7 +200,7 @@ pub enum Work {
         /// What to read.
         source: crate::buffer::BufferRef,
         /// Receives the bytes (or the failure).
-        sink: crate::queue::ReadSink,
+        sink: crate::backend::ReadSink,
     },
     /// Run a closure on the host in queue order.
     HostCall(Box<dyn FnOnce() -> Result<()> + Send>),
@@ -219,7 +219,7 @@ impl fmt::Debug for Work {
 /// The backend side of a device: the one trait each backend implements.
 ///
 /// Ordering and failure contract of [`DeviceBackend::submit`]: run `work` once every entry of
-/// `wait` is reached (through the core's [`crate::queue::ActionQueue`], or natively), then
+/// `wait` is reached (through the core's [`crate::backend::ActionQueue`], or natively), then
 /// signal every entry of `signal`; if a wait fails, do not run `work` and fail `signal` with
 /// that error; if running fails, fail `signal`. Signal (or fail) the entries in fence order, as
 /// [`Fence::signal`] and [`Fence::fail`] do: the first is the core's completion marker, which

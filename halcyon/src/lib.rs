@@ -34,10 +34,13 @@
 //!   [`Semaphore`] (a timeline semaphore: monotonic `u64` payload plus a failure state, whose
 //!   waits are cancel-safe futures woken only when their value is reached) and [`Fence`] (a set
 //!   of `(semaphore, value)` timepoints with `wait_all` / `wait_any`).
-//! * [`reactor`]: the per-device completion reactor that turns device completions into wakes.
-//! * [`queue`]: the pending-action executor that issues queue work once its waits are reached,
-//!   and the ordering and failure rules every operation keeps.
-//! * [`backend`]: what device backends implement and build on (the SPI).
+//! * [`queue`]: the ordering and failure rules every queue operation keeps, and how to cancel
+//!   queued work.
+//! * [`device`], [`driver`], [`command_buffer`]: the device model's details (query keys, URIs,
+//!   bindings).
+//! * [`backend`]: the SPI, everything a device backend implements and builds on, in one
+//!   module: the device and memory traits, native semaphores, the completion reactor
+//!   ([`backend::reactor`]) and the pending-action executor ([`backend::ActionQueue`]).
 //!
 //! The stream layer CUDA and HIP share is the `halcyon-stream` crate, built on [`backend`].
 //! `docs/ARCHITECTURE.md` in the repository describes the layers and a submission's path.
@@ -55,7 +58,6 @@ mod error;
 mod executable;
 mod fence;
 pub mod queue;
-pub mod reactor;
 mod semaphore;
 mod sync;
 

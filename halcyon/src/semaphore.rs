@@ -289,11 +289,11 @@ impl Semaphore {
 
     /// Records that submitted work will signal (or fail) `value`: until the payload reaches it
     /// (or the semaphore fails), a failure of a later value passed to
-    /// [`fail_in_order`](crate::queue::fail_in_order) waits for it, so it never overtakes that
+    /// [`fail_in_order`](crate::backend::fail_in_order) waits for it, so it never overtakes that
     /// work. Ignored for a value already reached or a failed semaphore.
     ///
     /// Every [`crate::Queue`] submission does this for its signal fence before handing the work
-    /// to the backend; code that drives an [`ActionQueue`](crate::queue::ActionQueue) itself
+    /// to the backend; code that drives an [`ActionQueue`](crate::backend::ActionQueue) itself
     /// calls it the same way, before the work can complete. A value registered here must be
     /// signalled or failed eventually (as submitted work always is), or a later failure on the
     /// semaphore is held back for good.

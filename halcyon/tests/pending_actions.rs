@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{recv, spawn_thread, wait_until, ParkProbe, HANG};
-use halcyon::queue::{ActionQueue, Issue};
-use halcyon::reactor::{Reactor, ReactorHandle};
+use halcyon::backend::reactor::{Reactor, ReactorHandle};
+use halcyon::backend::{ActionQueue, Issue};
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 
 /// An issue that signals its fence.
@@ -34,9 +34,11 @@ fn ids(log: &Mutex<Vec<(usize, std::thread::ThreadId)>>) -> Vec<usize> {
 fn reactor_thread(handle: &ReactorHandle) -> std::thread::ThreadId {
     let (tx, rx) = std::sync::mpsc::channel();
     handle
-        .post(halcyon::reactor::Completion::Call(Box::new(move || {
-            let _ = tx.send(std::thread::current().id());
-        })))
+        .post(halcyon::backend::reactor::Completion::Call(Box::new(
+            move || {
+                let _ = tx.send(std::thread::current().id());
+            },
+        )))
         .unwrap();
     recv(&rx, "reactor thread id")
 }
@@ -616,10 +618,12 @@ fn host_signal_releases_actions_within_one_wake_default_parker() {
     // The reactor thread's kernel thread id.
     let (tx, rx) = std::sync::mpsc::channel();
     handle
-        .post(halcyon::reactor::Completion::Call(Box::new(move || {
-            let link = std::fs::read_link("/proc/thread-self").ok();
-            let _ = tx.send(link);
-        })))
+        .post(halcyon::backend::reactor::Completion::Call(Box::new(
+            move || {
+                let link = std::fs::read_link("/proc/thread-self").ok();
+                let _ = tx.send(link);
+            },
+        )))
         .unwrap();
     let Some(link) = recv(&rx, "reactor tid") else {
         eprintln!("/proc/thread-self is unavailable; skipping the default-parker variant");

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
 use common::{recv, spawn_thread, wait_until, ParkProbe, HANG};
-use halcyon::queue::ActionQueue;
-use halcyon::reactor::{Completion, Reactor};
+use halcyon::backend::reactor::{Completion, Reactor};
+use halcyon::backend::ActionQueue;
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 
 fn thread_name() -> Option<String> {
@@ -26,7 +26,7 @@ impl Drop for DropRecorder {
 
 /// Runs a `Call` on the reactor and waits for it: every completion posted before it by this
 /// thread has been applied once this returns.
-fn flush(reactor: &halcyon::reactor::ReactorHandle) {
+fn flush(reactor: &halcyon::backend::reactor::ReactorHandle) {
     let (tx, rx) = mpsc::channel();
     reactor
         .post(Completion::Call(Box::new(move || {
@@ -228,7 +228,7 @@ fn shutdown_aborts_pending_actions() {
     let queue = ActionQueue::new(reactor.handle());
     let (never, mid, out) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
     let issued = Arc::new(AtomicUsize::new(0));
-    let counting_issue = |issued: &Arc<AtomicUsize>| -> halcyon::queue::Issue {
+    let counting_issue = |issued: &Arc<AtomicUsize>| -> halcyon::backend::Issue {
         let issued = issued.clone();
         Box::new(move |signal: &Fence| {
             issued.fetch_add(1, Ordering::SeqCst);

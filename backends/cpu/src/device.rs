@@ -11,10 +11,10 @@
 
 use std::sync::Arc;
 
+use halcyon::backend::reactor::Reactor;
+use halcyon::backend::ActionQueue;
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
 use halcyon::device::keys;
-use halcyon::queue::ActionQueue;
-use halcyon::reactor::Reactor;
 use halcyon::{
     BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSource, ExecutableSpec, Fence,
     Result, StatusCode,

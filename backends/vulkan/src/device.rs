@@ -21,10 +21,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use ash::vk;
+use halcyon::backend::reactor::{Parker, Reactor, ReactorHandle, Unpark};
+use halcyon::backend::{fail_in_order, failure_order, ActionQueue};
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, SemaphoreExt, Work};
 use halcyon::device::keys;
-use halcyon::queue::{fail_in_order, failure_order, ActionQueue};
-use halcyon::reactor::{Parker, Reactor, ReactorHandle, Unpark};
 use halcyon::{
     BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, QueueCapabilities,
     Result, Semaphore, StatusCode,

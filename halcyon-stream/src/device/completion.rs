@@ -4,7 +4,7 @@
 //!
 //! * **Host callbacks.** After a submission's completion event, the queue's dedicated callback
 //!   stream waits on that event and runs a host function. The host function only posts a
-//!   [`halcyon::reactor::Completion::Call`] to the device's reactor (vendor host callbacks may not
+//!   [`halcyon::backend::reactor::Completion::Call`] to the device's reactor (vendor host callbacks may not
 //!   call the vendor API); the reactor settles the submission. A dedicated stream keeps the
 //!   host function, which blocks the stream it runs on, off the work stream.
 //! * **Completion threads.** One thread per queue takes the queue's submissions in order from a
@@ -38,7 +38,7 @@ use crate::device::core::{Core, Via};
 use crate::device::CompletionStrategy;
 use crate::event_pool::Event;
 use crate::handoff::Handoff;
-use halcyon::reactor::{Parker, Unpark};
+use halcyon::backend::reactor::{Parker, Unpark};
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())

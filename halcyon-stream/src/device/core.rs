@@ -21,11 +21,11 @@ use crate::device::CompletionStrategy;
 use crate::event_pool::{Event, EventPool};
 use crate::timeline::{EventTimeline, StreamSemaphore};
 use crate::timepoint::{ReadInto, Timepoint, TimepointPool};
+use halcyon::backend::reactor::ReactorHandle;
 use halcyon::backend::BufferMemory;
+use halcyon::backend::ReadSink;
 use halcyon::backend::Work;
 use halcyon::command_buffer::Command;
-use halcyon::queue::ReadSink;
-use halcyon::reactor::ReactorHandle;
 use halcyon::Semaphore;
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

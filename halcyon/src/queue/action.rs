@@ -8,10 +8,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::backend::reactor::ReactorHandle;
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::{Fence, WaitAll};
 use crate::queue::ordered::{fail_in_order, failure_order, inherited};
-use crate::reactor::ReactorHandle;
 use crate::sync::{lock, Arc, Mutex};
 
 /// What issuing an action does: hand the work to the device (or run it, for host work). Called
@@ -25,8 +25,8 @@ pub type Issue = Box<dyn FnOnce(&Fence) -> Result<()> + Send>;
 /// on the reactor, and keeps ready actions in submission order.
 ///
 /// ```
-/// use halcyon::queue::ActionQueue;
-/// use halcyon::reactor::Reactor;
+/// use halcyon::backend::ActionQueue;
+/// use halcyon::backend::reactor::Reactor;
 /// use halcyon::{Fence, Semaphore};
 ///
 /// let reactor = Reactor::new("doc")?;

@@ -3,11 +3,11 @@
 //! Every queue operation waits on a fence and signals a fence. An operation whose wait fence is
 //! already reached is issued to the device at once, on the submitting thread. One whose waits are
 //! not yet reached becomes a **pending action**: a future on the device's
-//! [reactor](crate::reactor) that awaits the wait fence and then issues. The reactor polls it when
+//! [reactor](crate::backend::reactor) that awaits the wait fence and then issues. The reactor polls it when
 //! a semaphore it waits on moves, so a host `signal` from any thread releases the actions
 //! depending on it within one reactor wake.
 //!
-//! Ordering and failure semantics of [`ActionQueue::submit`]:
+//! Ordering and failure semantics of [`ActionQueue::submit`](crate::backend::ActionQueue::submit):
 //!
 //! * An action issues only after every entry of its wait fence is reached. Ready actions of one
 //!   queue issue in submission order: actions register on semaphores in submission order, a
@@ -23,7 +23,7 @@
 //! * If issuing fails (or panics), the signal fence is failed with that error.
 //! * A failure never overtakes earlier work on the action's own timelines: each entry `(s, v)` of
 //!   its signal fence fails only once the earlier work on `s` has settled, reached or failed:
-//!   the action's waits on `s` (its *order*, see [`ActionQueue::submit_parked`]) and the highest
+//!   the action's waits on `s` (its *order*, see [`ActionQueue::submit_parked`](crate::backend::ActionQueue::submit_parked)) and the highest
 //!   value below `v` that work already submitted through a [`Queue`] will signal on `s`. The
 //!   latter covers work it depends on through other semaphores (an `alloca` .. `dealloca` chain
 //!   on a private semaphore ending in a signal of the caller's timeline) and work whose
@@ -33,11 +33,8 @@
 //! * If the reactor shuts down (its device was dropped) before the waits are reached, the action
 //!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
 
-mod action;
-mod ordered;
+pub(crate) mod action;
+pub(crate) mod ordered;
+pub(crate) mod submit;
 
-pub use action::{ActionQueue, Issue};
-pub use ordered::{fail_in_order, failure_order};
-mod submit;
-
-pub use submit::{Queue, ReadSink, Submission, Timeline, TimelineStep, Timepoints};
+pub use submit::{Queue, Submission, Timeline, TimelineStep, Timepoints};

@@ -18,9 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::backend::reactor::ReactorHandle;
 use crate::error::Error;
 use crate::fence::Fence;
-use crate::reactor::ReactorHandle;
 use crate::semaphore::{Semaphore, Wait};
 
 /// `error`, a failure of one of the semaphores `wait` waits on, as the work that waited
@@ -35,7 +35,7 @@ pub(crate) fn inherited(wait: &Fence, error: &Error) -> Error {
 }
 
 /// The entries of `wait` on semaphores that `signal` also signals: what a failure of an action
-/// with these timepoints waits for (its *order*, see [`super::ActionQueue::submit_parked`]).
+/// with these timepoints waits for (its *order*, see [`crate::backend::ActionQueue::submit_parked`]).
 pub fn failure_order(wait: &Fence, signal: &Fence) -> Fence {
     wait.iter()
         .filter(|(semaphore, _)| signal.iter().any(|(s, _)| s.ptr_eq(semaphore)))

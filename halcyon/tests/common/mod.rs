@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use halcyon::reactor::{Parker, Unpark};
+use halcyon::backend::reactor::{Parker, Unpark};
 
 /// How long anything may take before the test calls it a hang.
 pub const HANG: Duration = Duration::from_secs(10);
@@ -142,7 +142,7 @@ struct ParkState {
     gate_closed: bool,
 }
 
-/// A [`Parker`] for [`halcyon::reactor::Reactor::with_parker`] with the semantics of a thread
+/// A [`Parker`] for [`halcyon::backend::reactor::Reactor::with_parker`] with the semantics of a thread
 /// park (sticky unpark, no spurious returns) whose state the test can observe and steer.
 #[derive(Default)]
 pub struct ParkProbe {

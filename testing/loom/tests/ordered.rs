@@ -5,8 +5,8 @@
 //! the registry, not through the failing action's own waits.
 #![cfg(loom)]
 
-use halcyon::queue::fail_in_order;
-use halcyon::reactor::Reactor;
+use halcyon::backend::fail_in_order;
+use halcyon::backend::reactor::Reactor;
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 use loom::future::block_on;
 use loom::thread;

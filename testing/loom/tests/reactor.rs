@@ -5,8 +5,8 @@
 //! a deadlock, and an `Arc` kept alive by a cycle as a leak.
 #![cfg(loom)]
 
-use halcyon::queue::{ActionQueue, Issue};
-use halcyon::reactor::{Completion, Reactor};
+use halcyon::backend::reactor::{Completion, Reactor};
+use halcyon::backend::{ActionQueue, Issue};
 use halcyon::{Error, Fence, Semaphore, StatusCode};
 use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};

@@ -181,7 +181,7 @@ pub struct ReactorStats {
 /// Devices own one each and hand out [`ReactorHandle`]s.
 ///
 /// ```
-/// use halcyon::reactor::{Completion, Reactor};
+/// use halcyon::backend::reactor::{Completion, Reactor};
 /// use halcyon::Semaphore;
 ///
 /// let reactor = Reactor::new("example")?;
