@@ -69,6 +69,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use halcyon::backend::find_entry_point;
 use halcyon::{
     EntryPoint, Error, ExecutableSource, ExecutableSpec, PackedExecutable, Result, StatusCode,
 };
@@ -189,16 +190,7 @@ impl HipModule {
     /// (see the [module docs](self)). `NotFound`, listing the entry points, if none is named
     /// `entry`.
     pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
-        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
-            let names: Vec<&str> = self.entry_points.iter().map(|e| e.name.as_str()).collect();
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!(
-                    "the HIP module has no entry point '{entry}'; its entry points are [{}]",
-                    names.join(", ")
-                ),
-            ));
-        };
+        let index = find_entry_point(&self.entry_points, entry, "HIP module")?;
         self.shared_memory[index] = bytes;
         Ok(self)
     }
@@ -241,19 +233,12 @@ impl HipModule {
     /// spec ([`PackedExecutable::spec_unchecked`]), whose caller vouches for it as
     /// [`HipModule::from_code_object_unchecked`] requires.
     pub fn to_packed(&self) -> PackedExecutable {
-        let mut packed = PackedExecutable::new(
+        PackedExecutable::from_parts(
             FORMAT_HSACO,
             self.entry_points.clone(),
+            self.shared_memory.clone(),
             self.code_object.clone(),
-        );
-        for (entry, &bytes) in self.entry_points.iter().zip(&self.shared_memory) {
-            if bytes != 0 {
-                packed = packed
-                    .with_shared_memory(&entry.name, bytes)
-                    .expect("the packed executable has the module's (uniquely named) entry points");
-            }
-        }
-        packed
+        )
     }
 
     /// The module of a [`PackedExecutable`] written by [`HipModule::to_packed`], making the

@@ -34,6 +34,25 @@ pub struct EntryPoint {
     pub constant_count: u32,
 }
 
+/// The index of the entry point called `name` in `entry_points`, or `NotFound` reading "the
+/// {what} has no entry point '{name}'; its entry points are [...]" (what a module builder such
+/// as `with_shared_memory` says of a name it does not know).
+pub fn find_entry_point(entry_points: &[EntryPoint], name: &str, what: &str) -> Result<usize> {
+    entry_points
+        .iter()
+        .position(|e| e.name == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = entry_points.iter().map(|e| e.name.as_str()).collect();
+            Error::new(
+                StatusCode::NotFound,
+                format!(
+                    "the {what} has no entry point '{name}'; its entry points are [{}]",
+                    names.join(", ")
+                ),
+            )
+        })
+}
+
 /// The code of an executable.
 #[derive(Clone)]
 pub enum ExecutableSource {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{EntryPoint, ExecutableSpec};
+use super::{find_entry_point, EntryPoint, ExecutableSpec};
 use crate::error::{Error, Result, StatusCode};
 
 /// The most entry points a [`PackedExecutable`] may declare (a bound against hostile input).
@@ -113,19 +113,28 @@ impl PackedExecutable {
     /// Declares that kernel `entry` is launched with `bytes` of dynamic shared memory per
     /// workgroup. `NotFound`, listing the entry points, when none is called `entry`.
     pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
-        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
-            let names: Vec<&str> = self.entry_points.iter().map(|e| e.name.as_str()).collect();
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!(
-                    "the {} executable has no entry point '{entry}'; its entry points are [{}]",
-                    self.format,
-                    names.join(", ")
-                ),
-            ));
-        };
+        let what = format!("{} executable", self.format);
+        let index = find_entry_point(&self.entry_points, entry, &what)?;
         self.shared_memory[index] = bytes;
         Ok(self)
+    }
+
+    /// A packed executable from its parts, as [`PackedExecutable::into_parts`] gives them:
+    /// `shared_memory` is index-aligned with `entry_points` (padded with zeros, or cut, to
+    /// their number).
+    pub fn from_parts(
+        format: impl Into<String>,
+        entry_points: Vec<EntryPoint>,
+        mut shared_memory: Vec<u32>,
+        image: Vec<u8>,
+    ) -> Self {
+        shared_memory.resize(entry_points.len(), 0);
+        PackedExecutable {
+            format: format.into(),
+            entry_points,
+            shared_memory,
+            image,
+        }
     }
 
     /// The format name.

@@ -98,6 +98,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use halcyon::backend::find_entry_point;
 use halcyon::{
     EntryPoint, Error, ExecutableSource, ExecutableSpec, PackedExecutable, Result, StatusCode,
 };
@@ -221,16 +222,7 @@ impl CudaModule {
     /// # Ok::<(), halcyon::Error>(())
     /// ```
     pub fn with_shared_memory(mut self, entry: &str, bytes: u32) -> Result<Self> {
-        let Some(index) = self.entry_points.iter().position(|e| e.name == entry) else {
-            let names: Vec<&str> = self.entry_points.iter().map(|e| e.name.as_str()).collect();
-            return Err(Error::new(
-                StatusCode::NotFound,
-                format!(
-                    "the CUDA module has no entry point '{entry}'; its entry points are [{}]",
-                    names.join(", ")
-                ),
-            ));
-        };
+        let index = find_entry_point(&self.entry_points, entry, "CUDA module")?;
         self.shared_memory_bytes[index] = bytes;
         Ok(self)
     }
@@ -298,19 +290,12 @@ impl CudaModule {
     /// # Ok::<(), halcyon::Error>(())
     /// ```
     pub fn to_packed(&self) -> PackedExecutable {
-        let mut packed = PackedExecutable::new(
+        PackedExecutable::from_parts(
             FORMAT_CUDA,
             self.entry_points.clone(),
+            self.shared_memory_bytes.clone(),
             self.image().to_vec(),
-        );
-        for (entry, &bytes) in self.entry_points.iter().zip(&self.shared_memory_bytes) {
-            if bytes != 0 {
-                packed = packed
-                    .with_shared_memory(&entry.name, bytes)
-                    .expect("the packed executable has this module's entry points");
-            }
-        }
-        packed
+        )
     }
 
     /// The PTX module of a [`PackedExecutable`] of format `"cuda"`, checked
