@@ -40,6 +40,9 @@
 //!   frees them (the stream device's pinned leases use the same pool type).
 //! * **[`allocations`]**: live allocations by base address, so that a backend frees each once
 //!   and refuses a copy or fill outside them.
+//! * **Policy shared by the backends**: [`arguments`] (host lengths, fill patterns, shared
+//!   memory against a block's limit) and [`out_of_memory`] (trim the stream-ordered pool, try
+//!   once more), stated and tested once here.
 //! * **[`registry`]**: live objects by handle, so that a backend refuses a stale or made-up
 //!   handle with an error instead of passing it to a driver that would dereference it.
 //! * **The host stream API** (`HostStreamApi`, in the workspace's unpublished
@@ -50,9 +53,11 @@
 
 pub mod allocations;
 pub mod api;
+pub mod arguments;
 pub mod device;
 pub mod event_pool;
 pub mod handoff;
+pub mod out_of_memory;
 pub mod registry;
 pub mod staging;
 mod sync;

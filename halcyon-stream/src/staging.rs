@@ -312,6 +312,30 @@ impl StagingPool {
         Some(idle.swap_remove(best))
     }
 
+    /// A lease of at least `len` bytes for one staged copy: an unused buffer
+    /// ([`StagingPool::take_unused`]), else a new one of [`capacity_for`]`(len)` bytes from
+    /// `allocate`, which allocates pinned host memory of the size it is given. Then the idle
+    /// buffers beyond the pool's limits are retired ([`StagingPool::trim`]) for the backend to
+    /// free where it may block. Fails only if `allocate` does.
+    pub fn lease(
+        self: &Arc<Self>,
+        len: usize,
+        allocate: impl FnOnce(usize) -> Result<NonNull<u8>>,
+    ) -> Result<Lease> {
+        let buffer = match self.take_unused(len) {
+            Some(buffer) => buffer,
+            None => {
+                let capacity = capacity_for(len);
+                PinnedBuffer {
+                    ptr: allocate(capacity)?,
+                    capacity,
+                }
+            }
+        };
+        self.trim();
+        Ok(Lease::new(buffer, self.clone()))
+    }
+
     /// Returns an unused buffer to the idle buffers (from host functions too: no driver call).
     pub fn give(&self, buffer: PinnedBuffer) {
         self.buffers().idle.push(buffer);

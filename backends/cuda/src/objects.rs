@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUdevice, CUevent, CUfunction, CUgraphExec, CUmodule, CUstream};
 use halcyon::Result;
+use halcyon_stream::arguments::KernelSignature;
 
 use crate::capture::CaptureGate;
 use crate::result::check;
@@ -116,14 +117,6 @@ owned!(
     "cuGraphExecDestroy"
 );
 
-/// What a launch of one kernel must pass: the checked signature of its entry point.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KernelSignature {
-    pub(crate) bindings: usize,
-    pub(crate) constants: usize,
-    pub(crate) status_word: bool,
-}
-
 /// A `CUmodule` loaded by `cuModuleLoadDataEx`, with the checked signature of each entry point
 /// (what a launch of its kernels must pass).
 pub(crate) struct Module {
@@ -180,14 +173,22 @@ unsafe impl Sync for Module {}
 /// which stays loaded while the function is held.
 pub(crate) struct Function {
     raw: CUfunction,
+    /// The kernel's name, for messages.
+    pub(crate) name: String,
     pub(crate) signature: KernelSignature,
     pub(crate) module: Arc<Module>,
 }
 
 impl Function {
-    pub(crate) fn new(raw: CUfunction, signature: KernelSignature, module: Arc<Module>) -> Self {
+    pub(crate) fn new(
+        raw: CUfunction,
+        name: &str,
+        signature: KernelSignature,
+        module: Arc<Module>,
+    ) -> Self {
         Function {
             raw,
+            name: name.to_owned(),
             signature,
             module,
         }

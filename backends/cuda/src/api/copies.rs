@@ -7,12 +7,12 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::arguments::{fill_elements, host_len};
 use halcyon_stream::staging::{
-    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
+    stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
 };
 use halcyon_stream::{DevicePtr, StreamHandle};
 
-use super::memory::usize_len;
 use super::CudaApi;
 use crate::result::check;
 use crate::sys;
@@ -42,34 +42,24 @@ impl CudaApi {
         self.free_pinned(captured);
     }
 
-    /// A pinned staging buffer of at least `len` bytes: an unused one (idle, or retired and not
-    /// yet freed), else a new one. The caller trims the pool once it took it.
-    fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
-        if let Some(buffer) = self.staging.take_unused(len) {
-            return Ok(buffer);
-        }
-        let capacity = capacity_for(len);
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        check(
-            // SAFETY: valid out-pointer; the context is bound.
-            unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
-            || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
-        )?;
-        let ptr = NonNull::new(ptr.cast()).ok_or_else(|| {
-            Error::new(
-                StatusCode::Internal,
-                "cuMemAllocHost succeeded but returned a null pointer",
-            )
-        })?;
-        Ok(PinnedBuffer { ptr, capacity })
-    }
-
-    /// A lease of pinned staging of at least `len` bytes for one copy ([`Self::pinned`]), after
-    /// retiring the idle buffers beyond the pool's limits.
+    /// A lease of pinned staging of at least `len` bytes for one copy
+    /// ([`StagingPool::lease`](halcyon_stream::staging::StagingPool::lease)): new buffers come
+    /// from `cuMemAllocHost`.
     fn staging_lease(&self, len: usize) -> Result<Lease> {
-        let buffer = self.pinned(len)?;
-        self.staging.trim();
-        Ok(Lease::new(buffer, self.staging.clone()))
+        self.staging.lease(len, |capacity| {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            check(
+                // SAFETY: valid out-pointer; the context is bound.
+                unsafe { sys::cuMemAllocHost_v2(&mut ptr, capacity) },
+                || format!("cuMemAllocHost({capacity} bytes of pinned staging)"),
+            )?;
+            NonNull::new(ptr.cast()).ok_or_else(|| {
+                Error::new(
+                    StatusCode::Internal,
+                    "cuMemAllocHost succeeded but returned a null pointer",
+                )
+            })
+        })
     }
 
     /// # Safety
@@ -84,7 +74,7 @@ impl CudaApi {
         if len == 0 {
             return Ok(());
         }
-        let bytes = usize_len(len, "a copy")?;
+        let bytes = host_len(len, "a copy")?;
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "copy to the device")?;
         let _bound = self.bind()?;
@@ -141,7 +131,7 @@ impl CudaApi {
         if len == 0 {
             return Ok(());
         }
-        let bytes = usize_len(len, "a copy")?;
+        let bytes = host_len(len, "a copy")?;
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _src = self.memory.check(src, len, "copy from the device")?;
         let _bound = self.bind()?;
@@ -192,15 +182,15 @@ impl CudaApi {
         if len == 0 {
             return Ok(());
         }
-        let bytes = usize_len(len, "a copy")?;
+        let bytes = host_len(len, "a copy")?;
         // Both held live until the copy is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "device copy destination")?;
         let _src = self.memory.check(src, len, "device copy source")?;
         let _bound = self.bind()?;
         let live = self.enqueue_stream(s)?;
         check(
-            // SAFETY: a live stream, held for the call; ranges within live allocations; invalid ones are reported by the driver, never touch
-            // host memory.
+            // SAFETY: a live stream, held for the call; both ranges within live allocations
+            // (checked above), so the copy touches no host memory.
             unsafe { sys::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, live.raw()) },
             || format!("cuMemcpyDtoDAsync({dst:?}, {src:?}, {len} bytes, {s:?})"),
         )
@@ -214,29 +204,17 @@ impl CudaApi {
         len: u64,
         s: StreamHandle,
     ) -> Result<()> {
-        let width = u64::from(pattern_len);
-        if !matches!(pattern_len, 1 | 2 | 4)
-            || !dst.0.is_multiple_of(width)
-            || !len.is_multiple_of(width)
-        {
-            return Err(Error::new(
-                StatusCode::InvalidArgument,
-                format!(
-                    "memset of {len} bytes at {dst:?} with a {pattern_len}-byte pattern: the \
-                     pattern must be 1, 2 or 4 bytes and the address and length multiples of it"
-                ),
-            ));
-        }
-        if len == 0 {
+        let count = fill_elements(dst, pattern_len, len)?;
+        if count == 0 {
             return Ok(());
         }
-        let count = usize_len(len / width, "a fill")?;
         // Held live until the fill is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "fill")?;
         let _bound = self.bind()?;
         let live = self.enqueue_stream(s)?;
         let (d, st) = (dst.0, live.raw());
-        // SAFETY: a live stream, held for the call; device addresses only, aligned for the element width (checked above).
+        // SAFETY: a live stream, held for the call; a range within a live allocation, aligned
+        // for the element width (both checked above).
         let (r, call) = unsafe {
             match pattern_len {
                 1 => (

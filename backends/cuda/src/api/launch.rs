@@ -33,51 +33,12 @@ impl CudaApi {
             )
         })?;
         let live = self.enqueue_stream(s)?;
-        let signature = f.signature;
-        if (
-            params.bindings.len(),
-            params.constants.len(),
-            status.is_some(),
-        ) != (
-            signature.bindings,
-            signature.constants,
-            signature.status_word,
-        ) {
-            return Err(Error::new(
-                StatusCode::InvalidArgument,
-                format!(
-                    "{function:?} takes {} bindings and {} constants{}; the launch passes {} and \
-                     {}{}",
-                    signature.bindings,
-                    signature.constants,
-                    if signature.status_word {
-                        " and a status word"
-                    } else {
-                        ""
-                    },
-                    params.bindings.len(),
-                    params.constants.len(),
-                    if status.is_some() {
-                        " and a status word"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
-        }
+        f.signature.check(&f.name, params)?;
         // The word the kernel stores to: 4 aligned bytes of a live allocation of this API (a
         // made-up address would have the kernel write wherever it points, host memory
         // included where the device can reach it), held live until the launch is enqueued.
         let _status = status
-            .map(|word| {
-                if word.0 % 4 != 0 {
-                    return Err(Error::new(
-                        StatusCode::InvalidArgument,
-                        format!("{function:?}: the status word at {word:?} is not 4-byte aligned"),
-                    ));
-                }
-                self.memory.check(word, 4, "status word")
-            })
+            .map(|word| self.memory.check(word, 4, "status word"))
             .transpose()?;
         // The driver copies the values during the call, so they only need to outlive it: the
         // pointers (bindings, then the status word) are kept in `pointers`, the constants are

@@ -12,6 +12,8 @@ use cudarc::driver::sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
 };
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::arguments::host_len;
+use halcyon_stream::out_of_memory::retry_after_trim;
 use halcyon_stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 
 use super::CudaApi;
@@ -91,22 +93,22 @@ impl CudaApi {
         )
     }
 
-    /// Makes `call`; if the device is out of memory, gives back what this API's stream-ordered
-    /// pool keeps (`cuMemPoolTrimTo(pool, 0)`, see [`CudaApi::set_pool_release_threshold`]) and
-    /// makes it once more. For every call that allocates device memory outside the pool:
-    /// `cuMemAlloc`, module loading (code and globals) and graph instantiation. The stream layer
-    /// waits for frees still on their way before it retries an allocation, so by then the host
-    /// has seen them complete and the trim releases them.
-    pub(super) fn trimming_on_oom(&self, mut call: impl FnMut() -> Code) -> Code {
-        let r = call();
-        match &self.pool {
-            Some(pool) if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+    /// Makes `call`, and once more after `cuMemPoolTrimTo(pool, 0)` if the device ran out of
+    /// memory ([`retry_after_trim`]; the pool's release threshold is
+    /// [`CudaApi::set_pool_release_threshold`]'s). For `cuMemAlloc`, module loading (code and
+    /// globals) and graph instantiation.
+    pub(super) fn trimming_on_oom(&self, call: impl FnMut() -> Code) -> Code {
+        retry_after_trim(
+            call,
+            |&r| r == CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            || {
+                let Some(pool) = &self.pool else {
+                    return false;
+                };
                 // SAFETY: a live pool; trimming only releases unused memory.
-                let _ = unsafe { sys::cuMemPoolTrimTo(pool.0, 0) };
-                call()
-            }
-            _ => r,
-        }
+                unsafe { sys::cuMemPoolTrimTo(pool.0, 0) }.is_success()
+            },
+        )
     }
 
     /// Whether `len` bytes at `ptr` lie within one [`AllocKind::Pinned`] allocation (where a
@@ -177,7 +179,7 @@ impl CudaApi {
                 "cannot allocate 0 bytes of CUDA memory",
             ));
         }
-        let bytes = usize_len(size, "an allocation")?;
+        let bytes = host_len(size, "an allocation")?;
         let _bound = self.bind()?;
         let mut ptr: CUdeviceptr = 0;
         match placement {
@@ -255,7 +257,7 @@ impl CudaApi {
                 "cannot allocate 0 bytes of CUDA memory",
             ));
         }
-        let bytes = usize_len(size, "an allocation")?;
+        let bytes = host_len(size, "an allocation")?;
         let _bound = self.bind()?;
         let live = self.enqueue_stream(s)?;
         let mut ptr: CUdeviceptr = 0;
@@ -323,13 +325,4 @@ pub(super) unsafe fn free_kind(base: u64, kind: AllocKind) -> Result<()> {
             format!("cuMemFree({base:#x})")
         }),
     }
-}
-
-pub(super) fn usize_len(len: u64, what: &str) -> Result<usize> {
-    usize::try_from(len).map_err(|_| {
-        Error::new(
-            StatusCode::OutOfRange,
-            format!("{what} of {len} bytes does not fit this host's address space"),
-        )
-    })
 }

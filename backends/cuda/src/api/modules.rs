@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUfunction, CUfunction_attribute, CUjit_option, CUmodule};
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::arguments::{KernelSignature, SharedMemory};
 use halcyon_stream::{FunctionHandle, LoadedModule, ModuleHandle};
 
 use super::CudaApi;
 use crate::module::{check_kernel_params, ptx_status_word, CudaModule, Image};
-use crate::objects::{destroy_last, Function, KernelSignature, Module};
+use crate::objects::{destroy_last, Function, Module};
 use crate::probe::{Probe, PARAM_INFO_VERSION};
 use crate::result::{check, cuda_error};
 use crate::sys::{self, Code};
@@ -87,24 +88,15 @@ impl CudaApi {
         let f = function.0 as usize as CUfunction;
         let read = |attribute| function_attribute(function, attribute).map(|v| v.max(0) as u32);
         let name = &entry.name;
-        let statik = read(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
-        let total = u64::from(statik.unwrap_or(0)) + u64::from(bytes);
-        if total > u64::from(self.max_shared_memory) {
-            return Err(Error::new(
-                StatusCode::InvalidArgument,
-                format!(
-                    "kernel '{name}' declares {bytes} bytes of dynamic shared memory{}, but a \
-                     block on device {} may have at most {} bytes of shared memory \
-                     (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN): declare less",
-                    match statik {
-                        Some(s) if s > 0 => format!(" on top of its {s} bytes of static"),
-                        _ => String::new(),
-                    },
-                    self.ordinal,
-                    self.max_shared_memory
-                ),
-            ));
+        SharedMemory {
+            kernel: name,
+            statik: read(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            dynamic: bytes,
+            max: self.max_shared_memory,
+            device: &format!("cuda://{}", self.ordinal),
+            attribute: "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
         }
+        .check()?;
         let dynamic = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         if read(dynamic).is_some_and(|limit| limit >= bytes) {
             return Ok(());
@@ -314,7 +306,7 @@ impl CudaApi {
         let handle = FunctionHandle(function as usize as u64);
         let held = module.clone();
         self.functions
-            .insert(handle.0, Function::new(function, signature, module));
+            .insert(handle.0, Function::new(function, name, signature, module));
         if !self
             .modules
             .get(module_handle.0)

@@ -11,58 +11,28 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 
 use halcyon::Result;
+use halcyon_stream::arguments::{fill_elements, host_len};
 use halcyon_stream::staging::{
-    capacity_for, stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
+    stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
 };
 use halcyon_stream::{DevicePtr, StreamHandle};
 
 use super::memory::host_resident;
-use super::{invalid, null_from, HipStreamApi};
+use super::{null_from, HipStreamApi};
 use crate::sys;
 
-/// `len` as a host length, `InvalidArgument` if it cannot be one.
-pub(super) fn host_len(len: u64) -> Result<usize> {
-    usize::try_from(len)
-        .ok()
-        .filter(|&n| n <= isize::MAX as usize)
-        .ok_or_else(|| invalid(format!("a copy of {len} bytes is too large for this host")))
-}
-
-/// The element count of a fill of `len` bytes at `dst` with a `pattern_len`-byte pattern, or
-/// `InvalidArgument` unless `pattern_len` is 1, 2 or 4 and divides both.
-pub(crate) fn memset_elements(dst: DevicePtr, pattern_len: u8, len: u64) -> Result<usize> {
-    if !matches!(pattern_len, 1 | 2 | 4) {
-        return Err(invalid(format!(
-            "a fill pattern is 1, 2 or 4 bytes, not {pattern_len}"
-        )));
-    }
-    let p = u64::from(pattern_len);
-    if !dst.0.is_multiple_of(p) || !len.is_multiple_of(p) {
-        return Err(invalid(format!(
-            "a fill with a {pattern_len}-byte pattern needs an address and length that are \
-             multiples of {pattern_len}: {dst:?}, {len} bytes"
-        )));
-    }
-    usize::try_from(len / p).map_err(|_| invalid(format!("a fill of {len} bytes is too large")))
-}
-
 impl HipStreamApi {
-    /// A pinned staging buffer of at least `len` bytes: an idle or retired one, else a new one.
+    /// A lease of pinned staging of at least `len` bytes for one copy
+    /// ([`StagingPool::lease`](halcyon_stream::staging::StagingPool::lease)): new buffers come
+    /// from `hipHostMalloc`.
     pub(super) fn pinned(&self, len: usize) -> Result<Lease> {
-        let buffer = match self.staging.take_unused(len) {
-            Some(buffer) => buffer,
-            None => {
-                let capacity = capacity_for(len);
-                let ptr = self
-                    .hip
-                    .host_malloc(capacity, sys::hipHostMallocDefault)
-                    .map_err(|e| e.context("cannot allocate pinned staging for a copy"))?;
-                let ptr = NonNull::new(ptr.cast()).ok_or_else(|| null_from("hipHostMalloc"))?;
-                PinnedBuffer { ptr, capacity }
-            }
-        };
-        self.staging.trim();
-        Ok(Lease::new(buffer, self.staging.clone()))
+        self.staging.lease(len, |capacity| {
+            let ptr = self
+                .hip
+                .host_malloc(capacity, sys::hipHostMallocDefault)
+                .map_err(|e| e.context("cannot allocate pinned staging for a copy"))?;
+            NonNull::new(ptr.cast()).ok_or_else(|| null_from("hipHostMalloc"))
+        })
     }
 
     /// Frees pinned buffers no device work uses (`hipHostFree` may wait for the device: only
@@ -96,7 +66,7 @@ impl HipStreamApi {
         }
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _dst = self.memory.check(dst, len, "copy to the device")?;
-        let bytes = host_len(len)?;
+        let bytes = host_len(len, "a copy")?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
         let copy = |src: *const u8| {
@@ -161,7 +131,7 @@ impl HipStreamApi {
         }
         // Held live until the copy is enqueued (a free meanwhile waits).
         let _src = self.memory.check(src, len, "copy from the device")?;
-        let bytes = host_len(len)?;
+        let bytes = host_len(len, "a copy")?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;
         let copy = |dst: *mut u8| {
@@ -247,7 +217,7 @@ impl HipStreamApi {
         len: u64,
         stream: StreamHandle,
     ) -> Result<()> {
-        let count = memset_elements(dst, pattern_len, len)?;
+        let count = fill_elements(dst, pattern_len, len)?;
         if count == 0 {
             return Ok(());
         }
@@ -257,7 +227,7 @@ impl HipStreamApi {
         let _bound = self.bind()?;
         let ptr = dst.0 as usize as sys::hipDeviceptr_t;
         // SAFETY: `dst..dst+len` lies in a live allocation (checked above) and is aligned to
-        // the pattern (memset_elements); the stream is live and held.
+        // the pattern (fill_elements); the stream is live and held.
         unsafe {
             match pattern_len {
                 1 => self

@@ -97,43 +97,13 @@ impl HipStreamApi {
     ) -> Result<()> {
         let status = params.status;
         let function = self.functions.get(function.0)?;
-        if params.bindings.len() != function.binding_count
-            || params.constants.len() != function.constant_count
-            || status.is_some() != function.status_word
-        {
-            return Err(invalid(format!(
-                "kernel '{}' takes {} bindings and {} constants{}; the launch passes {} and {}{}",
-                function.name,
-                function.binding_count,
-                function.constant_count,
-                if function.status_word {
-                    " and a status word"
-                } else {
-                    ""
-                },
-                params.bindings.len(),
-                params.constants.len(),
-                if status.is_some() {
-                    " and a status word"
-                } else {
-                    ""
-                }
-            )));
-        }
+        function.signature.check(&function.name, params)?;
         check_grid(&function.name, config.grid, config.block, self.max_grid)?;
         // The word the kernel stores to: 4 aligned bytes of a live allocation of this API (a
         // made-up address would have the kernel write wherever it points, host memory
         // included where the device can reach it), held live until the launch is enqueued.
         let _status = status
-            .map(|word| {
-                if word.0 % 4 != 0 {
-                    return Err(invalid(format!(
-                        "kernel '{}': the status word at {word:?} is not 4-byte aligned",
-                        function.name
-                    )));
-                }
-                self.memory.check(word, 4, "status word")
-            })
+            .map(|word| self.memory.check(word, 4, "status word"))
             .transpose()?;
         let stream = self.stream(stream)?;
         let _bound = self.bind()?;

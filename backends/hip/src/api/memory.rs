@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 
 use halcyon::{Error, Result, StatusCode};
 use halcyon_stream::allocations::Allocations;
+use halcyon_stream::out_of_memory::retry_after_trim;
 use halcyon_stream::{Capabilities, DevicePtr, MemoryPlacement, StreamHandle};
 
 use super::{invalid, null_from, HipStreamApi};
@@ -168,22 +169,21 @@ impl HipStreamApi {
         self.trimming_on_oom(|| self.hip.malloc(bytes))
     }
 
-    /// Makes `call`; when it runs out of memory, the freed memory the API's own pool keeps is
-    /// given back (`hipMemPoolTrimTo(pool, 0)`) and the call made once more. For every call that
-    /// takes device memory outside the pool: `hipMalloc` and module loading.
-    pub(super) fn trimming_on_oom<T>(&self, mut call: impl FnMut() -> Result<T>) -> Result<T> {
-        match call() {
-            // hipErrorOutOfMemory: the only error of these calls that is ResourceExhausted.
-            Err(e) if e.code() == StatusCode::ResourceExhausted => {
+    /// Makes `call`, and once more after `hipMemPoolTrimTo(pool, 0)` if it ran out of memory
+    /// ([`retry_after_trim`]; `hipErrorOutOfMemory` is the only error of these calls that is
+    /// `ResourceExhausted`). For `hipMalloc` and module loading.
+    pub(super) fn trimming_on_oom<T>(&self, call: impl FnMut() -> Result<T>) -> Result<T> {
+        retry_after_trim(
+            call,
+            |r| matches!(r, Err(e) if e.code() == StatusCode::ResourceExhausted),
+            || {
                 let Some(pool) = &self.pool else {
-                    return Err(e);
+                    return false;
                 };
                 // SAFETY: a live pool; trimming only releases memory no allocation holds.
-                let _ = unsafe { self.hip.mem_pool_trim_to(pool.raw, 0) };
-                call()
-            }
-            other => other,
-        }
+                unsafe { self.hip.mem_pool_trim_to(pool.raw, 0) }.is_ok()
+            },
+        )
     }
 
     fn allocate_host_visible(&self, size: usize) -> Result<(*mut c_void, AllocKind)> {

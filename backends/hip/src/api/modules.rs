@@ -8,9 +8,10 @@
 use std::sync::Arc;
 
 use halcyon::{EntryPoint, Error, ExecutableSpec, Result, StatusCode};
+use halcyon_stream::arguments::{KernelSignature, SharedMemory};
 use halcyon_stream::{FunctionHandle, LoadedModule, ModuleHandle};
 
-use super::{invalid, null_from, HipStreamApi};
+use super::{null_from, HipStreamApi};
 use crate::code_object::ImageKind;
 use crate::module::HipModule;
 use crate::result::Hip;
@@ -33,10 +34,8 @@ pub(super) struct RawFunction {
     module: Arc<RawModule>,
     pub(super) raw: sys::hipFunction_t,
     pub(super) name: String,
-    pub(super) binding_count: usize,
-    pub(super) constant_count: usize,
-    /// Whether it takes a status word after the constants.
-    pub(super) status_word: bool,
+    /// What a launch of it passes.
+    pub(super) signature: KernelSignature,
 }
 
 // SAFETY: as for `RawStream`; the image is plain owned data.
@@ -60,34 +59,6 @@ impl Drop for RawModule {
 /// cannot be read: 64 KiB, what every AMD GPU since GCN has.
 pub(crate) const DEFAULT_MAX_SHARED_MEMORY: u32 = 64 << 10;
 
-/// Checks that kernel `symbol`, whose static LDS is `statik` bytes (its metadata's
-/// `.group_segment_fixed_size`), can be launched with the `bytes` of dynamic shared memory its
-/// entry point declares on a device whose blocks may have `max` bytes of it: both together
-/// must fit (`InvalidArgument` naming both otherwise; `hipModuleLaunchKernel` would refuse
-/// every dispatch of it).
-pub(crate) fn check_shared_memory(
-    symbol: &str,
-    statik: u32,
-    bytes: u32,
-    max: u32,
-    device: i32,
-) -> Result<()> {
-    if bytes == 0 || u64::from(statik) + u64::from(bytes) <= u64::from(max) {
-        return Ok(());
-    }
-    Err(invalid(format!(
-        "kernel '{}' declares {bytes} bytes of dynamic shared memory{}, but a block on \
-         hip://{device} may have at most {max} bytes of shared memory \
-         (hipDeviceAttributeMaxSharedMemoryPerBlock): declare less",
-        symbol,
-        if statik > 0 {
-            format!(" on top of its {statik} bytes of static")
-        } else {
-            String::new()
-        },
-    )))
-}
-
 impl HipStreamApi {
     /// [`StreamApi::load_module`](super::StreamApi::load_module).
     pub(super) fn load_module(&self, spec: &ExecutableSpec) -> Result<LoadedModule> {
@@ -108,13 +79,15 @@ impl HipStreamApi {
                 .map(|kernel| kernel.group_segment_fixed_size)
                 .max()
                 .unwrap_or(0);
-            check_shared_memory(
-                &entry.name,
-                statik,
-                bytes,
-                self.max_shared_memory,
-                self.device,
-            )?;
+            SharedMemory {
+                kernel: &entry.name,
+                statik: Some(statik),
+                dynamic: bytes,
+                max: self.max_shared_memory,
+                device: &format!("hip://{}", self.device),
+                attribute: "hipDeviceAttributeMaxSharedMemoryPerBlock",
+            }
+            .check()?;
         }
         let bytes = module.code_object();
         // Padded to 4096 bytes: clr copies the first 4096 bytes of an image it cannot size (an
@@ -222,9 +195,11 @@ impl HipStreamApi {
         let function = RawFunction {
             raw,
             name: name.to_string(),
-            binding_count: entry.binding_count as usize,
-            constant_count: entry.constant_count as usize,
-            status_word: module.status_words[index],
+            signature: KernelSignature {
+                bindings: entry.binding_count as usize,
+                constants: entry.constant_count as usize,
+                status_word: module.status_words[index],
+            },
             module: module.clone(),
         };
         self.functions.insert(handle, function);

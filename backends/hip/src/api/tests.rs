@@ -7,29 +7,11 @@ use std::sync::Mutex;
 
 use halcyon_stream::staging::{stage_from_device, stage_to_device, Lease, PinnedBuffer};
 
-use super::copies::{host_len, memset_elements};
 use super::host_funcs::{host_fn, host_func_user_data, settle_host_func, stream_callback};
 use super::launch::{check_grid, KernelArgs};
 use super::memory::{host_resident, pool_props};
-use super::modules::check_shared_memory;
 use super::streams::{event_flags, EventPair};
 use super::*;
-
-#[test]
-fn static_and_dynamic_shared_memory_must_fit_a_block() {
-    let max = DEFAULT_MAX_SHARED_MEMORY;
-    check_shared_memory("k", 1024, 0, 512, 0).unwrap();
-    check_shared_memory("k", 1024, max - 1024, max, 0).unwrap();
-    let e = check_shared_memory("k", 1024, max - 1023, max, 3).unwrap_err();
-    assert_eq!(e.code(), StatusCode::InvalidArgument);
-    assert!(
-        e.message().contains(
-            "on top of its 1024 bytes of static, but a block on hip://3 may have \
-                       at most 65536 bytes"
-        ),
-        "{e}"
-    );
-}
 
 #[test]
 fn event_flags_map_to_hip_flags() {
@@ -165,17 +147,6 @@ fn grids_are_checked_against_the_limits_and_32_bit_work_items() {
 }
 
 #[test]
-fn memset_elements_checks_pattern_and_alignment() {
-    assert_eq!(memset_elements(DevicePtr(0x1000), 4, 64).unwrap(), 16);
-    assert_eq!(memset_elements(DevicePtr(0x1002), 2, 6).unwrap(), 3);
-    assert_eq!(memset_elements(DevicePtr(0x1003), 1, 5).unwrap(), 5);
-    for (ptr, pattern, len) in [(0x1000, 3, 6), (0x1002, 4, 8), (0x1000, 4, 6), (0, 8, 8)] {
-        let e = memset_elements(DevicePtr(ptr), pattern, len).unwrap_err();
-        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
-    }
-}
-
-#[test]
 fn kernel_args_point_at_each_binding_then_each_constant() {
     let bindings = [DevicePtr(0x7000_0000_1000), DevicePtr(0x7000_0000_2040)];
     let constants = [42u32, 1.5f32.to_bits()];
@@ -277,13 +248,6 @@ fn the_own_pool_is_pinned_unexportable_device_memory() {
     assert!(props.win32SecurityAttributes.is_null());
     assert_eq!(props.maxSize, 0, "reserved before ROCm 6.2: must stay zero");
     assert_eq!(props.reserved, [0; 56]);
-}
-
-#[test]
-fn host_lengths_fit_the_address_space() {
-    assert_eq!(host_len(4096).unwrap(), 4096);
-    let e = host_len(u64::MAX).unwrap_err();
-    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
 }
 
 /// A heap buffer standing in for pinned memory (never given to HIP).
