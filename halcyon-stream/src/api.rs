@@ -156,6 +156,8 @@ pub struct ApiInfo {
     pub binding_alignment: u64,
     /// How many blocks can run at once (a rough figure for `device.concurrency`).
     pub concurrency: u32,
+    /// The device's memory in bytes (`device.memory_bytes`), where the API can tell.
+    pub memory_bytes: Option<u64>,
 }
 
 /// A module loaded by [`StreamApi::load_module`], with the metadata its format carries.

@@ -222,6 +222,9 @@ fn work_reaches_the_fake_driver() {
 
     let before = fake.stats();
     let device = fake_device(options(CompletionStrategy::HostCallback).with_graphs(true)).unwrap();
+    // cuDeviceTotalMem answers the fake's 1 GiB.
+    let memory = device.query(halcyon::device::keys::MEMORY_BYTES).unwrap();
+    assert_eq!(memory, 1 << 30);
     let executable = device
         .load_executable(&common::standard_module().spec())
         .unwrap();

@@ -174,6 +174,14 @@ fn the_fake_device_is_listed() {
 #[test]
 fn work_reaches_the_fake_runtime() {
     let before = fake().stats();
+    // hipDeviceTotalMem answers the fake's 1 GiB.
+    let memory = device(
+        hip(),
+        CompletionStrategy::CompletionThread,
+        HostVisibleMemory::Auto,
+    )
+    .and_then(|device| device.query(halcyon::device::keys::MEMORY_BYTES));
+    assert_eq!(memory.unwrap(), 1 << 30);
     halcyon_conformance::run(
         "saxpy_dispatch",
         || {

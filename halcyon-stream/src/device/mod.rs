@@ -397,6 +397,9 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         Some(match key {
             device_keys::names::CONCURRENCY => i64::from(core.api.info().concurrency),
             device_keys::names::BINDING_ALIGNMENT => core.api.info().binding_alignment as i64,
+            device_keys::names::MEMORY_BYTES => {
+                i64::try_from(core.api.info().memory_bytes?).unwrap_or(i64::MAX)
+            }
             device_keys::names::MAX_WORKGROUP_COUNT_X => i64::from(core.api.max_grid()[0]),
             device_keys::names::MAX_WORKGROUP_COUNT_Y => i64::from(core.api.max_grid()[1]),
             device_keys::names::MAX_WORKGROUP_COUNT_Z => i64::from(core.api.max_grid()[2]),

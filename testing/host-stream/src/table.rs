@@ -32,6 +32,7 @@ unsafe impl StreamApi for HostStreamApi {
                 | Capabilities::GRAPHS,
             binding_alignment: 4,
             concurrency: 1,
+            memory_bytes: None,
         }
     }
 

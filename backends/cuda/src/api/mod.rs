@@ -270,6 +270,11 @@ impl CudaApi {
             unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
             || format!("cuDevicePrimaryCtxRetain(device {ordinal})"),
         )?;
+        let mut total = 0usize;
+        // SAFETY: a valid out-pointer and a device from cuDeviceGet.
+        let memory_bytes = unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) }
+            .is_success()
+            .then_some(total as u64);
         let api = CudaApi {
             probe,
             ordinal,
@@ -284,6 +289,7 @@ impl CudaApi {
                 // 16 bytes: what float4 / uint4 (vector) loads of a binding need.
                 binding_alignment: 16,
                 concurrency: sms.saturating_mul(blocks_per_sm),
+                memory_bytes,
             },
             concurrent_managed,
             max_shared_memory,

@@ -303,6 +303,7 @@ impl HipStreamApi {
             sys::hipDeviceAttributeMaxSharedMemoryPerBlock,
             DEFAULT_MAX_SHARED_MEMORY,
         );
+        let memory_bytes = hip.device_total_mem(device).ok().map(|b| b as u64);
         let mut api = HipStreamApi {
             hip,
             device,
@@ -314,6 +315,7 @@ impl HipStreamApi {
                 binding_alignment: 16,
                 concurrency: attribute(sys::hipDeviceAttributeMultiprocessorCount)
                     .map_or(1, |n| n.max(1) as u32),
+                memory_bytes,
             },
             host_visible,
             streams: Registry::new("HIP", "stream"),
