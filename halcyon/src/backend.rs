@@ -21,6 +21,7 @@ pub mod reactor;
 pub use crate::buffer::BufferMemory;
 pub use crate::device::{DeviceBackend, Work};
 pub use crate::executable::{find_entry_point, ExecutableBackend};
+pub use crate::profile::OperationTrace;
 pub use crate::queue::action::{ActionQueue, Issue};
 pub use crate::queue::ordered::{fail_in_order, failure_order};
 pub use crate::queue::submit::ReadSink;

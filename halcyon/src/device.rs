@@ -15,6 +15,7 @@ use crate::command_buffer::Command;
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::{Executable, ExecutableBackend, ExecutableCache, ExecutableSpec};
 use crate::fence::Fence;
+use crate::profile::Profiler;
 use crate::queue::Queue;
 use crate::semaphore::Semaphore;
 
@@ -285,6 +286,7 @@ struct Inner {
     executables: ExecutableCache,
     /// The device's workgroup-count limits ([`keys::MAX_WORKGROUP_COUNT_X`] ..), read once.
     max_workgroup_count: [u32; 3],
+    profiler: Profiler,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -328,9 +330,12 @@ impl Device {
             limit(keys::names::MAX_WORKGROUP_COUNT_Y),
             limit(keys::names::MAX_WORKGROUP_COUNT_Z),
         ];
+        let info = backend.info();
+        let profiler = Profiler::new(&info.id, &info.name, backend.queue_count());
         Device {
             inner: Arc::new(Inner {
                 max_workgroup_count,
+                profiler,
                 allocator: Allocator::new(backend.clone()),
                 backend,
                 executables: ExecutableCache::default(),
@@ -390,6 +395,12 @@ impl Device {
     /// [`keys::MAX_WORKGROUP_COUNT_X`] .. answers; `u32::MAX` where it has no limit).
     pub fn max_workgroup_count(&self) -> [u32; 3] {
         self.inner.max_workgroup_count
+    }
+
+    /// The device's profiler: off until [enabled](Profiler::enable); see
+    /// [`crate::profile`].
+    pub fn profiler(&self) -> &Profiler {
+        &self.inner.profiler
     }
 
     /// The device's allocator.

@@ -92,7 +92,15 @@ struct Shared {
     value: AtomicU64,
     state: Mutex<State>,
     native: Option<Box<dyn NativeSemaphore>>,
+    /// Process-unique, for traces ([`Semaphore::id`]).
+    id: u64,
+    /// The profile record of the operation whose completion this semaphore marks (the core's
+    /// per-submission semaphore, while its device profiles): told when it settles.
+    trace: Option<std::sync::Arc<crate::profile::Record>>,
 }
+
+/// The next [`Semaphore::id`] (plain std: ids take no part in any synchronisation loom checks).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 struct State {
     failure: Option<Error>,
@@ -124,6 +132,20 @@ impl Semaphore {
     }
 
     pub(crate) fn build(initial_value: u64, native: Option<Box<dyn NativeSemaphore>>) -> Self {
+        Self::build_traced(initial_value, native, None)
+    }
+
+    /// A host semaphore at 0 that tells `record` when it is signalled or fails: the completion
+    /// marker of a profiled operation.
+    pub(crate) fn traced(record: std::sync::Arc<crate::profile::Record>) -> Self {
+        Self::build_traced(0, None, Some(record))
+    }
+
+    fn build_traced(
+        initial_value: u64,
+        native: Option<Box<dyn NativeSemaphore>>,
+        trace: Option<std::sync::Arc<crate::profile::Record>>,
+    ) -> Self {
         Semaphore {
             counted: true,
             shared: Arc::new(Shared {
@@ -137,8 +159,21 @@ impl Semaphore {
                     pending: PendingSignals::default(),
                 }),
                 native,
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                trace,
             }),
         }
+    }
+
+    /// A number that names this semaphore in traces ([`crate::profile::Operation::waits`]):
+    /// unique in the process, the same for every clone.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The profile record this semaphore reports to, if it marks a profiled operation.
+    pub(crate) fn trace(&self) -> Option<&std::sync::Arc<crate::profile::Record>> {
+        self.shared.trace.as_ref()
     }
 
     /// The current payload, or the failure if the semaphore failed.
@@ -222,6 +257,9 @@ impl Semaphore {
         state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
+        if let Some(record) = &self.shared.trace {
+            record.settled(None);
+        }
         woken.wake();
         Ok(())
     }
@@ -242,6 +280,9 @@ impl Semaphore {
         state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
+        if let Some(record) = &self.shared.trace {
+            record.settled(None);
+        }
         woken.wake();
     }
 
@@ -260,6 +301,9 @@ impl Semaphore {
         drop(state);
         if let Some(native) = &self.shared.native {
             native.fail(&error);
+        }
+        if let Some(record) = &self.shared.trace {
+            record.settled(Some(&error));
         }
         woken.wake();
     }

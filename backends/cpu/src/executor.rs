@@ -11,8 +11,9 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use halcyon::backend::{BufferMemory, ReadSink, Work};
+use halcyon::backend::{BufferMemory, OperationTrace, ReadSink, Work};
 use halcyon::command_buffer::{Command, Dispatch};
+use halcyon::profile::now_ns;
 use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
 
 use crate::access::Access;
@@ -26,6 +27,9 @@ pub(crate) const SPLIT_BYTES: u64 = 256 * 1024;
 pub(crate) struct Run {
     commands: Arc<[Command]>,
     signal: Fence,
+    /// The operation's profile record, while its device profiles: the run's first command or
+    /// tile starts its device range, the end of the walk ends it.
+    trace: Option<OperationTrace>,
     pool: Option<Arc<Pool>>,
     /// Released right after the signal fence is signalled or failed.
     issued: Mutex<Option<Issued>>,
@@ -131,29 +135,51 @@ fn host(range: &BufferRef) -> Result<Host> {
 
 /// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
 pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: Issued) {
+    let trace = OperationTrace::of(&signal);
     match work {
         Work::Commands(commands) => Arc::new(Run {
             commands,
             signal,
+            trace,
             pool,
             issued: Mutex::new(Some(issued)),
         })
         .resume(0),
         Work::Read { source, sink } => {
-            finish(&signal, read(&source, &sink));
+            started(&trace);
+            let result = read(&source, &sink);
+            ended(&trace);
+            finish(&signal, result);
             drop(issued);
         }
         Work::HostCall(call) => match pool {
             Some(pool) => pool.push(Job::new(Box::new(HostCall {
                 call: Mutex::new(Some((call, issued))),
                 signal,
+                trace,
             }))),
             None => {
+                started(&trace);
                 let result = catch(call);
+                ended(&trace);
                 finish(&signal, result);
                 drop(issued);
             }
         },
+    }
+}
+
+/// The device (this host) starts work of `trace`'s operation now; nothing if it is not profiled.
+fn started(trace: &Option<OperationTrace>) {
+    if let Some(trace) = trace {
+        trace.device_started(now_ns());
+    }
+}
+
+/// The device ends work of `trace`'s operation now.
+fn ended(trace: &Option<OperationTrace>) {
+    if let Some(trace) = trace {
+        trace.device_ended(now_ns());
     }
 }
 
@@ -201,6 +227,8 @@ impl Run {
 
     /// Reports the run's outcome, then stops counting it as issued work.
     fn end(&self, result: Result<()>) {
+        started(&self.trace); // a run of barriers only starts and ends here
+        ended(&self.trace);
         finish(&self.signal, result);
         let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(issued);
@@ -265,6 +293,7 @@ impl Run {
                 Ok(false)
             }
             _ => {
+                started(&self.trace);
                 let outcome = (0..chunks.count()).try_for_each(|i| chunks.run(i));
                 chunks.finished();
                 outcome.map_err(|m| Error::new(StatusCode::Internal, m))?;
@@ -331,6 +360,7 @@ impl Run {
                 Ok(false)
             }
             None => {
+                started(&self.trace);
                 let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
                 tiles.finished();
                 outcome.map_err(|m| {
@@ -404,6 +434,9 @@ impl Tiles for Continue {
         self.tiles.count()
     }
     fn run(&self, index: u32) -> std::result::Result<(), String> {
+        // The first tile of the run's first pooled command starts its device range (the first
+        // start recorded wins).
+        started(&self.run.trace);
         self.tiles.run(index)
     }
     fn done(&self, failure: Option<String>) {
@@ -428,6 +461,7 @@ type Call = Box<dyn FnOnce() -> Result<()> + Send>;
 struct HostCall {
     call: Mutex<Option<(Call, Issued)>>,
     signal: Fence,
+    trace: Option<OperationTrace>,
 }
 
 impl Tiles for HostCall {
@@ -442,7 +476,10 @@ impl Tiles for HostCall {
         if let Some((call, issued)) = call {
             // The call may drop the last handle of its device: the device's teardown then
             // waits for `issued`, released only once the call's outcome is reported.
-            finish(&self.signal, catch(call));
+            started(&self.trace);
+            let result = catch(call);
+            ended(&self.trace);
+            finish(&self.signal, result);
             drop(issued);
         }
     }

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use crate::backend::reactor::ReactorHandle;
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::{Fence, WaitAll};
+use crate::profile::OperationTrace;
 use crate::queue::ordered::{fail_in_order, failure_order, inherited};
 use crate::sync::{lock, Arc, Mutex};
 
@@ -169,6 +170,9 @@ impl fmt::Debug for ActionQueue {
 }
 
 fn issue_now(reactor: &ReactorHandle, issue: Issue, order: &Fence, signal: Fence) {
+    if let Some(trace) = OperationTrace::of(&signal) {
+        trace.issued();
+    }
     let result = catch_unwind(AssertUnwindSafe(|| issue(&signal))).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()

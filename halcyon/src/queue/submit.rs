@@ -60,6 +60,7 @@ use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Launch;
 use crate::fence::Fence;
+use crate::profile::{describe, Header};
 use crate::semaphore::{Semaphore, Wait};
 
 /// The wait and signal fences of one queue operation.
@@ -496,7 +497,23 @@ impl Queue {
         output: Output<T>,
     ) -> Submission<T> {
         let Timepoints { wait, signal } = timepoints;
-        let done = Semaphore::new(0);
+        let (kind, name, bytes) = describe(&work);
+        let record = self
+            .device
+            .profiler()
+            .submitted(self.index, kind, bytes, |id| Header {
+                id,
+                queue: self.index,
+                kind,
+                name,
+                bytes,
+                waits: wait.iter().map(|(s, v)| (s.id(), v)).collect(),
+                signals: signal.iter().map(|(s, v)| (s.id(), v)).collect(),
+            });
+        let done = match record {
+            Some(record) => Semaphore::traced(record),
+            None => Semaphore::new(0),
+        };
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.0.values() {
             if let Err(error) = buffer.track(&done_fence, *access) {

@@ -1,0 +1,175 @@
+//! A device's profiler: the switch, the records of the operations submitted while it is on, and
+//! counters that are always on.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::operation::OperationKind;
+use super::record::{Header, Record};
+use super::{DeviceProfile, QueueCounters};
+
+/// The records a profiler keeps by default before it drops the oldest.
+pub const DEFAULT_RECORD_LIMIT: usize = 1 << 20;
+
+/// One queue's counters.
+#[derive(Default)]
+struct Counters {
+    submissions: AtomicU64,
+    kinds: [AtomicU64; OperationKind::ALL.len()],
+    bytes: AtomicU64,
+}
+
+/// Records a device's queue operations: off by default, turned on and off at run time
+/// ([`Profiler::enable`]). [`Device::profiler`](crate::Device::profiler) is the device's own.
+///
+/// While it is on, each operation submitted gets a record of when it was submitted, issued to
+/// the device, run by the device (where the backend can tell) and seen complete by the host;
+/// [`Profiler::take`] hands the finished ones over as a [`DeviceProfile`] to export. Operations
+/// submitted while it is off have no record, and cost one atomic load. The counters
+/// ([`Profiler::counters`]) are kept whether it is on or not.
+///
+/// It keeps at most [`Profiler::set_limit`] records (default [`DEFAULT_RECORD_LIMIT`]),
+/// dropping the oldest beyond that and counting them ([`DeviceProfile::dropped`]): a profiler
+/// left on never grows without bound.
+///
+/// ```
+/// # fn demo(device: &halcyon::Device) {
+/// device.profiler().enable();
+/// // ... submit and await work ...
+/// let profile = device.profiler().take();
+/// println!("{}", halcyon::profile::Profile::from(profile).to_chrome_trace());
+/// # }
+/// ```
+pub struct Profiler {
+    device: String,
+    name: String,
+    enabled: AtomicBool,
+    next_id: AtomicU64,
+    limit: AtomicUsize,
+    dropped: AtomicU64,
+    records: Mutex<VecDeque<Arc<Record>>>,
+    queues: Vec<Counters>,
+}
+
+impl fmt::Debug for Profiler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Profiler")
+            .field("device", &self.device)
+            .field("enabled", &self.is_enabled())
+            .field("records", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Profiler {
+    pub(crate) fn new(device: &str, name: &str, queues: u32) -> Self {
+        Profiler {
+            device: device.to_owned(),
+            name: name.to_owned(),
+            enabled: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            limit: AtomicUsize::new(DEFAULT_RECORD_LIMIT),
+            dropped: AtomicU64::new(0),
+            records: Mutex::new(VecDeque::new()),
+            queues: (0..queues.max(1)).map(|_| Counters::default()).collect(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Record>>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records operations submitted from now on.
+    pub fn enable(&self) {
+        self.enabled.store(true, Ordering::Release);
+    }
+
+    /// Stops recording new operations; those recorded already still complete their records.
+    pub fn disable(&self) {
+        self.enabled.store(false, Ordering::Release);
+    }
+
+    /// Whether operations submitted now are recorded.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Keeps at most `limit` records (at least 1), dropping the oldest beyond it.
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit.max(1), Ordering::Relaxed);
+    }
+
+    /// Counts an operation, and starts its record if the profiler is on.
+    pub(crate) fn submitted(
+        &self,
+        queue: u32,
+        kind: OperationKind,
+        bytes: u64,
+        header: impl FnOnce(u64) -> Header,
+    ) -> Option<Arc<Record>> {
+        if let Some(counters) = self.queues.get(queue as usize) {
+            counters.submissions.fetch_add(1, Ordering::Relaxed);
+            counters.kinds[kind.index()].fetch_add(1, Ordering::Relaxed);
+            counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        if !self.is_enabled() {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let record = Arc::new(Record::new(header(id)));
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut records = self.lock();
+        while records.len() >= limit {
+            records.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        records.push_back(record.clone());
+        Some(record)
+    }
+
+    /// Takes the records of the operations that have completed (their signal reached or
+    /// failed), oldest first; those still running stay for a later call.
+    pub fn take(&self) -> DeviceProfile {
+        let mut records = self.lock();
+        let (done, running): (VecDeque<_>, VecDeque<_>) =
+            records.drain(..).partition(|r| r.is_settled());
+        *records = running;
+        drop(records);
+        self.profile(done.iter())
+    }
+
+    /// Every record kept, completed or not, without taking them.
+    pub fn snapshot(&self) -> DeviceProfile {
+        let records = self.lock().clone();
+        self.profile(records.iter())
+    }
+
+    fn profile<'a>(&self, records: impl Iterator<Item = &'a Arc<Record>>) -> DeviceProfile {
+        DeviceProfile {
+            device: self.device.clone(),
+            name: self.name.clone(),
+            queues: self.queues.len() as u32,
+            operations: records.map(|r| r.operation()).collect(),
+            counters: self.counters(),
+            dropped: self.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Each queue's counters since the device was created, profiling on or off.
+    pub fn counters(&self) -> Vec<QueueCounters> {
+        self.queues
+            .iter()
+            .map(|c| QueueCounters {
+                submissions: c.submissions.load(Ordering::Relaxed),
+                by_kind: OperationKind::ALL
+                    .iter()
+                    .map(|&k| (k, c.kinds[k.index()].load(Ordering::Relaxed)))
+                    .filter(|&(_, n)| n > 0)
+                    .collect(),
+                bytes: c.bytes.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,179 @@
+//! One queue operation's record: what it is, and the times it reached each stage.
+//!
+//! A record is created when the operation is submitted (only while its device's
+//! [`Profiler`](super::Profiler) is enabled) and filled in by whoever sees the next stage: the
+//! pending-action executor when it issues the work, the backend when the device starts and ends
+//! it, the operation's completion semaphore when it is signalled or failed. Each time is written
+//! once (the first writer wins) into an atomic, so no stage takes a lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use super::clock::now_ns;
+use super::operation::{Operation, OperationKind};
+use crate::fence::Fence;
+
+/// What the core knows of an operation when it is submitted.
+#[derive(Debug)]
+pub(crate) struct Header {
+    pub(crate) id: u64,
+    pub(crate) queue: u32,
+    pub(crate) kind: OperationKind,
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
+    pub(crate) waits: Vec<(u64, u64)>,
+    pub(crate) signals: Vec<(u64, u64)>,
+}
+
+/// A submitted operation's record (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct Record {
+    header: Header,
+    submitted: u64,
+    issued: AtomicU64,
+    device_start: AtomicU64,
+    device_end: AtomicU64,
+    completed: AtomicU64,
+    error: OnceLock<String>,
+}
+
+/// Stores `ns` into `slot` unless a time is there already. 0 means "not yet": the clock never
+/// returns it.
+fn set_once(slot: &AtomicU64, ns: u64) {
+    let _ = slot.compare_exchange(0, ns.max(1), Ordering::AcqRel, Ordering::Relaxed);
+}
+
+fn get(slot: &AtomicU64) -> Option<u64> {
+    match slot.load(Ordering::Acquire) {
+        0 => None,
+        ns => Some(ns),
+    }
+}
+
+impl Record {
+    pub(crate) fn new(header: Header) -> Self {
+        Record {
+            header,
+            submitted: now_ns(),
+            issued: AtomicU64::new(0),
+            device_start: AtomicU64::new(0),
+            device_end: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            error: OnceLock::new(),
+        }
+    }
+
+    /// The operation's completion semaphore was signalled (or failed, with `error`).
+    pub(crate) fn settled(&self, error: Option<&crate::Error>) {
+        if let Some(error) = error {
+            let _ = self.error.set(error.to_string());
+        }
+        set_once(&self.completed, now_ns());
+    }
+
+    pub(crate) fn is_settled(&self) -> bool {
+        get(&self.completed).is_some()
+    }
+
+    pub(crate) fn operation(&self) -> Operation {
+        let h = &self.header;
+        let device_ns = match (get(&self.device_start), get(&self.device_end)) {
+            (Some(start), Some(end)) => Some((start, end.max(start))),
+            _ => None,
+        };
+        Operation {
+            id: h.id,
+            queue: h.queue,
+            kind: h.kind,
+            name: h.name.clone(),
+            bytes: h.bytes,
+            waits: h.waits.clone(),
+            signals: h.signals.clone(),
+            submitted_ns: self.submitted,
+            issued_ns: get(&self.issued),
+            device_ns,
+            completed_ns: get(&self.completed),
+            error: self.error.get().cloned(),
+        }
+    }
+}
+
+/// A backend's handle on the record of the operation it runs, found from the operation's
+/// signal fence ([`OperationTrace::of`]). Present only while the device's profiler is enabled;
+/// every method is a single atomic store.
+///
+/// Times are on the [profile clock](crate::profile::now_ns): a backend whose device keeps its
+/// own clock converts to it first.
+#[derive(Clone, Debug)]
+pub struct OperationTrace(pub(crate) Arc<Record>);
+
+impl OperationTrace {
+    /// The trace of the operation whose signal fence is `signal` (the fence
+    /// [`DeviceBackend::submit`](crate::backend::DeviceBackend::submit) was given), if its
+    /// device was profiling when it was submitted.
+    pub fn of(signal: &Fence) -> Option<OperationTrace> {
+        let (first, _) = signal.iter().next()?;
+        first.trace().map(|record| OperationTrace(record.clone()))
+    }
+
+    /// The work was handed to the device now. The pending-action executor records this for
+    /// every action it issues; a backend that issues work with device-side waits records it
+    /// itself.
+    pub fn issued(&self) {
+        set_once(&self.0.issued, now_ns());
+    }
+
+    /// The device started the work at `ns` (the first start recorded wins).
+    pub fn device_started(&self, ns: u64) {
+        set_once(&self.0.device_start, ns);
+    }
+
+    /// The device finished the work at `ns` (the first end recorded wins).
+    pub fn device_ended(&self, ns: u64) {
+        set_once(&self.0.device_end, ns);
+    }
+}
+
+/// What a trace calls `work`: its kind, its name and the bytes it moves or binds.
+pub(crate) fn describe(work: &crate::device::Work) -> (OperationKind, String, u64) {
+    use crate::command_buffer::Command;
+    use crate::device::Work;
+
+    fn bytes(command: &Command) -> u64 {
+        match command {
+            Command::Fill { target, .. } | Command::Update { target, .. } => target.len(),
+            Command::Copy { target, .. } => target.len(),
+            Command::Dispatch(d) => d.bindings.iter().map(|b| b.len()).sum(),
+            Command::Barrier => 0,
+        }
+    }
+    match work {
+        Work::Read { source, .. } => (OperationKind::Read, "read".into(), source.len()),
+        Work::HostCall(_) => (OperationKind::HostCall, "host_call".into(), 0),
+        Work::Commands(commands) => {
+            let total = commands.iter().map(bytes).sum();
+            let real: Vec<&Command> = commands
+                .iter()
+                .filter(|c| !matches!(c, Command::Barrier))
+                .collect();
+            match real.as_slice() {
+                [] => (OperationKind::Barrier, "barrier".into(), 0),
+                [Command::Fill { .. }] => (OperationKind::Fill, "fill".into(), total),
+                [Command::Update { .. }] => (OperationKind::Update, "update".into(), total),
+                [Command::Copy { .. }] => (OperationKind::Copy, "copy".into(), total),
+                [Command::Dispatch(d)] => {
+                    let entry = d
+                        .executable
+                        .entry_point(d.entry_point)
+                        .map_or("?", |e| e.name.as_str());
+                    (OperationKind::Dispatch, format!("dispatch {entry}"), total)
+                }
+                more => (
+                    OperationKind::Execute,
+                    format!("execute ({} commands)", more.len()),
+                    total,
+                ),
+            }
+        }
+    }
+}
