@@ -28,7 +28,10 @@
 //!
 //! # Example
 //! ```
-//! # async fn demo(device: &halcyon::Device, buffer: &halcyon::Buffer) -> halcyon::Result<()> {
+//! # async fn demo(
+//! #     device: &halcyon::Device,
+//! #     buffer: &halcyon::Buffer,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! use halcyon::profile::Profile;
 //!
 //! device.profiler().enable();

@@ -146,6 +146,8 @@ macro_rules! conformance_tests {
             shared_write_and_read_into_round_trip,
             saxpy_dispatch,
             binding_table_replay,
+            // profiles
+            profile_records_every_operation,
             // random programs checked against a model
             random_programs,
             // random byte-granular transfers on one timeline checked against a byte model

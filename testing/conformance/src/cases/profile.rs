@@ -1,0 +1,74 @@
+//! Profiles: every backend's operations get records whose stages are in order.
+
+use halcyon::profile::{OperationKind, Profile};
+use halcyon::{BufferParams, Device, Result};
+
+use crate::harness::{block_on, done};
+use crate::kernels::{Kernels, StandardKernels};
+
+/// With the device's profiler on, a fill, a dispatch and a read on one timeline each get a
+/// record: submitted ≤ issued ≤ completed, and a device range, where the backend reports one,
+/// inside issue to completion; the timeline's operations are recorded, issued and completed in
+/// order, and their device ranges do not overlap. (A backend that waits on the device issues
+/// an operation before the one before it completed, so host-observed ranges may overlap.) The
+/// Chrome trace has a range per operation. Turned off, nothing more is recorded.
+pub fn profile_records_every_operation(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    let kernels = StandardKernels::load(device, kernels)?;
+    let queue = device.queue(0)?;
+    let buffer = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+    device.profiler().enable();
+    let timeline = queue.timeline()?;
+    block_on(async {
+        let fill = queue.fill(timeline.next(), 1u32, &buffer.whole());
+        let add = kernels.add_one(&queue, timeline.next(), &buffer.slice(0..64)?, 16);
+        let read = queue.read::<u32>(timeline.next(), &buffer.slice(0..64)?);
+        done("fill", fill).await?;
+        done("add_one", add).await?;
+        assert_eq!(read.await?, vec![2u32; 16]);
+        Ok::<_, halcyon::Error>(())
+    })?;
+    device.profiler().disable();
+    let profile = device.profiler().take();
+    let kinds: Vec<OperationKind> = profile.operations.iter().map(|op| op.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            OperationKind::Fill,
+            OperationKind::Dispatch,
+            OperationKind::Read
+        ],
+        "{:#?}",
+        profile.operations
+    );
+    let (mut previous_end, mut previous_issue, mut previous_completion) = (0, 0, 0);
+    for op in &profile.operations {
+        let issued = op.issued_ns.expect("every operation is issued");
+        let completed = op.completed_ns.expect("every operation completed");
+        assert!(op.submitted_ns <= issued && issued <= completed, "{op:?}");
+        assert!(op.error.is_none(), "{op:?}");
+        assert!(
+            issued >= previous_issue && completed >= previous_completion,
+            "{op:?}"
+        );
+        (previous_issue, previous_completion) = (issued, completed);
+        if let Some((start, end)) = op.device_ns {
+            assert!(
+                issued <= start && start <= end && end <= completed,
+                "{op:?}"
+            );
+            assert!(
+                start >= previous_end,
+                "overlaps the previous operation: {op:?}"
+            );
+            previous_end = end;
+        }
+    }
+    let trace = Profile::from(profile).to_chrome_trace();
+    assert_eq!(trace.matches(r#""ph":"X""#).count(), 3, "{trace}");
+    block_on(queue.fill(timeline.next(), 0u32, &buffer.whole()))?;
+    assert!(
+        device.profiler().take().operations.is_empty(),
+        "recorded while off"
+    );
+    Ok(())
+}
