@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use super::operation::OperationKind;
-use super::{drawn_range, Profile};
+use super::operation::{Operation, OperationKind};
+use super::{drawn_range, DeviceProfile, Profile};
 
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 190.0;
@@ -58,6 +58,52 @@ fn tick_step(span: u64) -> u64 {
         .unwrap_or(10 * power)
 }
 
+/// One queue's lane: its bars, each with its range and the row it is drawn in.
+struct Lane<'a> {
+    device: &'a str,
+    queue: u32,
+    bars: Vec<(&'a Operation, (u64, u64, bool), usize)>,
+    rows: usize,
+}
+
+impl<'a> Lane<'a> {
+    fn new(device: &'a DeviceProfile, queue: u32) -> Self {
+        let mut ranged: Vec<_> = device
+            .operations
+            .iter()
+            .filter(|op| op.queue == queue)
+            .filter_map(|op| drawn_range(op).map(|range| (op, range)))
+            .collect();
+        ranged.sort_by_key(|(_, (start, _, _))| *start);
+        // Greedy interval partitioning: the first row whose last bar ended by this start.
+        let mut row_ends: Vec<u64> = Vec::new();
+        let bars = ranged
+            .into_iter()
+            .map(|(op, range)| {
+                let row = match row_ends.iter().position(|&end| end <= range.0) {
+                    Some(row) => row,
+                    None => {
+                        row_ends.push(0);
+                        row_ends.len() - 1
+                    }
+                };
+                row_ends[row] = range.1;
+                (op, range, row)
+            })
+            .collect();
+        Lane {
+            device: &device.device,
+            queue,
+            bars,
+            rows: row_ends.len().max(1),
+        }
+    }
+
+    fn height(&self) -> f64 {
+        self.rows as f64 * (LANE - 6.0) + 6.0
+    }
+}
+
 pub(super) fn write(profile: &Profile) -> String {
     let ranges: Vec<(u64, u64)> = profile
         .devices
@@ -71,8 +117,15 @@ pub(super) fn write(profile: &Profile) -> String {
     let plot = WIDTH - LEFT - RIGHT;
     let x = |t: u64| LEFT + (t.saturating_sub(t0)) as f64 / span as f64 * plot;
 
-    let lanes: usize = profile.devices.iter().map(|d| d.queues as usize).sum();
-    let axis_y = TOP + lanes as f64 * (LANE + GAP) + 4.0;
+    // Each lane holds its queue's bars in as many rows as overlapping ranges need (a queue may
+    // run operations with no semaphore path between them at once).
+    let lanes: Vec<Lane> = profile
+        .devices
+        .iter()
+        .flat_map(|device| (0..device.queues).map(move |queue| Lane::new(device, queue)))
+        .collect();
+    let lanes_height: f64 = lanes.iter().map(|l| l.height() + GAP).sum();
+    let axis_y = TOP + lanes_height + 4.0;
     let height = axis_y + 44.0;
     let mut svg = String::new();
     let _ = writeln!(
@@ -114,44 +167,39 @@ pub(super) fn write(profile: &Profile) -> String {
         lx + 8.0
     );
 
-    let mut lane = 0usize;
-    for device in &profile.devices {
-        for queue in 0..device.queues {
-            let y = TOP + lane as f64 * (LANE + GAP);
-            lane += 1;
+    let mut y = TOP;
+    for lane in &lanes {
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{LEFT}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="12" y="{}">{} q{}</text>"##,
+            lane.height(),
+            y + LANE / 2.0 + 4.0,
+            text(lane.device),
+            lane.queue
+        );
+        for (op, (start, end, on_device), row) in &lane.bars {
+            let (bx, bw) = (x(*start), (x(*end) - x(*start)).max(1.0));
+            let style = match (on_device, op.error.is_some()) {
+                (_, true) => r##" stroke="#d62728" stroke-width="2""##,
+                (true, false) => "",
+                (false, false) => r##" fill-opacity="0.45" stroke="#333" stroke-dasharray="3,2""##,
+            };
             let _ = writeln!(
                 svg,
-                r##"<rect x="{LEFT}" y="{y}" width="{plot}" height="{LANE}" fill="#f4f4f4"/><text x="12" y="{}">{} q{queue}</text>"##,
-                y + LANE / 2.0 + 4.0,
-                text(&device.device)
+                r#"<rect x="{bx:.2}" y="{}" width="{bw:.2}" height="{}" fill="{}"{style}><title>{} (queue {}): {} from +{}{}</title></rect>"#,
+                y + 3.0 + *row as f64 * (LANE - 6.0),
+                LANE - 6.0,
+                colour(op.kind),
+                text(&op.name),
+                lane.queue,
+                duration(end - start),
+                duration(start - t0),
+                op.error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!("; failed: {}", text(e)))
             );
-            for op in device.operations.iter().filter(|op| op.queue == queue) {
-                let Some((start, end, on_device)) = drawn_range(op) else {
-                    continue;
-                };
-                let (bx, bw) = (x(start), (x(end) - x(start)).max(1.0));
-                let style = match (on_device, op.error.is_some()) {
-                    (_, true) => r##" stroke="#d62728" stroke-width="2""##,
-                    (true, false) => "",
-                    (false, false) => {
-                        r##" fill-opacity="0.45" stroke="#333" stroke-dasharray="3,2""##
-                    }
-                };
-                let _ = writeln!(
-                    svg,
-                    r#"<rect x="{bx:.2}" y="{}" width="{bw:.2}" height="{}" fill="{}"{style}><title>{} (queue {queue}): {} from +{}{}</title></rect>"#,
-                    y + 3.0,
-                    LANE - 6.0,
-                    colour(op.kind),
-                    text(&op.name),
-                    duration(end - start),
-                    duration(start - t0),
-                    op.error
-                        .as_deref()
-                        .map_or(String::new(), |e| format!("; failed: {}", text(e)))
-                );
-            }
         }
+        y += lane.height() + GAP;
     }
 
     // The time axis.

@@ -1,0 +1,1 @@
+//! Examples that span several halcyon backends; see `examples/`. Nothing to use here.
