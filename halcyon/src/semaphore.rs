@@ -92,8 +92,9 @@ struct Shared {
     value: AtomicU64,
     state: Mutex<State>,
     native: Option<Box<dyn NativeSemaphore>>,
-    /// Process-unique, for traces ([`Semaphore::id`]).
-    id: u64,
+    /// Process-unique, for traces ([`Semaphore::id`]); 0 until first asked for, so that the
+    /// semaphores nobody traces never touch the global counter.
+    id: std::sync::atomic::AtomicU64,
     /// The profile record of the operation whose completion this semaphore marks (the core's
     /// per-submission semaphore, while its device profiles): told when it settles.
     trace: Option<std::sync::Arc<crate::profile::Record>>,
@@ -159,7 +160,7 @@ impl Semaphore {
                     pending: PendingSignals::default(),
                 }),
                 native,
-                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                id: std::sync::atomic::AtomicU64::new(0),
                 trace,
             }),
         }
@@ -168,7 +169,17 @@ impl Semaphore {
     /// A number that names this semaphore in traces ([`crate::profile::Operation::waits`]):
     /// unique in the process, the same for every clone.
     pub fn id(&self) -> u64 {
-        self.shared.id
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.shared.id.load(Relaxed) {
+            0 => {
+                let fresh = NEXT_ID.fetch_add(1, Relaxed);
+                match self.shared.id.compare_exchange(0, fresh, Relaxed, Relaxed) {
+                    Ok(_) => fresh,
+                    Err(taken) => taken, // another clone asked first
+                }
+            }
+            id => id,
+        }
     }
 
     /// The profile record this semaphore reports to, if it marks a profiled operation.

@@ -153,6 +153,9 @@ struct Inner {
     format: String,
     device: String,
     backend: Box<dyn ExecutableBackend>,
+    /// Each entry point's name, shared with the profile records of its dispatches (built on
+    /// the first profiled dispatch).
+    trace_names: std::sync::OnceLock<Vec<std::sync::Arc<str>>>,
 }
 
 static NEXT_EXECUTABLE_ID: AtomicU64 = AtomicU64::new(1);
@@ -192,8 +195,21 @@ impl Executable {
                 format: format.into(),
                 device: device.into(),
                 backend,
+                trace_names: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// The name of entry point `index`, shared (for profile records: no allocation per
+    /// dispatch).
+    pub(crate) fn trace_name(&self, index: u32) -> Option<std::sync::Arc<str>> {
+        let names = self.inner.trace_names.get_or_init(|| {
+            self.entry_points()
+                .iter()
+                .map(|e| std::sync::Arc::from(e.name.as_str()))
+                .collect()
+        });
+        names.get(index as usize).cloned()
     }
 
     /// The format it was loaded from.

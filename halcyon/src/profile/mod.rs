@@ -57,7 +57,7 @@ pub use operation::{Operation, OperationKind};
 pub use profiler::{Profiler, DEFAULT_RECORD_LIMIT};
 pub use record::OperationTrace;
 
-pub(crate) use record::{describe, Header, Record};
+pub(crate) use record::{classify, name, Header, Record};
 
 /// One queue's counters ([`Profiler::counters`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -121,11 +121,19 @@ impl Profiler {
         let record = Arc::new(Record::new(header(id)));
         let limit = self.limit.load(Ordering::Relaxed);
         let mut records = self.lock();
+        let oldest = (records.len() >= limit)
+            .then(|| records.pop_front())
+            .flatten();
         while records.len() >= limit {
-            records.pop_front();
+            records.pop_front(); // the limit was lowered
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
         records.push_back(record.clone());
+        drop(records);
+        if oldest.is_some() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(oldest); // freed outside the lock
         Some(record)
     }
 

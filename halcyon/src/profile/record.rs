@@ -19,10 +19,52 @@ pub(crate) struct Header {
     pub(crate) id: u64,
     pub(crate) queue: u32,
     pub(crate) kind: OperationKind,
-    pub(crate) name: String,
+    pub(crate) name: Name,
     pub(crate) bytes: u64,
-    pub(crate) waits: Vec<(u64, u64)>,
-    pub(crate) signals: Vec<(u64, u64)>,
+    pub(crate) waits: Pairs,
+    pub(crate) signals: Pairs,
+}
+
+/// An operation's name, kept in parts so that recording it allocates nothing: the string is
+/// built when the record is exported.
+#[derive(Debug)]
+pub(crate) enum Name {
+    /// Just the kind (`fill`).
+    Kind,
+    /// A dispatch of this entry point.
+    Dispatch(Arc<str>),
+    /// A command buffer of this many commands.
+    Commands(usize),
+}
+
+/// `(semaphore id, value)` pairs, the first two inline (a timeline step has one wait and one
+/// signal), so recording them allocates nothing in the common case.
+#[derive(Debug, Default)]
+pub(crate) struct Pairs {
+    inline: [(u64, u64); 2],
+    len: usize,
+    more: Vec<(u64, u64)>,
+}
+
+impl FromIterator<(u64, u64)> for Pairs {
+    fn from_iter<I: IntoIterator<Item = (u64, u64)>>(iter: I) -> Self {
+        let mut pairs = Pairs::default();
+        for pair in iter {
+            match pairs.inline.get_mut(pairs.len) {
+                Some(slot) => *slot = pair,
+                None => pairs.more.push(pair),
+            }
+            pairs.len += 1;
+        }
+        pairs
+    }
+}
+
+impl Pairs {
+    fn to_vec(&self) -> Vec<(u64, u64)> {
+        let inline = &self.inline[..self.len.min(2)];
+        inline.iter().chain(&self.more).copied().collect()
+    }
 }
 
 /// A submitted operation's record (see the [module docs](self)).
@@ -81,14 +123,19 @@ impl Record {
             (Some(start), Some(end)) => Some((start, end.max(start))),
             _ => None,
         };
+        let name = match &h.name {
+            Name::Kind => h.kind.name().to_owned(),
+            Name::Dispatch(entry) => format!("dispatch {entry}"),
+            Name::Commands(n) => format!("execute ({n} commands)"),
+        };
         Operation {
             id: h.id,
             queue: h.queue,
             kind: h.kind,
-            name: h.name.clone(),
+            name,
             bytes: h.bytes,
-            waits: h.waits.clone(),
-            signals: h.signals.clone(),
+            waits: h.waits.to_vec(),
+            signals: h.signals.to_vec(),
             submitted_ns: self.submitted,
             issued_ns: get(&self.issued),
             device_ns,
@@ -134,8 +181,9 @@ impl OperationTrace {
     }
 }
 
-/// What a trace calls `work`: its kind, its name and the bytes it moves or binds.
-pub(crate) fn describe(work: &crate::device::Work) -> (OperationKind, String, u64) {
+/// What kind of operation `work` is, and the bytes it moves or binds: cheap, counted for every
+/// operation.
+pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
     use crate::command_buffer::Command;
     use crate::device::Work;
 
@@ -148,32 +196,41 @@ pub(crate) fn describe(work: &crate::device::Work) -> (OperationKind, String, u6
         }
     }
     match work {
-        Work::Read { source, .. } => (OperationKind::Read, "read".into(), source.len()),
-        Work::HostCall(_) => (OperationKind::HostCall, "host_call".into(), 0),
+        Work::Read { source, .. } => (OperationKind::Read, source.len()),
+        Work::HostCall(_) => (OperationKind::HostCall, 0),
         Work::Commands(commands) => {
-            let total = commands.iter().map(bytes).sum();
-            let real: Vec<&Command> = commands
-                .iter()
-                .filter(|c| !matches!(c, Command::Barrier))
-                .collect();
-            match real.as_slice() {
-                [] => (OperationKind::Barrier, "barrier".into(), 0),
-                [Command::Fill { .. }] => (OperationKind::Fill, "fill".into(), total),
-                [Command::Update { .. }] => (OperationKind::Update, "update".into(), total),
-                [Command::Copy { .. }] => (OperationKind::Copy, "copy".into(), total),
-                [Command::Dispatch(d)] => {
-                    let entry = d
-                        .executable
-                        .entry_point(d.entry_point)
-                        .map_or("?", |e| e.name.as_str());
-                    (OperationKind::Dispatch, format!("dispatch {entry}"), total)
-                }
-                more => (
-                    OperationKind::Execute,
-                    format!("execute ({} commands)", more.len()),
-                    total,
-                ),
-            }
+            let mut real = commands.iter().filter(|c| !matches!(c, Command::Barrier));
+            let kind = match (real.next(), real.next()) {
+                (None, _) => OperationKind::Barrier,
+                (Some(_), Some(_)) => OperationKind::Execute,
+                (Some(Command::Fill { .. }), None) => OperationKind::Fill,
+                (Some(Command::Update { .. }), None) => OperationKind::Update,
+                (Some(Command::Copy { .. }), None) => OperationKind::Copy,
+                (Some(_), None) => OperationKind::Dispatch,
+            };
+            (kind, commands.iter().map(bytes).sum())
         }
+    }
+}
+
+/// What a trace calls `work` of `kind` ([`classify`]): the kind, with the entry point of a
+/// dispatch or the command count of a command buffer. Only for profiled operations.
+pub(crate) fn name(work: &crate::device::Work, kind: OperationKind) -> Name {
+    use crate::command_buffer::Command;
+    use crate::device::Work;
+
+    let Work::Commands(commands) = work else {
+        return Name::Kind;
+    };
+    match kind {
+        OperationKind::Dispatch => commands
+            .iter()
+            .find_map(|c| match c {
+                Command::Dispatch(d) => d.executable.trace_name(d.entry_point).map(Name::Dispatch),
+                _ => None,
+            })
+            .unwrap_or(Name::Kind),
+        OperationKind::Execute => Name::Commands(commands.len()),
+        _ => Name::Kind,
     }
 }

@@ -60,7 +60,7 @@ use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Launch;
 use crate::fence::Fence;
-use crate::profile::{describe, Header};
+use crate::profile::{classify, name, Header};
 use crate::semaphore::{Semaphore, Wait};
 
 /// The wait and signal fences of one queue operation.
@@ -497,7 +497,7 @@ impl Queue {
         output: Output<T>,
     ) -> Submission<T> {
         let Timepoints { wait, signal } = timepoints;
-        let (kind, name, bytes) = describe(&work);
+        let (kind, bytes) = classify(&work);
         let record = self
             .device
             .profiler()
@@ -505,7 +505,7 @@ impl Queue {
                 id,
                 queue: self.index,
                 kind,
-                name,
+                name: name(&work, kind),
                 bytes,
                 waits: wait.iter().map(|(s, v)| (s.id(), v)).collect(),
                 signals: signal.iter().map(|(s, v)| (s.id(), v)).collect(),

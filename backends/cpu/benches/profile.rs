@@ -1,0 +1,89 @@
+//! What profiling costs on the smallest round trip: the 256-element add of `benches/cpu.rs`
+//! (one workgroup), dispatched on a queue timeline and awaited with `block_on`, with the
+//! device's profiler off and on, in the same run.
+//!
+//! Run with `cargo bench --bench profile` (about half a minute). Ids:
+//! `tiny_profile/{pool,inline}/{off,on}`. With the profiler on, each operation gets a record
+//! (four clock reads, an allocation, a lock to queue it); the profiler keeps at most 4096 records
+//! here, so the steady state includes dropping the oldest, as a profiler left on does.
+//!
+//! For "off costs nothing", compare `off` with the same id of a build from before profiling
+//! existed (criterion's `--save-baseline` / `--baseline`), or count instructions with callgrind
+//! (`scripts/profile-cost.sh`).
+
+// `criterion_group!` defines the group's function without a doc comment.
+#![allow(missing_docs)]
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use futures::executor::block_on;
+use halcyon::{BufferParams, EntryPoint};
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels};
+
+const TINY: usize = 256;
+
+fn tiny_profile(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tiny_profile");
+    group
+        .sample_size(60)
+        .warm_up_time(Duration::from_millis(700))
+        .measurement_time(Duration::from_secs(3));
+    for (name, mode) in [
+        ("pool", ExecutionMode::Pool { workers: 0 }),
+        ("inline", ExecutionMode::Inline),
+    ] {
+        let device = halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(mode))
+            .expect("device");
+        let kernels = RustKernels::new().entry(
+            EntryPoint {
+                name: "add".into(),
+                workgroup_size: [TINY as u32, 1, 1],
+                binding_count: 3,
+                constant_count: 0,
+            },
+            |ctx| {
+                let (a, b) = (ctx.binding::<f32>(0)?, ctx.binding::<f32>(1)?);
+                for ((c, a), b) in ctx.chunk_mut::<f32>(2, TINY)?.iter_mut().zip(a).zip(b) {
+                    *c = a + b;
+                }
+                Ok(())
+            },
+        );
+        let add = device
+            .load_executable(&kernels.spec())
+            .expect("load")
+            .kernel("add")
+            .expect("kernel");
+        let buffers: Vec<_> = (0..3)
+            .map(|_| {
+                device
+                    .allocator()
+                    .allocate((TINY * 4) as u64, BufferParams::DEVICE)
+                    .expect("allocate")
+            })
+            .collect();
+        let launch = add
+            .launch([1, 1, 1])
+            .bindings(buffers.iter().map(|b| b.whole()));
+        let queue = device.queue(0).expect("queue");
+        let timeline = queue.timeline().expect("timeline");
+        device.profiler().set_limit(4096);
+        for on in [false, true] {
+            if on {
+                device.profiler().enable();
+            }
+            let id = format!("{name}/{}", if on { "on" } else { "off" });
+            group.bench_function(id, |b| {
+                b.iter(|| block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch"))
+            });
+        }
+        device.profiler().disable();
+        let kept = device.profiler().take();
+        assert!(kept.operations.len() <= 4096 && !kept.operations.is_empty());
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tiny_profile);
+criterion_main!(benches);
