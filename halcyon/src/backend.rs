@@ -128,7 +128,10 @@ impl SemaphoreExt for Semaphore {
 
     fn failure_before(&self, value: u64) -> Option<Error> {
         Semaphore::failure_before(self, value).map(|error| {
-            error.inherited(format_args!("waits on a failed semaphore (value {value})"))
+            error.inherited(format_args!(
+                "waits on a failed semaphore{} (value {value})",
+                crate::label::suffix(self.label())
+            ))
         })
     }
 }

@@ -195,6 +195,7 @@ struct Inner {
     size: u64,
     params: BufferParams,
     tracker: Mutex<Tracker>,
+    label: crate::label::Label,
 }
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
@@ -258,6 +259,7 @@ impl Buffer {
                     host_readers: 0,
                     host_writer: false,
                 }),
+                label: crate::label::Label::default(),
             }),
         })
     }
@@ -265,6 +267,17 @@ impl Buffer {
     /// Size in bytes.
     pub fn size(&self) -> u64 {
         self.inner.size
+    }
+
+    /// Names the buffer in error messages and profile records (`buffer 12 'weights'`; see
+    /// its `Display`). Every handle to the buffer sees the new label.
+    pub fn set_label(&self, label: &str) {
+        self.inner.label.set(label);
+    }
+
+    /// The buffer's label, if it has one.
+    pub fn label(&self) -> Option<std::sync::Arc<str>> {
+        self.inner.label.get()
     }
 
     /// Memory type the buffer was allocated with.
@@ -306,8 +319,8 @@ impl Buffer {
         Error::new(
             StatusCode::FailedPrecondition,
             format!(
-                "buffer {} was deallocated (queue dealloca); allocate a new buffer",
-                self.id()
+                "{} was deallocated (queue dealloca); allocate a new buffer",
+                self
             ),
         )
     }
@@ -351,9 +364,9 @@ impl Buffer {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
                 format!(
-                    "buffer {} was allocated without BufferUsage::MAPPING (usage {:?}); allocate \
+                    "{} was allocated without BufferUsage::MAPPING (usage {:?}); allocate \
                      it host-visible with MAPPING, or copy through a queue read/write",
-                    self.id(),
+                    self,
                     self.usage()
                 ),
             ));
@@ -362,7 +375,7 @@ impl Buffer {
         let ptr = memory.host_ptr().ok_or_else(|| {
             Error::new(
                 StatusCode::FailedPrecondition,
-                format!("buffer {} memory has no host mapping", self.id()),
+                format!("{} memory has no host mapping", self),
             )
         })?;
         Ok((memory, ptr))
@@ -461,9 +474,9 @@ impl Buffer {
             return Err(Error::new(
                 StatusCode::FailedPrecondition,
                 format!(
-                    "buffer {} is mapped on the host ({}), so the device may not {} it; drop the \
+                    "{} is mapped on the host ({}), so the device may not {} it; drop the \
                      mapping guard before submitting",
-                    self.id(),
+                    self,
                     if tracker.host_writer {
                         "for writing"
                     } else {
@@ -488,8 +501,8 @@ impl Buffer {
         Error::new(
             StatusCode::FailedPrecondition,
             format!(
-                "cannot map buffer {} {what}: {why}; drop the other guard first",
-                self.id()
+                "cannot map {} {what}: {why}; drop the other guard first",
+                self
             ),
         )
     }
@@ -498,9 +511,9 @@ impl Buffer {
         Error::new(
             StatusCode::FailedPrecondition,
             format!(
-                "cannot map buffer {} {what}: {kind} are in flight (until {busy:?}); await the \
+                "cannot map {} {what}: {kind} are in flight (until {busy:?}); await the \
                  submission, or use map_{}_async",
-                self.id(),
+                self,
                 if what == "for reading" {
                     "read"
                 } else {
@@ -511,10 +524,18 @@ impl Buffer {
     }
 }
 
+/// `buffer 12`, or `buffer 12 'weights'` once labelled ([`Buffer::set_label`]).
+impl fmt::Display for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::label::write(f, "buffer", self.id(), &self.inner.label)
+    }
+}
+
 impl fmt::Debug for Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buffer")
             .field("id", &self.id())
+            .field("label", &self.inner.label)
             .field("size", &self.size())
             .field("memory", &self.memory_type())
             .field("usage", &self.usage())
@@ -574,11 +595,11 @@ impl BufferRef {
             _ => Err(Error::new(
                 StatusCode::OutOfRange,
                 format!(
-                    "range {:?}..{:?} does not lie within {} bytes (buffer {} at offset {})",
+                    "range {:?}..{:?} does not lie within {} bytes ({} at offset {})",
                     range.start_bound(),
                     range.end_bound(),
                     self.length,
-                    self.buffer.id(),
+                    self.buffer,
                     self.offset
                 ),
             )),

@@ -250,6 +250,7 @@ struct Recorded {
     /// Precomputed resolution when no slot is used.
     resolved: Option<Arc<[Command]>>,
     submitted: AtomicBool,
+    label: crate::label::Label,
 }
 
 /// An immutable, validated list of commands. Cheap to clone.
@@ -288,6 +289,17 @@ impl std::fmt::Debug for CommandBuffer {
 }
 
 impl CommandBuffer {
+    /// Names the command buffer in profiles: its executions are recorded as `execute LABEL`
+    /// instead of `execute (N commands)`. Every handle sees the new label.
+    pub fn set_label(&self, label: &str) {
+        self.inner.label.set(label);
+    }
+
+    /// The command buffer's label, if it has one.
+    pub fn label(&self) -> Option<Arc<str>> {
+        self.inner.label.get()
+    }
+
     /// Starts recording.
     pub fn builder(mode: CommandBufferMode) -> CommandBufferBuilder {
         CommandBufferBuilder {
@@ -422,12 +434,12 @@ fn check_no_overlap(s: &BufferRef, t: &BufferRef) -> Result<()> {
         return Err(Error::new(
             StatusCode::InvalidArgument,
             format!(
-                "copy ranges {}..{} and {}..{} of buffer {} overlap",
+                "copy ranges {}..{} and {}..{} of {} overlap",
                 s.offset(),
                 s.end(),
                 t.offset(),
                 t.end(),
-                s.buffer().id()
+                s.buffer()
             ),
         ));
     }
@@ -458,8 +470,8 @@ pub(crate) fn check_usage(range: &BufferRef, usage: BufferUsage, what: &str) -> 
         Err(Error::new(
             StatusCode::InvalidArgument,
             format!(
-                "{what} (buffer {}) needs usage {usage:?} but was allocated with {:?}",
-                range.buffer().id(),
+                "{what} ({}) needs usage {usage:?} but was allocated with {:?}",
+                range.buffer(),
                 range.buffer().usage()
             ),
         ))
@@ -742,6 +754,7 @@ impl CommandBufferBuilder {
                 slots: self.slots,
                 resolved,
                 submitted: AtomicBool::new(false),
+                label: crate::label::Label::default(),
             }),
         }
     }

@@ -287,6 +287,8 @@ struct Inner {
     /// The device's workgroup-count limits ([`keys::MAX_WORKGROUP_COUNT_X`] ..), read once.
     max_workgroup_count: [u32; 3],
     profiler: Profiler,
+    /// Each queue's label ([`Queue::set_label`]), shared with the profiler.
+    queue_labels: Arc<[crate::label::Label]>,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -331,11 +333,15 @@ impl Device {
             limit(keys::names::MAX_WORKGROUP_COUNT_Z),
         ];
         let info = backend.info();
-        let profiler = Profiler::new(&info.id, &info.name, backend.queue_count());
+        let queue_labels: Arc<[crate::label::Label]> = (0..backend.queue_count().max(1))
+            .map(|_| crate::label::Label::default())
+            .collect();
+        let profiler = Profiler::new(&info.id, &info.name, queue_labels.clone());
         Device {
             inner: Arc::new(Inner {
                 max_workgroup_count,
                 profiler,
+                queue_labels,
                 allocator: Allocator::new(backend.clone()),
                 backend,
                 executables: ExecutableCache::default(),
@@ -401,6 +407,11 @@ impl Device {
     /// [`crate::profile`].
     pub fn profiler(&self) -> &Profiler {
         &self.inner.profiler
+    }
+
+    /// Queue `index`'s label slot.
+    pub(crate) fn queue_label(&self, index: u32) -> Option<&crate::label::Label> {
+        self.inner.queue_labels.get(index as usize)
     }
 
     /// The device's allocator.

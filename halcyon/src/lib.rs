@@ -57,6 +57,7 @@ pub mod driver;
 mod error;
 mod executable;
 mod fence;
+mod label;
 pub mod profile;
 pub mod queue;
 mod semaphore;

@@ -98,6 +98,7 @@ struct Shared {
     /// The profile record of the operation whose completion this semaphore marks (the core's
     /// per-submission semaphore, while its device profiles): told when it settles.
     trace: Option<std::sync::Arc<crate::profile::Record>>,
+    label: crate::label::Label,
 }
 
 /// The next [`Semaphore::id`] (plain std: ids take no part in any synchronisation loom checks).
@@ -162,6 +163,7 @@ impl Semaphore {
                 native,
                 id: std::sync::atomic::AtomicU64::new(0),
                 trace,
+                label: crate::label::Label::default(),
             }),
         }
     }
@@ -180,6 +182,17 @@ impl Semaphore {
             }
             id => id,
         }
+    }
+
+    /// Names the semaphore in error messages (a wait on it that failed) and profile records
+    /// (`semaphore 4 'frame'`; see its `Display`). Every handle sees the new label.
+    pub fn set_label(&self, label: &str) {
+        self.shared.label.set(label);
+    }
+
+    /// The semaphore's label, if it has one.
+    pub fn label(&self) -> Option<std::sync::Arc<str>> {
+        self.shared.label.get()
     }
 
     /// The profile record this semaphore reports to, if it marks a profiled operation.
@@ -469,10 +482,19 @@ impl Semaphore {
         self.fail(Error::new(
             StatusCode::Aborted,
             format!(
-                "semaphore abandoned at {current}: every handle that could signal it was \
-                 dropped while a wait for {value} was pending, so nothing can reach it any more"
+                "semaphore{} abandoned at {current}: every handle that could signal it was \
+                 dropped while a wait for {value} was pending, so nothing can reach it any more",
+                crate::label::suffix(self.label())
             ),
         ));
+    }
+}
+
+/// `semaphore 4`, or `semaphore 4 'frame'` once labelled ([`Semaphore::set_label`]); the
+/// number is [`Semaphore::id`].
+impl fmt::Display for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::label::write(f, "semaphore", self.id(), &self.shared.label)
     }
 }
 
@@ -483,7 +505,9 @@ impl fmt::Debug for Semaphore {
             Ok(value) => d.field("value", &value),
             Err(error) => d.field("failure", &error),
         };
-        d.field("native", &self.shared.native.is_some()).finish()
+        d.field("native", &self.shared.native.is_some())
+            .field("label", &self.shared.label)
+            .finish()
     }
 }
 

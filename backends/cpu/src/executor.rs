@@ -316,8 +316,8 @@ impl Run {
                 Error::new(
                     StatusCode::InvalidArgument,
                     format!(
-                        "executable {} (format '{}') was not loaded by a CPU device",
-                        dispatch.executable.id(),
+                        "{} (format '{}') was not loaded by a CPU device",
+                        dispatch.executable,
                         dispatch.executable.format()
                     ),
                 )

@@ -310,3 +310,87 @@ fn two_devices_share_one_clock() -> halcyon::Result<()> {
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), [1, 2]);
     Ok(())
 }
+
+/// Labels name queues, buffers, semaphores, command buffers and executables in the exports and
+/// in error messages.
+#[test]
+fn labels_name_objects_in_traces_and_errors() -> halcyon::Result<()> {
+    use halcyon::{CommandBuffer, CommandBufferMode};
+
+    let device = device(1);
+    device.profiler().enable();
+    let queue = device.queue(0)?;
+    queue.set_label("upload");
+    assert_eq!(queue.to_string(), "queue 0 'upload' of cpu://0");
+    let weights = device.allocator().allocate(256, BufferParams::DEVICE)?;
+    weights.set_label("weights");
+    assert_eq!(
+        weights.to_string(),
+        format!("buffer {} 'weights'", weights.id())
+    );
+    let gate = device.create_semaphore(0)?;
+    gate.set_label("gate");
+    let executable = device.load_executable(&kernels().spec())?;
+    executable.set_label("kernels");
+    assert!(executable.to_string().ends_with(" 'kernels'"));
+    let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+    builder.fill(0u8, weights.whole())?;
+    builder.fill(1u8, &weights.slice(0..4)?)?;
+    let frame = builder.finish();
+    frame.set_label("frame");
+    block_on(async {
+        queue
+            .fill(
+                Timepoints::new(Fence::new(), Fence::at(&gate, 1)),
+                7u8,
+                &weights.whole(),
+            )
+            .await?;
+        queue
+            .execute(
+                Timepoints::new(Fence::at(&gate, 1), Fence::new()),
+                &frame,
+                None,
+            )
+            .await
+    })?;
+    let profile = Profile::from(device.profiler().take());
+    let names: Vec<&str> = profile.devices[0]
+        .operations
+        .iter()
+        .map(|op| op.name.as_str())
+        .collect();
+    assert_eq!(names, ["fill weights", "execute frame"]);
+    assert_eq!(profile.devices[0].queue_labels, [Some("upload".to_owned())]);
+    assert_eq!(
+        profile.devices[0].semaphores,
+        [(gate.id(), "gate".to_owned())]
+    );
+    let trace: serde_json::Value = serde_json::from_str(&profile.to_chrome_trace()).unwrap();
+    assert!(trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "thread_name" && e["args"]["name"] == "queue 0 'upload'"));
+    assert_eq!(
+        trace["otherData"]["cpu://0"]["semaphores"][gate.id().to_string()],
+        "gate"
+    );
+    assert!(profile.to_jsonl().contains(r#""type":"semaphore""#));
+    assert!(profile.to_svg().contains("cpu://0 q0 'upload'"));
+
+    // Error messages name the labelled objects.
+    let unmappable = device.allocator().allocate(64, BufferParams::DEVICE)?;
+    unmappable.set_label("scratch");
+    let error = unmappable.map_read(..).unwrap_err();
+    assert!(error.message().contains("'scratch'"), "{error}");
+    gate.fail(halcyon::Error::new(StatusCode::Cancelled, "stop"));
+    let mut step = queue.timeline()?.next();
+    step.wait.insert(&gate, 2);
+    let error = block_on(queue.fill(step, 0u8, &weights.whole())).unwrap_err();
+    assert!(
+        error.message().contains("a failed semaphore 'gate'"),
+        "{error}"
+    );
+    Ok(())
+}

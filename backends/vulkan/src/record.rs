@@ -692,8 +692,8 @@ impl Recording {
             .downcast_ref::<VulkanExecutable>()
             .ok_or_else(|| {
                 internal(format!(
-                    "executable {} (format '{}') was not loaded by a Vulkan device",
-                    dispatch.executable.id(),
+                    "{} (format '{}') was not loaded by a Vulkan device",
+                    dispatch.executable,
                     dispatch.executable.format()
                 ))
             })?;
@@ -702,9 +702,9 @@ impl Recording {
         // usage (VUID-vkCmdBindPipeline-commonparent), so refuse another device's executable.
         if !executable.loaded_by(&self.context) {
             return Err(internal(format!(
-                "executable {} (format '{}') was loaded by another Vulkan device than {}; load \
+                "{} (format '{}') was loaded by another Vulkan device than {}; load \
                  it on the device that dispatches it",
-                dispatch.executable.id(),
+                dispatch.executable,
                 dispatch.executable.format(),
                 self.context.id
             )));

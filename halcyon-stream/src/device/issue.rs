@@ -475,10 +475,10 @@ impl<A: StreamApi> Core<A> {
                 Error::new(
                     StatusCode::InvalidArgument,
                     format!(
-                        "executable {} (format '{}') was loaded by another device instance \
+                        "{} (format '{}') was loaded by another device instance \
                          ({}) than {}, which dispatches it; load it on the device that \
                          dispatches it",
-                        dispatch.executable.id(),
+                        dispatch.executable,
                         dispatch.executable.format(),
                         dispatch.executable.device_id(),
                         self.name

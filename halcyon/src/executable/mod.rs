@@ -156,6 +156,7 @@ struct Inner {
     /// Each entry point's name, shared with the profile records of its dispatches (built on
     /// the first profiled dispatch).
     trace_names: std::sync::OnceLock<Vec<std::sync::Arc<str>>>,
+    label: crate::label::Label,
 }
 
 static NEXT_EXECUTABLE_ID: AtomicU64 = AtomicU64::new(1);
@@ -196,6 +197,7 @@ impl Executable {
                 device: device.into(),
                 backend,
                 trace_names: std::sync::OnceLock::new(),
+                label: crate::label::Label::default(),
             }),
         }
     }
@@ -210,6 +212,17 @@ impl Executable {
                 .collect()
         });
         names.get(index as usize).cloned()
+    }
+
+    /// Names the executable in error messages (`executable 3 'kernels'`; see its `Display`).
+    /// Every handle sees the new label.
+    pub fn set_label(&self, label: &str) {
+        self.inner.label.set(label);
+    }
+
+    /// The executable's label, if it has one.
+    pub fn label(&self) -> Option<Arc<str>> {
+        self.inner.label.get()
     }
 
     /// The format it was loaded from.
@@ -285,10 +298,18 @@ impl Executable {
     }
 }
 
+/// `executable 3`, or `executable 3 'kernels'` once labelled ([`Executable::set_label`]).
+impl fmt::Display for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::label::write(f, "executable", self.inner.id, &self.inner.label)
+    }
+}
+
 impl fmt::Debug for Executable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Executable")
             .field("id", &self.inner.id)
+            .field("label", &self.inner.label)
             .field("format", &self.inner.format)
             .field("entry_points", &self.entry_points())
             .finish()

@@ -7,7 +7,7 @@
 //! its completion. Timestamps are microseconds on the profile clock.
 
 use super::json::{micros, pairs, string};
-use super::{drawn_range, Profile};
+use super::{drawn_range, queue_name, Profile};
 
 pub(super) fn write(profile: &Profile) -> String {
     let mut events: Vec<String> = Vec::new();
@@ -22,8 +22,9 @@ pub(super) fn write(profile: &Profile) -> String {
         ));
         for queue in 0..device.queues {
             events.push(format!(
-                r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{},"args":{{"name":"queue {queue}"}}}}"#,
-                queue + 1
+                r#"{{"name":"thread_name","ph":"M","pid":{pid},"tid":{},"args":{{"name":{}}}}}"#,
+                queue + 1,
+                string(&queue_name(device, queue))
             ));
         }
         for op in &device.operations {
@@ -105,10 +106,16 @@ pub(super) fn write(profile: &Profile) -> String {
                     )
                 })
                 .collect();
+            let semaphores: Vec<String> = device
+                .semaphores
+                .iter()
+                .map(|(id, label)| format!(r#""{id}":{}"#, string(label)))
+                .collect();
             format!(
-                r#"{}:{{"queues":[{}],"dropped_records":{}}}"#,
+                r#"{}:{{"queues":[{}],"semaphores":{{{}}},"dropped_records":{}}}"#,
                 string(&device.device),
                 queues.join(","),
+                semaphores.join(","),
                 device.dropped
             )
         })

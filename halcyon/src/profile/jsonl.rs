@@ -40,12 +40,24 @@ pub(super) fn write(profile: &Profile) -> String {
                 .iter()
                 .map(|(k, n)| format!("{}:{n}", string(k.name())))
                 .collect();
+            let label = device
+                .queue_labels
+                .get(queue)
+                .and_then(Option::as_deref)
+                .map_or("null".into(), string);
             out.push_str(&format!(
-                r#"{{"type":"counters","device":{uri},"queue":{queue},"submissions":{},"bytes":{},"by_kind":{{{}}},"dropped_records":{}}}"#,
+                r#"{{"type":"counters","device":{uri},"queue":{queue},"label":{label},"submissions":{},"bytes":{},"by_kind":{{{}}},"dropped_records":{}}}"#,
                 c.submissions,
                 c.bytes,
                 kinds.join(","),
                 device.dropped
+            ));
+            out.push('\n');
+        }
+        for (id, label) in &device.semaphores {
+            out.push_str(&format!(
+                r#"{{"type":"semaphore","device":{uri},"id":{id},"label":{}}}"#,
+                string(label)
             ));
             out.push('\n');
         }

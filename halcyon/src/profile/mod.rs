@@ -21,6 +21,13 @@
 //! Every time is nanoseconds on the process's profile clock ([`now_ns`]), so ranges of
 //! different devices and queues share one axis.
 //!
+//! # Labels
+//! Queues, buffers, semaphores, command buffers and executables take labels (`set_label`),
+//! which name them in error messages and in profiles: a queue's track and lane carry its
+//! label, a transfer or read is named after the buffer it writes or reads (`fill weights`), a
+//! command buffer's execution after it (`execute frame`), and each device profile maps the
+//! ids of labelled semaphores to their labels ([`DeviceProfile::semaphores`]).
+//!
 //! # Cost
 //! Off, an operation costs one atomic load on top of three relaxed counter increments that are
 //! always kept ([`Profiler::counters`]). On, it costs one record (an allocation, a lock to queue
@@ -81,6 +88,11 @@ pub struct DeviceProfile {
     pub name: String,
     /// How many queues it has.
     pub queues: u32,
+    /// Each queue's label ([`Queue::set_label`](crate::Queue::set_label)), by index.
+    pub queue_labels: Vec<Option<String>>,
+    /// The labels of the labelled semaphores its operations wait on or signal, by
+    /// [`Semaphore::id`](crate::Semaphore::id).
+    pub semaphores: Vec<(u64, String)>,
     /// The operations, in submission order.
     pub operations: Vec<Operation>,
     /// Its queues' counters when the records were taken.
@@ -134,8 +146,9 @@ impl Profile {
     }
 
     /// One JSON object per line: one per operation (`"type":"operation"`, every field of
-    /// [`Operation`], times in nanoseconds), then one per queue with its counters
-    /// (`"type":"counters"`). For scripts.
+    /// [`Operation`], times in nanoseconds), then one per queue with its label and counters
+    /// (`"type":"counters"`), then one per labelled semaphore (`"type":"semaphore"`, its id
+    /// and label). For scripts.
     pub fn to_jsonl(&self) -> String {
         jsonl::write(self)
     }
@@ -146,6 +159,18 @@ impl Profile {
     /// bar shows its name and times.
     pub fn to_svg(&self) -> String {
         svg::write(self)
+    }
+}
+
+/// `queue 1`, or `queue 1 'upload'` once labelled.
+pub(crate) fn queue_name(device: &DeviceProfile, queue: u32) -> String {
+    match device
+        .queue_labels
+        .get(queue as usize)
+        .and_then(Option::as_ref)
+    {
+        Some(label) => format!("queue {queue} '{label}'"),
+        None => format!("queue {queue}"),
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::operation::OperationKind;
 use super::record::{Header, Record};
 use super::{DeviceProfile, QueueCounters};
+use crate::label::Label;
 
 /// The records a profiler keeps by default before it drops the oldest.
 pub const DEFAULT_RECORD_LIMIT: usize = 1 << 20;
@@ -44,6 +45,7 @@ struct Counters {
 /// ```
 pub struct Profiler {
     device: String,
+    queue_labels: Arc<[Label]>,
     name: String,
     enabled: AtomicBool,
     next_id: AtomicU64,
@@ -64,16 +66,18 @@ impl fmt::Debug for Profiler {
 }
 
 impl Profiler {
-    pub(crate) fn new(device: &str, name: &str, queues: u32) -> Self {
+    pub(crate) fn new(device: &str, name: &str, queue_labels: Arc<[Label]>) -> Self {
+        let queues = queue_labels.len().max(1);
         Profiler {
             device: device.to_owned(),
+            queue_labels,
             name: name.to_owned(),
             enabled: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             limit: AtomicUsize::new(DEFAULT_RECORD_LIMIT),
             dropped: AtomicU64::new(0),
             records: Mutex::new(VecDeque::new()),
-            queues: (0..queues.max(1)).map(|_| Counters::default()).collect(),
+            queues: (0..queues).map(|_| Counters::default()).collect(),
         }
     }
 
@@ -155,11 +159,27 @@ impl Profiler {
     }
 
     fn profile<'a>(&self, records: impl Iterator<Item = &'a Arc<Record>>) -> DeviceProfile {
+        let mut semaphores = std::collections::BTreeMap::new();
+        let operations = records
+            .map(|r| {
+                for (id, label) in r.semaphore_labels() {
+                    semaphores.insert(*id, label.to_string());
+                }
+                r.operation()
+            })
+            .collect();
         DeviceProfile {
             device: self.device.clone(),
             name: self.name.clone(),
             queues: self.queues.len() as u32,
-            operations: records.map(|r| r.operation()).collect(),
+            queue_labels: (0..self.queues.len())
+                .map(|q| {
+                    let label = self.queue_labels.get(q).and_then(Label::get);
+                    label.map(|l| l.to_string())
+                })
+                .collect(),
+            semaphores: semaphores.into_iter().collect(),
+            operations,
             counters: self.counters(),
             dropped: self.dropped.load(Ordering::Relaxed),
         }

@@ -23,6 +23,8 @@ pub(crate) struct Header {
     pub(crate) bytes: u64,
     pub(crate) waits: Pairs,
     pub(crate) signals: Pairs,
+    /// The labels of the labelled semaphores among them.
+    pub(crate) semaphore_labels: Vec<(u64, Arc<str>)>,
 }
 
 /// An operation's name, kept in parts so that recording it allocates nothing: the string is
@@ -35,6 +37,9 @@ pub(crate) enum Name {
     Dispatch(Arc<str>),
     /// A command buffer of this many commands.
     Commands(usize),
+    /// The kind and a label: the command buffer's, or the buffer a transfer writes or a read
+    /// reads (`fill weights`).
+    Labelled(Arc<str>),
 }
 
 /// `(semaphore id, value)` pairs, the first two inline (a timeline step has one wait and one
@@ -113,6 +118,11 @@ impl Record {
         set_once(&self.completed, now_ns());
     }
 
+    /// The labels of the labelled semaphores it waits on or signals.
+    pub(crate) fn semaphore_labels(&self) -> &[(u64, Arc<str>)] {
+        &self.header.semaphore_labels
+    }
+
     pub(crate) fn is_settled(&self) -> bool {
         get(&self.completed).is_some()
     }
@@ -127,6 +137,7 @@ impl Record {
             Name::Kind => h.kind.name().to_owned(),
             Name::Dispatch(entry) => format!("dispatch {entry}"),
             Name::Commands(n) => format!("execute ({n} commands)"),
+            Name::Labelled(label) => format!("{} {label}", h.kind.name()),
         };
         Operation {
             id: h.id,
@@ -214,13 +225,27 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
 }
 
 /// What a trace calls `work` of `kind` ([`classify`]): the kind, with the entry point of a
-/// dispatch or the command count of a command buffer. Only for profiled operations.
-pub(crate) fn name(work: &crate::device::Work, kind: OperationKind) -> Name {
+/// dispatch, the label of a command buffer (else its command count), or the label of the
+/// buffer a transfer writes or a read reads. Only for profiled operations.
+pub(crate) fn name(
+    work: &crate::device::Work,
+    kind: OperationKind,
+    label: Option<Arc<str>>,
+) -> Name {
     use crate::command_buffer::Command;
     use crate::device::Work;
 
-    let Work::Commands(commands) = work else {
-        return Name::Kind;
+    let commands = match work {
+        Work::Commands(commands) => commands,
+        Work::Read { source, .. } => {
+            return source.buffer().label().map_or(Name::Kind, Name::Labelled)
+        }
+        Work::HostCall(_) => return Name::Kind,
+    };
+    let target = |c: &Command| match c {
+        Command::Fill { target, .. } | Command::Update { target, .. } => target.buffer().label(),
+        Command::Copy { target, .. } => target.buffer().label(),
+        _ => None,
     };
     match kind {
         OperationKind::Dispatch => commands
@@ -230,7 +255,11 @@ pub(crate) fn name(work: &crate::device::Work, kind: OperationKind) -> Name {
                 _ => None,
             })
             .unwrap_or(Name::Kind),
-        OperationKind::Execute => Name::Commands(commands.len()),
+        OperationKind::Execute => label.map_or(Name::Commands(commands.len()), Name::Labelled),
+        OperationKind::Fill | OperationKind::Update | OperationKind::Copy => commands
+            .iter()
+            .find_map(target)
+            .map_or(Name::Kind, Name::Labelled),
         _ => Name::Kind,
     }
 }

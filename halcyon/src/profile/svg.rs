@@ -62,6 +62,8 @@ fn tick_step(span: u64) -> u64 {
 struct Lane<'a> {
     device: &'a str,
     queue: u32,
+    /// `q1`, or `q1 'upload'` (shortened to fit the margin).
+    name: String,
     bars: Vec<(&'a Operation, (u64, u64, bool), usize)>,
     rows: usize,
 }
@@ -91,9 +93,21 @@ impl<'a> Lane<'a> {
                 (op, range, row)
             })
             .collect();
+        let name = match device
+            .queue_labels
+            .get(queue as usize)
+            .and_then(Option::as_ref)
+        {
+            Some(label) if label.chars().count() > 14 => {
+                format!("q{queue} '{}…'", label.chars().take(13).collect::<String>())
+            }
+            Some(label) => format!("q{queue} '{label}'"),
+            None => format!("q{queue}"),
+        };
         Lane {
             device: &device.device,
             queue,
+            name,
             bars,
             rows: row_ends.len().max(1),
         }
@@ -171,11 +185,11 @@ pub(super) fn write(profile: &Profile) -> String {
     for lane in &lanes {
         let _ = writeln!(
             svg,
-            r##"<rect x="{LEFT}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="12" y="{}">{} q{}</text>"##,
+            r##"<rect x="{LEFT}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="12" y="{}">{} {}</text>"##,
             lane.height(),
             y + LANE / 2.0 + 4.0,
             text(lane.device),
-            lane.queue
+            text(&lane.name)
         );
         for (op, (start, end, on_device), row) in &lane.bars {
             let (bx, bw) = (x(*start), (x(*end) - x(*start)).max(1.0));

@@ -27,9 +27,10 @@ use crate::semaphore::{Semaphore, Wait};
 /// reports it ([`Error::inherited`]): naming the first failed entry of `wait`.
 pub(crate) fn inherited(wait: &Fence, error: &Error) -> Error {
     match wait.iter().find(|(s, _)| s.is_failed()) {
-        Some((_, value)) => {
-            error.inherited(format_args!("waits on a failed semaphore (value {value})"))
-        }
+        Some((semaphore, value)) => error.inherited(format_args!(
+            "waits on a failed semaphore{} (value {value})",
+            crate::label::suffix(semaphore.label())
+        )),
         None => error.inherited("waits on a failed semaphore"),
     }
 }

@@ -439,7 +439,20 @@ impl fmt::Debug for Queue {
         f.debug_struct("Queue")
             .field("device", &self.device.info().id)
             .field("index", &self.index)
+            .field("label", &self.label())
             .finish()
+    }
+}
+
+/// `queue 1 of cpu://0`, or `queue 1 'upload' of cpu://0` once labelled
+/// ([`Queue::set_label`]).
+impl fmt::Display for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "queue {}", self.index)?;
+        if let Some(label) = self.label() {
+            write!(f, " '{label}'")?;
+        }
+        write!(f, " of {}", self.device.info().id)
     }
 }
 
@@ -474,6 +487,19 @@ impl Queue {
         self.index
     }
 
+    /// Names the queue in error messages and profiles (its track in a trace, its lane in a
+    /// timeline; see its `Display`). Every handle to the queue sees the new label.
+    pub fn set_label(&self, label: &str) {
+        if let Some(slot) = self.device.queue_label(self.index) {
+            slot.set(label);
+        }
+    }
+
+    /// The queue's label, if it has one.
+    pub fn label(&self) -> Option<Arc<str>> {
+        self.device.queue_label(self.index)?.get()
+    }
+
     /// What this queue can run.
     pub fn capabilities(&self) -> QueueCapabilities {
         self.device.backend().queue_capabilities(self.index)
@@ -496,6 +522,19 @@ impl Queue {
         work: Work,
         output: Output<T>,
     ) -> Submission<T> {
+        self.submit_labelled(timepoints, touched, work, output, None)
+    }
+
+    /// [`Queue::submit`], for work whose profile record names it by `label` (a command
+    /// buffer's).
+    fn submit_labelled<T: Send + 'static>(
+        &self,
+        timepoints: Timepoints,
+        touched: Touched,
+        work: Work,
+        output: Output<T>,
+        label: Option<Arc<str>>,
+    ) -> Submission<T> {
         let Timepoints { wait, signal } = timepoints;
         let (kind, bytes) = classify(&work);
         let record = self
@@ -505,10 +544,15 @@ impl Queue {
                 id,
                 queue: self.index,
                 kind,
-                name: name(&work, kind),
+                name: name(&work, kind, label),
                 bytes,
                 waits: wait.iter().map(|(s, v)| (s.id(), v)).collect(),
                 signals: signal.iter().map(|(s, v)| (s.id(), v)).collect(),
+                semaphore_labels: wait
+                    .iter()
+                    .chain(signal.iter())
+                    .filter_map(|(s, _)| Some((s.id(), s.label()?)))
+                    .collect(),
             });
         let done = match record {
             Some(record) => Semaphore::traced(record),
@@ -544,10 +588,8 @@ impl Queue {
         Error::new(
             StatusCode::InvalidArgument,
             format!(
-                "queue {} of {} cannot run {missing:?} work (it has {:?}); pick a queue from \
+                "{self} cannot run {missing:?} work (it has {:?}); pick a queue from \
                  device.queue_affinity({missing:?})",
-                self.index,
-                self.device.info().id,
                 self.capabilities()
             ),
         )
@@ -571,6 +613,16 @@ impl Queue {
     }
 
     fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
+        self.commands_labelled(timepoints, commands, None)
+    }
+
+    /// [`Queue::commands`] of a command buffer labelled `label`.
+    fn commands_labelled(
+        &self,
+        timepoints: Timepoints,
+        commands: Arc<[Command]>,
+        label: Option<Arc<str>>,
+    ) -> Submission {
         let capabilities = self.capabilities();
         let needs = |c: &Command| match c {
             Command::Dispatch(_) => QueueCapabilities::DISPATCH,
@@ -593,11 +645,12 @@ impl Queue {
         for command in commands.iter() {
             command.for_each_binding(|range, access| touched.add(range.buffer(), access));
         }
-        self.submit(
+        self.submit_labelled(
             timepoints,
             touched,
             Work::Commands(commands),
             Box::new(|| Ok(())),
+            label,
         )
     }
 
@@ -659,7 +712,7 @@ impl Queue {
     ) -> Submission {
         let timepoints = timepoints.into();
         match command_buffer.resolve(table) {
-            Ok(commands) => self.commands(timepoints, commands),
+            Ok(commands) => self.commands_labelled(timepoints, commands, command_buffer.label()),
             Err(error) => self.reject(timepoints, error),
         }
     }
