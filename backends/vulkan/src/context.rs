@@ -32,6 +32,16 @@ pub(crate) struct Stats {
     pub(crate) submits: AtomicU64,
     /// Command lists submitted again without re-recording (cached recordings).
     pub(crate) recording_reuses: AtomicU64,
+    /// Timestamp queries written by profiled submissions (two each).
+    pub(crate) timestamp_queries: AtomicU64,
+    /// Timestamp query pools created (each holds [`crate::timestamps::STAMPS_PER_POOL`] stamps).
+    pub(crate) timestamp_query_pools: AtomicU64,
+    /// Device times moved into their submit-to-completion window (see [`crate::timestamps`]).
+    pub(crate) timestamp_clamps: AtomicU64,
+    /// The largest such move, in nanoseconds.
+    pub(crate) timestamp_max_clamp_ns: AtomicU64,
+    /// Completed submissions whose timestamp queries were not available.
+    pub(crate) timestamp_unavailable: AtomicU64,
 }
 
 /// Watched native semaphores: native id -> (semaphore, lowest awaited value).
@@ -63,6 +73,11 @@ pub(crate) struct Context {
     /// The queue families queues were created from: buffers are shared `CONCURRENT`ly between
     /// them when there are two.
     pub(crate) queue_families: Vec<u32>,
+    /// `hostQueryReset` is enabled: timestamp queries are reset from the host (required for
+    /// profiling timestamps).
+    pub(crate) host_query_reset: bool,
+    /// The GPU timestamp clock and its calibration to the profile clock.
+    pub(crate) clock: crate::timestamps::DeviceClock,
     // Dropped after the device (declared last; see `Drop`).
     _instance: Instance,
 }
@@ -74,6 +89,9 @@ pub(crate) struct QueueChoice {
     pub(crate) count: u32,
     pub(crate) transfer_family: Option<u32>,
     pub(crate) transfer_count: u32,
+    /// `timestampValidBits` of the compute family and of the transfer family (0: none).
+    pub(crate) timestamp_bits: u32,
+    pub(crate) transfer_timestamp_bits: u32,
 }
 
 impl Context {
@@ -172,9 +190,20 @@ impl Context {
             );
             queue_families.push(family);
         }
-        let mut enable12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let host_query_reset = features12.host_query_reset == vk::TRUE;
+        let mut enable12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(true)
+            .host_query_reset(host_query_reset);
+        let probe = crate::timestamps::probe(
+            &instance.entry,
+            &instance.instance,
+            physical,
+            options.force_measured_calibration || !host_query_reset,
+        );
+        let extensions: Vec<_> = probe.extension.iter().map(|e| e.as_ptr()).collect();
         let device_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
+            .enabled_extension_names(&extensions)
             .push_next(&mut enable12);
         // SAFETY: the create info and everything it points to live across the call.
         let device = unsafe {
@@ -192,6 +221,12 @@ impl Context {
                 instance.instance.get_physical_device_properties(physical),
             )
         };
+        let clock = crate::timestamps::DeviceClock::new(
+            &instance.instance,
+            &device,
+            &probe,
+            props.limits.timestamp_period,
+        );
         // From here on `device` is destroyed by `Context::drop` if anything fails: build the
         // context first with null handles.
         let context = Context {
@@ -212,6 +247,8 @@ impl Context {
             api_version,
             options,
             queue_families,
+            host_query_reset,
+            clock,
             _instance: instance,
         };
         let mut context = context;
@@ -230,6 +267,9 @@ impl Context {
                 count,
                 transfer_family,
                 transfer_count,
+                timestamp_bits: families[compute as usize].timestamp_valid_bits,
+                transfer_timestamp_bits: transfer_family
+                    .map_or(0, |f| families[f as usize].timestamp_valid_bits),
             },
         ))
     }

@@ -23,7 +23,9 @@ use std::time::Duration;
 use ash::vk;
 use halcyon::backend::reactor::{Parker, Reactor, ReactorHandle, Unpark};
 use halcyon::backend::{fail_in_order, failure_order, ActionQueue};
-use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, SemaphoreExt, Work};
+use halcyon::backend::{
+    BufferMemory, DeviceBackend, ExecutableBackend, OperationTrace, SemaphoreExt, Work,
+};
 use halcyon::device::keys;
 use halcyon::{
     BufferParams, DeviceFeatures, DeviceInfo, Error, ExecutableSpec, Fence, QueueCapabilities,
@@ -37,6 +39,7 @@ use crate::memory::{vk_properties, VulkanMemory};
 use crate::options::VulkanDeviceOptions;
 use crate::record::{Recording, Recycler};
 use crate::semaphore::{SemInner, VulkanSemaphore};
+use crate::timestamps::{QueueStamps, Stamp, Stamped};
 
 /// How long one reactor `vkWaitSemaphores` may block before it re-reads its wait set (a
 /// safety net; wakes come from the control semaphore, never from this timeout).
@@ -57,6 +60,8 @@ pub(crate) struct InFlight {
     /// What it recorded (command pool, staging, descriptor pool, retained resources), and what
     /// runs on completion before the fence is signalled (a read's copy-out).
     recording: Recording,
+    /// The timestamps of a profiled submission ([`crate::timestamps`]).
+    stamped: Option<Stamped>,
 }
 
 /// What a completed submission still owns: its recording (command pool, descriptor pool,
@@ -70,6 +75,7 @@ pub(crate) struct InFlight {
 /// `vkDeviceWaitIdle`.
 struct Retired {
     recording: Recording,
+    stamp: Option<Stamp>,
     _signal: Fence,
     _natives: Vec<Arc<SemInner>>,
     _waited: Vec<(Semaphore, u64)>,
@@ -100,6 +106,8 @@ pub(crate) struct VkQueue {
     processing: Mutex<()>,
     /// Reset command slots and cached recordings of reused command lists.
     pub(crate) recycler: Recycler,
+    /// Timestamp query pools for profiled submissions.
+    stamps: QueueStamps,
 }
 
 /// Everything submissions and the reactor share.
@@ -137,6 +145,13 @@ impl Core {
         }
         let recording = Recording::record(self, index, work)?;
         let queue = &self.queues[index];
+        // Profiled: timestamps around the recording. Otherwise nothing is added.
+        let trace = OperationTrace::of(&signal);
+        let stamp = trace.as_ref().and_then(|_| {
+            queue
+                .stamps
+                .take(&self.context.device, queue.family, &self.context.stats)
+        });
         let mut wait_handles = Vec::new();
         let mut wait_values = Vec::new();
         let mut keep_natives = Vec::new();
@@ -181,7 +196,11 @@ impl Core {
         let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
             .wait_semaphore_values(&wait_values)
             .signal_semaphore_values(&signal_values);
-        let command_buffers = recording.command_buffers();
+        let mut command_buffers = recording.command_buffers();
+        if let Some(stamp) = &stamp {
+            command_buffers.insert(0, stamp.begin);
+            command_buffers.push(stamp.end);
+        }
         let submit = vk::SubmitInfo::default()
             .wait_semaphores(&wait_handles)
             .wait_dst_stage_mask(&stages)
@@ -189,6 +208,8 @@ impl Core {
             .signal_semaphores(&signal_handles)
             .push_next(&mut timeline_info);
         let injected = self.context.options.faults.as_ref();
+        // The device cannot start the work before this.
+        let submitted_ns = stamp.map_or(0, |_| halcyon::profile::now_ns());
         let submitted = match injected.and_then(|f| f.take_submit()) {
             Some(injected) => Err(injected),
             // SAFETY: the queue is externally synchronised by `state`'s lock; every handle in
@@ -205,6 +226,9 @@ impl Core {
         if let Err(r) = submitted {
             drop(state);
             undo(&natives);
+            if let Some(stamp) = stamp {
+                queue.stamps.give_back(&self.context.device, stamp);
+            }
             let error = vk_fail("vkQueueSubmit", r);
             if r == vk::Result::ERROR_DEVICE_LOST {
                 return Err(self.lose(error));
@@ -212,6 +236,10 @@ impl Core {
             return Err(error);
         }
         self.context.stats.submits.fetch_add(1, Ordering::Relaxed);
+        self.context
+            .stats
+            .timestamp_queries
+            .fetch_add(2 * stamp.is_some() as u64, Ordering::Relaxed);
         self.context
             .stats
             .native_waits
@@ -227,6 +255,11 @@ impl Core {
             natives,
             waited: native_waits,
             recording,
+            stamped: stamp.zip(trace).map(|(stamp, trace)| Stamped {
+                stamp,
+                trace,
+                submitted_ns,
+            }),
         });
         drop(state);
         drop(keep_natives);
@@ -288,9 +321,19 @@ impl Core {
             natives,
             waited,
             recording,
+            stamped,
             ..
         } = done;
         let mut recording = recording;
+        // Device times before anything is signalled: the core records completion then.
+        if let Some(stamped) = &stamped {
+            queue.stamps.report(
+                &self.context.device,
+                &self.context.clock,
+                &self.context.stats,
+                stamped,
+            );
+        }
         // A failure after the value was reached is a later operation's: the input was whole.
         let mut result = waited
             .iter()
@@ -340,20 +383,24 @@ impl Core {
             let older = std::mem::take(&mut state.retired);
             state.retired.push(Retired {
                 recording,
+                stamp: stamped.map(|s| s.stamp),
                 _signal: signal,
                 _natives: natives,
                 _waited: waited,
             });
             older
         };
-        Self::release(queue, older);
+        self.release(queue, older);
     }
 
     /// Recycles or destroys what retired submissions held.
-    fn release(queue: &VkQueue, retired: Vec<Retired>) {
+    fn release(&self, queue: &VkQueue, retired: Vec<Retired>) {
         for retired in retired {
             let (keep, _after) = retired.recording.finish(queue);
             drop(keep);
+            if let Some(stamp) = retired.stamp {
+                queue.stamps.give_back(&self.context.device, stamp);
+            }
         }
     }
 
@@ -494,7 +541,7 @@ impl Drop for Core {
                 self.complete(queue, f);
             }
             let retired = std::mem::take(&mut lock(&queue.state).retired);
-            Self::release(queue, retired);
+            self.release(queue, retired);
             // Failed by a device loss; the wait above returned, so nothing uses them now.
             let lost = std::mem::take(&mut lock(&queue.state).lost);
             for f in lost {
@@ -503,6 +550,7 @@ impl Drop for Core {
             }
             // The device is idle and every recording returned its slot.
             queue.recycler.destroy(&self.context.device);
+            queue.stamps.destroy(&self.context.device);
             // SAFETY: the device is idle; nothing waits on or signals the timeline any more.
             unsafe { self.context.device.destroy_semaphore(queue.timeline, None) };
         }
@@ -565,12 +613,31 @@ pub(crate) struct VulkanDevice {
 impl VulkanDevice {
     pub(crate) fn new(index: u32, options: VulkanDeviceOptions) -> Result<VulkanDevice> {
         let (context, choice) = Context::new(index, options)?;
+        // Without calibrated timestamps, the measured offset: one short round trip on the first
+        // compute queue, now, while nothing else can use it (never on an executor's path).
+        if context.host_query_reset {
+            // SAFETY: the device was created with at least one queue of the compute family.
+            let first = unsafe { context.device.get_device_queue(choice.family, 0) };
+            // Profiling falls back to host times if this fails; the device still works.
+            let _ =
+                context
+                    .clock
+                    .measure(&context.device, first, choice.family, choice.timestamp_bits);
+        }
+        // Timestamps need hostQueryReset (to reuse queries from any queue) and a calibration.
+        let timestamps = context.host_query_reset && context.clock.current().is_some();
+        let bits = |family_bits: u32| if timestamps { family_bits } else { 0 };
         let mut queues = Vec::new();
-        let compute = (0..choice.count).map(|i| (choice.family, i, QueueCapabilities::all()));
-        let transfer = choice.transfer_family.into_iter().flat_map(|family| {
-            (0..choice.transfer_count).map(move |i| (family, i, QueueCapabilities::TRANSFER))
+        let compute = (0..choice.count).map(|i| {
+            let all = QueueCapabilities::all();
+            (choice.family, i, all, bits(choice.timestamp_bits))
         });
-        for (family, i, capabilities) in compute.chain(transfer) {
+        let transfer_bits = bits(choice.transfer_timestamp_bits);
+        let transfer = choice.transfer_family.into_iter().flat_map(|family| {
+            (0..choice.transfer_count)
+                .map(move |i| (family, i, QueueCapabilities::TRANSFER, transfer_bits))
+        });
+        for (family, i, capabilities, timestamp_bits) in compute.chain(transfer) {
             // SAFETY: the device was created with `choice.count` queues of the compute family
             // and `choice.transfer_count` of the transfer family.
             let queue = unsafe { context.device.get_device_queue(family, i) };
@@ -589,6 +656,7 @@ impl VulkanDevice {
                 work: Condvar::new(),
                 processing: Mutex::new(()),
                 recycler: Recycler::default(),
+                stamps: QueueStamps::new(timestamp_bits),
             });
         }
         let core = Arc::new(Core {
@@ -643,7 +711,11 @@ impl VulkanDevice {
                 ),
                 crate::DRIVER_ID,
             )
-            .with_features(DeviceFeatures::empty()),
+            .with_features(if bits(choice.timestamp_bits) > 0 {
+                DeviceFeatures::PROFILING
+            } else {
+                DeviceFeatures::empty()
+            }),
             completers,
             reactor,
             actions,
@@ -708,6 +780,10 @@ impl DeviceBackend for VulkanDevice {
             "vulkan.memory_block_bytes" => context.allocator.block_bytes(),
             "vulkan.dedicated_allocations" => context.allocator.dedicated_allocations(),
             "vulkan.suballocations" => context.allocator.suballocations(),
+            _ if key.starts_with("vulkan.timestamp_") => {
+                return crate::timestamps::query(context, key)
+                    .or_else(|| physical_query(context, key))
+            }
             _ => return physical_query(context, key),
         })
     }

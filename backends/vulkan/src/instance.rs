@@ -38,8 +38,8 @@ pub(crate) fn vk_fail(what: &str, result: vk::Result) -> Error {
 
 /// A loaded loader plus an instance; destroys the instance when dropped.
 pub(crate) struct Instance {
-    /// Keeps the loader library open while the instance lives.
-    _entry: ash::Entry,
+    /// The loader (kept open while the instance lives; loads extension functions).
+    pub(crate) entry: ash::Entry,
     pub(crate) instance: ash::Instance,
 }
 
@@ -89,10 +89,7 @@ impl Instance {
                 error
             }
         })?;
-        Ok(Instance {
-            _entry: entry,
-            instance,
-        })
+        Ok(Instance { entry, instance })
     }
 
     /// The physical devices, in driver order.

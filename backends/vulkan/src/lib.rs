@@ -24,6 +24,22 @@
 //! println!("{}", device.info().name);
 //! # Ok::<(), halcyon::Error>(())
 //! ```
+//!
+//! # Profiling
+//!
+//! With the device's [profiler](halcyon::Device::profiler) on, each submission gets GPU
+//! timestamps (`vkCmdWriteTimestamp`, top and bottom of pipe) from per-queue query pools that are
+//! reused, never created per submission; unprofiled submissions write none. The completion thread
+//! reads them without waiting and reports the device start and end, on the
+//! [profile clock](halcyon::profile::now_ns), before the operation's signal is made, each
+//! clamped into the window the device must have run the work in (from just before
+//! `vkQueueSubmit` to that read). Ticks reach the host clock through `VK_EXT_calibrated_timestamps` (or the KHR one) where the device has
+//! it, otherwise through an offset measured by a round trip at device creation
+//! ([`VulkanDeviceOptions::force_measured_calibration`] forces that path). The calibration's
+//! error is the device query `vulkan.timestamp_calibration_error_ns`. Devices that can do this
+//! (a compute family with `timestampValidBits`, and `hostQueryReset`) report
+//! [`DeviceFeatures::PROFILING`](halcyon::DeviceFeatures::PROFILING); on others, Vulkan
+//! operations keep host times only.
 
 mod context;
 mod device;
@@ -34,6 +50,7 @@ mod options;
 mod record;
 mod semaphore;
 mod suballoc;
+mod timestamps;
 
 use std::sync::Arc;
 

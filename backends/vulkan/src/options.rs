@@ -26,6 +26,12 @@ pub struct VulkanDeviceOptions {
     /// Flushing coherent memory is valid Vulkan, so this exercises the non-coherent path on
     /// drivers that have none (lavapipe). Default `false`.
     pub force_non_coherent: bool,
+    /// Calibrate profiling timestamps by a measured round trip (a submission that only writes
+    /// a timestamp, timed on the host) even where the device offers calibrated timestamps
+    /// (`VK_EXT_calibrated_timestamps` / `VK_KHR_calibrated_timestamps`). The device is then
+    /// created without the extension. This exercises the fallback path on drivers that have
+    /// the extension (lavapipe). Default `false`.
+    pub force_measured_calibration: bool,
     /// Simulated driver failures (see [`FaultInjector`]). Default `None`.
     pub faults: Option<FaultInjector>,
 }
@@ -49,6 +55,12 @@ impl VulkanDeviceOptions {
         self
     }
 
+    /// Sets [`VulkanDeviceOptions::force_measured_calibration`].
+    pub fn with_force_measured_calibration(mut self, force_measured_calibration: bool) -> Self {
+        self.force_measured_calibration = force_measured_calibration;
+        self
+    }
+
     /// Sets [`VulkanDeviceOptions::faults`].
     pub fn with_faults(mut self, faults: Option<FaultInjector>) -> Self {
         self.faults = faults;
@@ -62,6 +74,7 @@ impl Default for VulkanDeviceOptions {
             max_queues: 4,
             transfer_queues: 1,
             force_non_coherent: false,
+            force_measured_calibration: false,
             faults: None,
         }
     }
