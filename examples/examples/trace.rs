@@ -80,6 +80,14 @@ async fn pipeline(device: &Device, saxpy: &Kernel, gate: Option<(&Semaphore, u64
     let out = device
         .allocator()
         .allocate(bytes(half), BufferParams::DEVICE)?;
+    // Labels name the tracks and the operations in the trace.
+    q0.set_label("left half");
+    if q1.index() != q0.index() {
+        q1.set_label("right half");
+    }
+    x.set_label("x");
+    y.set_label("y");
+    out.set_label("out");
     let (y0, y1) = (y.slice(0..bytes(half))?, y.slice(bytes(half)..bytes(N))?);
     let xs: Vec<f32> = (0..half).map(|i| (i % 1000) as f32).collect();
     let groups = [(half as u32).div_ceil(WORKGROUP), 1, 1];
