@@ -53,6 +53,14 @@ pub fn loader_image(bytes: &[u8], padded_len: usize) -> Vec<u64> {
     words
 }
 
+/// A backend found its device lost (`VK_ERROR_DEVICE_LOST`, a sticky CUDA/HIP fault): every
+/// operation in flight on it fails with `error`, and so will every later one. Emits a
+/// `halcyon::device` ERROR event with the `tracing` feature; nothing otherwise.
+pub fn device_lost(device: &str, error: &Error) {
+    crate::log::event!("halcyon::device", ERROR, device, error = %error, "device lost");
+    let _ = (device, error);
+}
+
 /// A device-native object behind a [`Semaphore`].
 ///
 /// The core calls these hooks; none of them may call back into the same semaphore (`signal`

@@ -337,6 +337,14 @@ impl Device {
             .map(|_| crate::label::Label::default())
             .collect();
         let profiler = Profiler::new(&info.id, &info.name, queue_labels.clone());
+        crate::log::event!(
+            "halcyon::device",
+            INFO,
+            device = %info.id,
+            name = %info.name,
+            queues = queue_labels.len(),
+            "device created"
+        );
         Device {
             inner: Arc::new(Inner {
                 max_workgroup_count,

@@ -58,6 +58,7 @@ mod error;
 mod executable;
 mod fence;
 mod label;
+mod log;
 pub mod profile;
 pub mod queue;
 mod semaphore;

@@ -441,6 +441,7 @@ impl Core {
              device and create it again",
             self.context.id
         )));
+        halcyon::backend::device_lost(&self.context.id, &error);
         for queue in &self.queues {
             let _in_order = lock(&queue.processing);
             let failed: Vec<InFlight> = lock(&queue.state).in_flight.drain(..).collect();

@@ -44,7 +44,7 @@ struct Counters {
 /// # }
 /// ```
 pub struct Profiler {
-    device: String,
+    device: Arc<str>,
     queue_labels: Arc<[Label]>,
     name: String,
     enabled: AtomicBool,
@@ -69,7 +69,7 @@ impl Profiler {
     pub(crate) fn new(device: &str, name: &str, queue_labels: Arc<[Label]>) -> Self {
         let queues = queue_labels.len().max(1);
         Profiler {
-            device: device.to_owned(),
+            device: Arc::from(device),
             queue_labels,
             name: name.to_owned(),
             enabled: AtomicBool::new(false),
@@ -118,11 +118,15 @@ impl Profiler {
             counters.kinds[kind.index()].fetch_add(1, Ordering::Relaxed);
             counters.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        if !self.is_enabled() {
+        let enabled = self.is_enabled();
+        if !enabled && !crate::log::enabled!("halcyon::queue", DEBUG) {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let record = Arc::new(Record::new(header(id)));
+        let record = Arc::new(Record::new(self.device.clone(), header(id)));
+        if !enabled {
+            return Some(record); // for the `tracing` events only
+        }
         let limit = self.limit.load(Ordering::Relaxed);
         let mut records = self.lock();
         let oldest = (records.len() >= limit)
@@ -169,7 +173,7 @@ impl Profiler {
             })
             .collect();
         DeviceProfile {
-            device: self.device.clone(),
+            device: self.device.to_string(),
             name: self.name.clone(),
             queues: self.queues.len() as u32,
             queue_labels: (0..self.queues.len())

@@ -75,6 +75,9 @@ impl Pairs {
 /// A submitted operation's record (see the [module docs](self)).
 #[derive(Debug)]
 pub(crate) struct Record {
+    /// The device's URI, for `tracing` events.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    device: Arc<str>,
     header: Header,
     submitted: u64,
     issued: AtomicU64,
@@ -98,8 +101,19 @@ fn get(slot: &AtomicU64) -> Option<u64> {
 }
 
 impl Record {
-    pub(crate) fn new(header: Header) -> Self {
+    pub(crate) fn new(device: Arc<str>, header: Header) -> Self {
+        crate::log::event!(
+            "halcyon::queue",
+            DEBUG,
+            device = &*device,
+            queue = header.queue,
+            id = header.id,
+            kind = header.kind.name(),
+            bytes = header.bytes,
+            "submitted"
+        );
         Record {
+            device,
             header,
             submitted: now_ns(),
             issued: AtomicU64::new(0),
@@ -114,6 +128,26 @@ impl Record {
     pub(crate) fn settled(&self, error: Option<&crate::Error>) {
         if let Some(error) = error {
             let _ = self.error.set(error.to_string());
+            crate::log::event!(
+                "halcyon::queue",
+                DEBUG,
+                device = &*self.device,
+                queue = self.header.queue,
+                id = self.header.id,
+                kind = self.header.kind.name(),
+                error = %error,
+                "failed"
+            );
+        } else {
+            crate::log::event!(
+                "halcyon::queue",
+                DEBUG,
+                device = &*self.device,
+                queue = self.header.queue,
+                id = self.header.id,
+                kind = self.header.kind.name(),
+                "completed"
+            );
         }
         set_once(&self.completed, now_ns());
     }
@@ -178,7 +212,17 @@ impl OperationTrace {
     /// every action it issues; a backend that issues work with device-side waits records it
     /// itself.
     pub fn issued(&self) {
-        set_once(&self.0.issued, now_ns());
+        let record = &self.0;
+        crate::log::event!(
+            "halcyon::queue",
+            DEBUG,
+            device = &*record.device,
+            queue = record.header.queue,
+            id = record.header.id,
+            kind = record.header.kind.name(),
+            "issued"
+        );
+        set_once(&record.issued, now_ns());
     }
 
     /// The device started the work at `ns` (the first start recorded wins).

@@ -452,10 +452,13 @@ fn run(shared: &Shared, mut parker: Option<Box<dyn Parker>>) {
     loop {
         let messages = shared.inbox.take();
         let mut shutdown = false;
-        for message in messages {
-            shutdown |= executor.handle(shared, message);
+        {
+            let _turn = crate::log::trace_span!("halcyon::reactor", "reactor turn");
+            for message in messages {
+                shutdown |= executor.handle(shared, message);
+            }
+            executor.poll_ready(shared);
         }
-        executor.poll_ready(shared);
         if shutdown {
             break;
         }
