@@ -89,6 +89,16 @@ fn operations_and_devices_emit_events() -> halcyon::Result<()> {
         Err(halcyon::Error::new(StatusCode::Aborted, "no"))
     }));
     assert!(failed.is_err());
+    // An operation whose wait is reached later parks on the reactor, which releases it in a
+    // turn: the span is certain to exist by the time it completes.
+    let gate = halcyon::Semaphore::new(0);
+    let parked = queue.fill(
+        halcyon::Timepoints::new(halcyon::Fence::at(&gate, 1), halcyon::Fence::new()),
+        1u8,
+        &buffer.whole(),
+    );
+    gate.signal(1)?;
+    block_on(parked)?;
     // The profiler kept nothing: the records were for the events only.
     assert!(device.profiler().take().operations.is_empty());
 
@@ -113,7 +123,17 @@ fn operations_and_devices_emit_events() -> halcyon::Result<()> {
             .map(|e| e.message.clone())
             .collect()
     };
-    assert_eq!(stages("fill"), ["submitted", "issued", "completed"]);
+    assert_eq!(
+        stages("fill"),
+        [
+            "submitted",
+            "issued",
+            "completed",
+            "submitted",
+            "issued",
+            "completed"
+        ]
+    );
     assert_eq!(stages("host_call"), ["submitted", "issued", "failed"]);
     let failure = events.iter().find(|e| e.message == "failed").unwrap();
     assert!(failure
