@@ -172,6 +172,14 @@ pub mod keys {
     /// machine's physical memory on the CPU device. Not answered where the backend cannot
     /// tell.
     pub const MEMORY_BYTES: Key<u64> = Key::new(names::MEMORY_BYTES);
+    /// Queue actions parked in the pending-action executor now, waiting for their waits, over
+    /// all the device's queues.
+    pub const PENDING_ACTIONS: Key<u64> = Key::new(names::PENDING_ACTIONS);
+    /// Times the device's completion reactor woke from sleep since the device was created.
+    pub const REACTOR_WAKEUPS: Key<u64> = Key::new(names::REACTOR_WAKEUPS);
+    /// Command buffers replayed as captured graphs (CUDA and HIP graphs) since the device was
+    /// created; not answered by devices without graphs.
+    pub const GRAPH_REPLAYS: Key<u64> = Key::new(names::GRAPH_REPLAYS);
 
     /// The keys' names, as backends match them in [`DeviceBackend::query`](super::DeviceBackend::query).
     pub mod names {
@@ -189,6 +197,12 @@ pub mod keys {
         pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
         /// The name of [`MEMORY_BYTES`](super::MEMORY_BYTES).
         pub const MEMORY_BYTES: &str = "device.memory_bytes";
+        /// The name of [`PENDING_ACTIONS`](super::PENDING_ACTIONS).
+        pub const PENDING_ACTIONS: &str = "queue.pending_actions";
+        /// The name of [`REACTOR_WAKEUPS`](super::REACTOR_WAKEUPS).
+        pub const REACTOR_WAKEUPS: &str = "reactor.wakeups";
+        /// The name of [`GRAPH_REPLAYS`](super::GRAPH_REPLAYS).
+        pub const GRAPH_REPLAYS: &str = "queue.graph_replays";
     }
 }
 
@@ -336,7 +350,29 @@ impl Device {
         let queue_labels: Arc<[crate::label::Label]> = (0..backend.queue_count().max(1))
             .map(|_| crate::label::Label::default())
             .collect();
-        let profiler = Profiler::new(&info.id, &info.name, queue_labels.clone());
+        let allocator = Allocator::new(backend.clone());
+        let counters = {
+            let (backend, allocator) = (backend.clone(), allocator.clone());
+            Box::new(move || {
+                let stats = allocator.stats();
+                let mut counters = vec![
+                    ("allocations", stats.allocations),
+                    ("bytes_in_use", stats.bytes_in_use),
+                    ("peak_bytes_in_use", stats.peak_bytes_in_use),
+                ];
+                for (name, key) in [
+                    ("pending_actions", keys::names::PENDING_ACTIONS),
+                    ("reactor_wakeups", keys::names::REACTOR_WAKEUPS),
+                    ("graph_replays", keys::names::GRAPH_REPLAYS),
+                ] {
+                    if let Some(value) = backend.query(key) {
+                        counters.push((name, value.max(0) as u64));
+                    }
+                }
+                counters
+            })
+        };
+        let profiler = Profiler::new(&info.id, &info.name, queue_labels.clone(), counters);
         crate::log::event!(
             "halcyon::device",
             INFO,
@@ -350,7 +386,7 @@ impl Device {
                 max_workgroup_count,
                 profiler,
                 queue_labels,
-                allocator: Allocator::new(backend.clone()),
+                allocator,
                 backend,
                 executables: ExecutableCache::default(),
             }),

@@ -115,6 +115,13 @@ impl DeviceBackend for CpuDevice {
             keys::names::CONCURRENCY => Some(self.concurrency as i64),
             keys::names::BINDING_ALIGNMENT => Some(1),
             keys::names::MEMORY_BYTES => physical_memory_bytes(),
+            keys::names::PENDING_ACTIONS => {
+                Some(self.queues.iter().map(ActionQueue::pending).sum::<usize>() as i64)
+            }
+            keys::names::REACTOR_WAKEUPS => {
+                let stats = self.queues.first()?.reactor().stats();
+                Some(stats.wakeups as i64)
+            }
             "buffer.alignment" => Some(ALIGNMENT as i64),
             "cpu.inline" => Some(self.pool.is_none() as i64),
             _ => None,

@@ -186,14 +186,19 @@ fn chrome_trace_holds_ranges_instants_and_flows() -> halcyon::Result<()> {
     );
     let queues = &trace["otherData"]["cpu://0"]["queues"];
     assert_eq!(queues[1]["by_kind"]["read"], 1);
+    let counters = &trace["otherData"]["cpu://0"]["counters"];
+    assert_eq!(counters["allocations"], 1);
+    assert_eq!(counters["bytes_in_use"], 4096);
+    assert_eq!(counters["pending_actions"], 0);
+    assert!(counters["reactor_wakeups"].is_u64());
 
-    // JSONL: an operation per line, then each queue's counters.
+    // JSONL: an operation per line, then each queue's counters, then the device's.
     let lines: Vec<serde_json::Value> = profile
         .to_jsonl()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 4);
+    assert_eq!(lines.len(), 5);
     assert_eq!(lines[0]["type"], "operation");
     assert_eq!(lines[1]["kind"], "read");
     assert!(
@@ -201,6 +206,8 @@ fn chrome_trace_holds_ranges_instants_and_flows() -> halcyon::Result<()> {
             >= lines[0]["device_end_ns"].as_u64().unwrap()
     );
     assert_eq!(lines[3]["type"], "counters");
+    assert_eq!(lines[4]["type"], "device_counters");
+    assert_eq!(lines[4]["allocations"], 1);
 
     // SVG: a lane per queue and a bar per operation.
     let svg = profile.to_svg();
@@ -391,6 +398,51 @@ fn labels_name_objects_in_traces_and_errors() -> halcyon::Result<()> {
     assert!(
         error.message().contains("a failed semaphore 'gate'"),
         "{error}"
+    );
+    Ok(())
+}
+
+/// Device counters are queryable at any time: parked actions, allocations, reactor wake-ups.
+#[test]
+fn device_counters_count_parked_actions_and_allocations() -> halcyon::Result<()> {
+    use halcyon::device::keys;
+
+    let device = device(1);
+    let counter = |name: &str| {
+        device
+            .profiler()
+            .device_counters()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    };
+    let queue = device.queue(0)?;
+    let buffer = device.allocator().allocate(64, BufferParams::DEVICE)?;
+    let gate = halcyon::Semaphore::new(0);
+    let parked = queue.fill(
+        Timepoints::new(Fence::at(&gate, 1), Fence::new()),
+        1u8,
+        &buffer.whole(),
+    );
+    assert_eq!(counter("pending_actions"), Some(1));
+    assert_eq!(device.query(keys::PENDING_ACTIONS)?, 1);
+    assert_eq!(counter("allocations"), Some(1));
+    // Whether the release needs a wake-up depends on whether the reactor slept in between:
+    // only the counter's presence is certain.
+    assert!(counter("reactor_wakeups").is_some());
+    gate.signal(1)?;
+    block_on(parked)?;
+    // The reactor stops counting the release just after issuing it, which may be after the
+    // fill already completed on a worker: the count reaches 0 soon, not necessarily now.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while counter("pending_actions") != Some(0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(counter("pending_actions"), Some(0));
+    assert_eq!(
+        counter("graph_replays"),
+        None,
+        "the CPU device has no graphs"
     );
     Ok(())
 }

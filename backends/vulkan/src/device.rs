@@ -767,7 +767,12 @@ impl DeviceBackend for VulkanDevice {
             "vulkan.completed" => context.stat(&stats.completed),
             "vulkan.submits" => context.stat(&stats.submits),
             "vulkan.recording_reuses" => context.stat(&stats.recording_reuses),
-            "vulkan.reactor_wakeups" => self.reactor.handle().stats().wakeups as i64,
+            "vulkan.reactor_wakeups" | keys::names::REACTOR_WAKEUPS => {
+                self.reactor.handle().stats().wakeups as i64
+            }
+            keys::names::PENDING_ACTIONS => {
+                self.actions.iter().map(ActionQueue::pending).sum::<usize>() as i64
+            }
             "vulkan.reactor_polls" => self.reactor.handle().stats().polls as i64,
             "vulkan.non_coherent_host_memory_types" => (0..context.memory.memory_type_count)
                 .filter(|&i| {

@@ -111,10 +111,16 @@ pub(super) fn write(profile: &Profile) -> String {
                 .iter()
                 .map(|(id, label)| format!(r#""{id}":{}"#, string(label)))
                 .collect();
+            let counters: Vec<String> = device
+                .device_counters
+                .iter()
+                .map(|(name, value)| format!("{}:{value}", string(name)))
+                .collect();
             format!(
-                r#"{}:{{"queues":[{}],"semaphores":{{{}}},"dropped_records":{}}}"#,
+                r#"{}:{{"queues":[{}],"counters":{{{}}},"semaphores":{{{}}},"dropped_records":{}}}"#,
                 string(&device.device),
                 queues.join(","),
+                counters.join(","),
                 semaphores.join(","),
                 device.dropped
             )

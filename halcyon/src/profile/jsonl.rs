@@ -54,6 +54,16 @@ pub(super) fn write(profile: &Profile) -> String {
             ));
             out.push('\n');
         }
+        let counters: Vec<String> = device
+            .device_counters
+            .iter()
+            .map(|(name, value)| format!("{}:{value}", string(name)))
+            .collect();
+        out.push_str(&format!(
+            r#"{{"type":"device_counters","device":{uri},{}}}"#,
+            counters.join(",")
+        ));
+        out.push('\n');
         for (id, label) in &device.semaphores {
             out.push_str(&format!(
                 r#"{{"type":"semaphore","device":{uri},"id":{id},"label":{}}}"#,

@@ -97,6 +97,8 @@ pub struct DeviceProfile {
     pub operations: Vec<Operation>,
     /// Its queues' counters when the records were taken.
     pub counters: Vec<QueueCounters>,
+    /// Its device-wide counters then ([`Profiler::device_counters`]).
+    pub device_counters: Vec<(String, u64)>,
     /// Records dropped because the profiler held its limit ([`Profiler::set_limit`]).
     pub dropped: u64,
 }
@@ -140,15 +142,15 @@ impl Profile {
     /// `chrome://tracing` open: one process per device, one track per queue plus one for the
     /// host, each operation's range as a complete (`X`) event, its submission and completion
     /// as instants on the host track, and flow arrows from submission to range to completion.
-    /// Counters and dropped records are in `otherData`.
+    /// Queue and device counters, semaphore labels and dropped records are in `otherData`.
     pub fn to_chrome_trace(&self) -> String {
         chrome::write(self)
     }
 
     /// One JSON object per line: one per operation (`"type":"operation"`, every field of
     /// [`Operation`], times in nanoseconds), then one per queue with its label and counters
-    /// (`"type":"counters"`), then one per labelled semaphore (`"type":"semaphore"`, its id
-    /// and label). For scripts.
+    /// (`"type":"counters"`), one with the device's counters (`"type":"device_counters"`),
+    /// then one per labelled semaphore (`"type":"semaphore"`, its id and label). For scripts.
     pub fn to_jsonl(&self) -> String {
         jsonl::write(self)
     }

@@ -22,6 +22,9 @@ struct Counters {
     bytes: AtomicU64,
 }
 
+/// Where a profiler reads its device's counters from (the allocator and the backend).
+pub(crate) type DeviceCounters = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+
 /// Records a device's queue operations: off by default, turned on and off at run time
 /// ([`Profiler::enable`]). [`Device::profiler`](crate::Device::profiler) is the device's own.
 ///
@@ -45,6 +48,7 @@ struct Counters {
 /// ```
 pub struct Profiler {
     device: Arc<str>,
+    device_counters: DeviceCounters,
     queue_labels: Arc<[Label]>,
     name: String,
     enabled: AtomicBool,
@@ -66,10 +70,16 @@ impl fmt::Debug for Profiler {
 }
 
 impl Profiler {
-    pub(crate) fn new(device: &str, name: &str, queue_labels: Arc<[Label]>) -> Self {
+    pub(crate) fn new(
+        device: &str,
+        name: &str,
+        queue_labels: Arc<[Label]>,
+        device_counters: DeviceCounters,
+    ) -> Self {
         let queues = queue_labels.len().max(1);
         Profiler {
             device: Arc::from(device),
+            device_counters,
             queue_labels,
             name: name.to_owned(),
             enabled: AtomicBool::new(false),
@@ -185,8 +195,20 @@ impl Profiler {
             semaphores: semaphores.into_iter().collect(),
             operations,
             counters: self.counters(),
+            device_counters: self.device_counters(),
             dropped: self.dropped.load(Ordering::Relaxed),
         }
+    }
+
+    /// The device's counters now, profiling on or off: its allocator's (`allocations`,
+    /// `bytes_in_use`, `peak_bytes_in_use`) and those its backend answers
+    /// (`pending_actions`, `reactor_wakeups`, `graph_replays`; see
+    /// [`crate::device::keys`]).
+    pub fn device_counters(&self) -> Vec<(String, u64)> {
+        (self.device_counters)()
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect()
     }
 
     /// Each queue's counters since the device was created, profiling on or off.
