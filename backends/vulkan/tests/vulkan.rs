@@ -51,7 +51,10 @@ fn device_to_device_waits_chain_without_host_wakes() {
     let Some(device) = device_or_skip("device_to_device_waits_chain_without_host_wakes") else {
         return;
     };
-    const N: u32 = 256;
+    // Each link is large enough (1 Mi elements, about a millisecond on lavapipe) that its
+    // successor is submitted while it runs even on a loaded machine: with 256 elements every
+    // link could finish before the next was submitted, and none would wait on the device.
+    const N: u32 = 1 << 20;
     const CHAIN: usize = 50;
     block_on(async {
         let kernels = StandardKernels::load(&device, &VulkanKernels)?;
