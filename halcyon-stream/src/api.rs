@@ -107,6 +107,10 @@ bitflags::bitflags! {
         const STREAM_ORDERED_ALLOC = 1 << 1;
         /// Graph capture and launch ([`StreamApi::begin_capture`] and the rest) work.
         const GRAPHS = 1 << 2;
+        /// [`StreamApi::event_elapsed_ms`] works for events created without
+        /// [`EventFlags::DISABLE_TIMING`] (`cuEventElapsedTime`, `hipEventElapsedTime`): the
+        /// stream layer then gives profiled operations device times (`device/timing.rs`).
+        const EVENT_TIMING = 1 << 3;
     }
 }
 
@@ -118,7 +122,9 @@ bitflags::bitflags! {
         /// (`CU_EVENT_BLOCKING_SYNC`). Events a completion thread waits on are created with it.
         const BLOCKING_SYNC = 1 << 0;
         /// The event records no timestamp (`CU_EVENT_DISABLE_TIMING`), which makes recording and
-        /// querying cheaper. Every event the stream layer creates has it.
+        /// querying cheaper (CUDA recommends it for events that only synchronise). Every event
+        /// the stream layer synchronises with has it; only the timing events around profiled
+        /// operations, from a pool of their own, lack it (see [`StreamApi::event_elapsed_ms`]).
         const DISABLE_TIMING = 1 << 1;
     }
 }
@@ -317,6 +323,19 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
     /// `event` (at the time of the call) completed, without involving the host. Waiting on an
     /// event never recorded does not wait. The event may be re-recorded right after the call.
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()>;
+
+    /// The time from the completion of `start`'s most recent record to that of `end`'s, in
+    /// milliseconds (`cuEventElapsedTime`, `hipEventElapsedTime`): negative if `end` completed
+    /// first. Both events must have been created without [`EventFlags::DISABLE_TIMING`] and
+    /// recorded (else the vendor's invalid-handle error, `InvalidArgument`), and their records
+    /// must have completed (else the vendor's not-ready error). The device's timer resolution
+    /// is about 0.5 µs on CUDA; an `f32` of milliseconds holds 24 significant bits, so the
+    /// answer's rounding grows with its size (about 30 ns at one second, 4 µs at 100 s).
+    /// Never blocks. Optional ([`Capabilities::EVENT_TIMING`]).
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        let _ = (start, end);
+        Err(unimplemented(&self.info().driver, "event timing"))
+    }
 
     // ---------------------------------------------------------------- host functions
 

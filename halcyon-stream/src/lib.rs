@@ -31,6 +31,12 @@
 //!   its part is in [`api`](api#status-words)): each dispatch that takes one gets its own word
 //!   in the submission's lease of the device's pinned host memory, which the kernel writes over
 //!   the bus, and dependents on every queue stay parked until the host's check passed.
+//! * **Device times** (`device/timing.rs`, `device/calibration.rs`): while a device's profiler
+//!   is on and its API has [`Capabilities::EVENT_TIMING`], each operation gets two timing events
+//!   around its work on the stream, from a pool of their own (the synchronisation events stay
+//!   timing-disabled); when it completes, their times are placed on the profile clock through
+//!   a reference event whose host time a calibration measured (within a stated error,
+//!   [`keys::TIMESTAMP_CALIBRATION_ERROR_NS`]), and recorded before its fence is settled.
 //! * **Pinned host memory**: a submission's status words, and its update or read-back bytes up
 //!   to 1 MiB, live in one lease of pooled [`MemoryPlacement::Pinned`] memory of the API, held
 //!   until the submission is settled, so its copies are plain DMAs (no staging, no host

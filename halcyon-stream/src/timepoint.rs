@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64 as StatCounter, Ordering as StatOrdering};
 use std::sync::Arc;
 
 use crate::device::pinned::HostArea;
+use crate::device::timing::TimedSpan;
 use crate::event_pool::Event;
 use crate::sync::{lock, Mutex};
 use halcyon::backend::BufferMemory;
@@ -55,6 +56,8 @@ pub(crate) struct Timepoint {
     pub(crate) error: Option<Error>,
     /// The status words of its dispatches that take one (none for most submissions).
     pub(crate) status: StatusWords,
+    /// Its timing events, if it is profiled on a device with event timing.
+    pub(crate) timing: Option<TimedSpan>,
 }
 
 /// Where a read's bytes land.
@@ -175,6 +178,7 @@ impl Timepoint {
         self.host = None;
         self.error = None;
         self.status.entries.clear();
+        self.timing = None;
     }
 }
 

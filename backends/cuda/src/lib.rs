@@ -170,6 +170,11 @@ pub struct CudaDeviceOptions {
     /// (see [`CudaApi::set_pool_release_threshold`]). Default `u64::MAX`: all of it, given back
     /// only when a plain allocation runs out of memory.
     pub pool_release_threshold: u64,
+    /// How old the reference that places the device's event timestamps on the host clock
+    /// (for profiled operations' device times) may get before a profiled operation asks for a
+    /// new one. Default 1 s. See
+    /// [`halcyon_stream::StreamDeviceOptions::timestamp_recalibration`].
+    pub timestamp_recalibration: Duration,
 }
 
 impl CudaDeviceOptions {
@@ -208,6 +213,12 @@ impl CudaDeviceOptions {
         self.pool_release_threshold = pool_release_threshold;
         self
     }
+
+    /// Sets [`CudaDeviceOptions::timestamp_recalibration`].
+    pub fn with_timestamp_recalibration(mut self, interval: Duration) -> Self {
+        self.timestamp_recalibration = interval;
+        self
+    }
 }
 
 impl Default for CudaDeviceOptions {
@@ -219,6 +230,7 @@ impl Default for CudaDeviceOptions {
             graphs: true,
             completion_spin: Duration::ZERO,
             pool_release_threshold: u64::MAX,
+            timestamp_recalibration: Duration::from_secs(1),
         }
     }
 }
@@ -294,7 +306,8 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
             .with_queue_count(options.queue_count)
             .with_completion(options.completion)
             .with_probe_interval(options.probe_interval)
-            .with_completion_spin(options.completion_spin),
+            .with_completion_spin(options.completion_spin)
+            .with_timestamp_recalibration(options.timestamp_recalibration),
     )
 }
 

@@ -312,6 +312,10 @@ driver_calls! {
     fn cuEventQuery(event: CUevent);
     /// `cuEventSynchronize`.
     fn cuEventSynchronize(event: CUevent);
+    /// `cuEventElapsedTime`: the unversioned symbol, which every driver exports (CUDA 13's
+    /// header maps the name to `cuEventElapsedTime_v2`, added in 12.8, and cudarc declares the
+    /// old one only up to 12.9; drivers keep it for binaries built against older toolkits).
+    fn cuEventElapsedTime(milliseconds: *mut f32, start: CUevent, end: CUevent);
     /// `cuLaunchHostFunc`.
     fn cuLaunchHostFunc(stream: CUstream, function: CUhostFn, user_data: *mut c_void);
     /// `cuMemAlloc` (`_v2`).

@@ -280,6 +280,11 @@ pub struct HipDeviceOptions {
     /// `true`; `false` leaves the device's scheduling alone. No effect on newer runtimes or
     /// with host callbacks. Best effort: a runtime that refuses it leaves the device polling.
     pub blocking_sync: bool,
+    /// How old the reference that places the device's event timestamps on the host clock
+    /// (for profiled operations' device times) may get before a profiled operation asks for a
+    /// new one. Default 1 s. See
+    /// [`halcyon_stream::StreamDeviceOptions::timestamp_recalibration`].
+    pub timestamp_recalibration: Duration,
 }
 
 impl HipDeviceOptions {
@@ -324,6 +329,12 @@ impl HipDeviceOptions {
         self.blocking_sync = blocking_sync;
         self
     }
+
+    /// Sets [`HipDeviceOptions::timestamp_recalibration`].
+    pub fn with_timestamp_recalibration(mut self, interval: Duration) -> Self {
+        self.timestamp_recalibration = interval;
+        self
+    }
 }
 
 /// The first HIP runtime whose `hipEventSynchronize` honours an event's
@@ -340,6 +351,7 @@ impl Default for HipDeviceOptions {
             completion_spin: Duration::ZERO,
             pool_release_threshold: u64::MAX,
             blocking_sync: true,
+            timestamp_recalibration: Duration::from_secs(1),
         }
     }
 }
@@ -378,7 +390,8 @@ impl HipDriver {
                 .with_queue_count(options.queue_count)
                 .with_completion(options.completion)
                 .with_probe_interval(options.probe_interval)
-                .with_completion_spin(options.completion_spin),
+                .with_completion_spin(options.completion_spin)
+                .with_timestamp_recalibration(options.timestamp_recalibration),
         )
     }
 }

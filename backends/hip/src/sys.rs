@@ -499,6 +499,10 @@ hip_api! {
         fn hipEventSynchronize(event: hipEvent_t) -> hipError_t;
         /// `hipError_t hipEventDestroy(hipEvent_t event)`.
         fn hipEventDestroy(event: hipEvent_t) -> hipError_t;
+        /// `hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop)`:
+        /// `hipErrorInvalidHandle` for an event created with `hipEventDisableTiming` or never
+        /// recorded, `hipErrorNotReady` while a record is pending.
+        fn hipEventElapsedTime(ms: *mut f32, start: hipEvent_t, stop: hipEvent_t) -> hipError_t;
         /// `hipError_t hipMalloc(void** ptr, size_t size)`.
         fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> hipError_t;
         /// `hipError_t hipFree(void* ptr)`.

@@ -547,3 +547,38 @@ fn large_transfers_stage_in_bounded_chunks() {
     );
     assert_eq!(after.violations, 0, "{:?}", fake().violations());
 }
+
+/// With the profiler on, a fill, a dispatch and a read on one timeline get device times
+/// within their host-observed ranges (the conformance case), from two timing events each,
+/// through the one calibration made when the device was created. No correction the stream
+/// layer made exceeds the calibration's stated error plus 2 µs (two of the fake's 0.5 µs timer
+/// ticks, the `f32` rounding and nanosecond rounding); work submitted with the profiler off
+/// records no timing event.
+#[test]
+fn profiled_operations_get_device_times() -> Result<()> {
+    use halcyon_stream::keys;
+    let device = HipDriver::with_hip(hip()).create_device_with(
+        0,
+        &HipDeviceOptions::default().with_timestamp_recalibration(Duration::from_secs(3600)),
+    )?;
+    let stat = |key| device.query(key).unwrap();
+    halcyon_conformance::cases::fill_update_copy_round_trip(&device, &FakeKernels)?;
+    halcyon_conformance::cases::saxpy_dispatch(&device, &FakeKernels)?;
+    assert_eq!(stat(keys::TIMING_EVENTS), 0, "profiler off");
+    halcyon_conformance::cases::profile_device_times(&device, &FakeKernels)?;
+    assert_eq!(stat(keys::DEVICE_TIMES), 3);
+    assert_eq!(stat(keys::DEVICE_TIMES_SKIPPED), 0);
+    assert_eq!(stat(keys::TIMING_EVENTS), 6);
+    assert_eq!(stat(keys::TIMESTAMP_CALIBRATIONS), 1);
+    let error = stat(keys::TIMESTAMP_CALIBRATION_ERROR_NS);
+    let correction = stat(keys::DEVICE_TIME_CORRECTION_MAX_NS);
+    eprintln!(
+        "hip://0: calibration error {error} ns; {} corrections, the largest {correction} ns",
+        stat(keys::DEVICE_TIME_CORRECTIONS)
+    );
+    assert!(
+        correction <= error + 2_000,
+        "a correction of {correction} ns exceeds the calibration's error ({error} ns)"
+    );
+    Ok(())
+}

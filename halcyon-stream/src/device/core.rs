@@ -17,6 +17,7 @@ use crate::device::graphs::GraphCache;
 use crate::device::memory::StreamOrder;
 use crate::device::pinned::PinnedMemory;
 use crate::device::reclaim::Reclaim;
+use crate::device::timing::Timing;
 use crate::device::CompletionStrategy;
 use crate::event_pool::{Event, EventPool};
 use crate::timeline::{EventTimeline, StreamSemaphore};
@@ -99,6 +100,9 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) name: String,
     pub(crate) queues: Vec<QueueStreams>,
     pub(crate) events: EventPool,
+    /// Device times of profiled operations, where the API has event timing (see
+    /// [`super::timing`]).
+    pub(crate) timing: Option<Timing>,
     pub(crate) timepoints: TimepointPool,
     /// Pinned host memory leased to submissions (status words, staged updates, read-backs).
     pub(crate) pinned: PinnedMemory,
@@ -134,6 +138,7 @@ impl<A: StreamApi> Core<A> {
         name: String,
         queues: Vec<QueueStreams>,
         events: EventPool,
+        timing: Option<Timing>,
         strategy: CompletionStrategy,
         probe_interval: Duration,
     ) -> Self {
@@ -148,6 +153,7 @@ impl<A: StreamApi> Core<A> {
             name,
             queues,
             events,
+            timing,
             timepoints: TimepointPool::default(),
             pinned: PinnedMemory::new(reclaim.clone()),
             streams_finished: AtomicBool::new(false),
@@ -244,6 +250,9 @@ impl<A: StreamApi> Drop for Core<A> {
             if let Some(callback) = queue.callback {
                 let _ = self.api.destroy_stream(callback);
             }
+        }
+        if let Some(timing) = &self.timing {
+            let _ = self.api.destroy_stream(timing.stream);
         }
         // Every timepoint was settled, and every stream synchronised when the device was dropped
         // (`drain`): the idle pinned buffers are unused, and the orphaned ones too (and what

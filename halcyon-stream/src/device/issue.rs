@@ -5,7 +5,8 @@
 //!    above the value (`stream_wait_event`); the action was parked until one of the two held;
 //! 2. enqueue the work's operations (resolving buffers to device addresses and keeping their
 //!    memory in the submission's timepoint);
-//! 3. record a pooled event after them;
+//! 3. record a pooled event after them (for a profiled operation, timing events of their own
+//!    before its first and after its last operation, see [`super::timing`]);
 //! 4. add `(value, event)` to the timeline of every semaphore of this device the work signals,
 //!    which releases actions parked until that value is scheduled (skipped if enqueueing failed,
 //!    so dependents wait for the failure instead of running, and skipped for a submission with
@@ -50,6 +51,7 @@ use crate::timeline::WaitSource;
 use crate::timepoint::{HostBytes, ReadInto, Timepoint};
 use halcyon::backend::reactor::Completion;
 use halcyon::backend::BufferMemory;
+use halcyon::backend::OperationTrace;
 use halcyon::backend::Work;
 use halcyon::command_buffer::{Command, Dispatch};
 use halcyon::BufferRef;
@@ -132,8 +134,21 @@ impl<A: StreamApi> Core<A> {
         // submission held is kept for the stream as when its event cannot be recorded and
         // the stream cannot be synchronised (the API, which just panicked, is not called
         // again), and the panic goes on.
+        // Only a profiled operation is timed (see `super::timing`): for any other this is the
+        // one lookup of the signal fence's first semaphore.
+        let trace = self
+            .timing
+            .as_ref()
+            .and_then(|_| OperationTrace::of(signal));
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut span = match (&self.timing, trace) {
+                (Some(timing), Some(trace)) => timing.begin(&*self.api, index, queue.stream, trace),
+                _ => None,
+            };
             let enqueued = self.enqueue(queue, &work, &mut timepoint);
+            if let Some(timing) = &self.timing {
+                timing.end(&*self.api, queue.stream, &mut span);
+            }
             let event = self
                 .events
                 .acquire()
@@ -148,9 +163,9 @@ impl<A: StreamApi> Core<A> {
                         self.name
                     ))
                 });
-            (enqueued, event)
+            (enqueued, span, event)
         }));
-        let (enqueued, event) = match recorded {
+        let (enqueued, span, event) = match recorded {
             Ok(recorded) => recorded,
             Err(panic) => {
                 if let Some(host) = timepoint.host.take() {
@@ -198,6 +213,7 @@ impl<A: StreamApi> Core<A> {
         timepoint.inputs = inputs;
         timepoint.work = Some(work);
         timepoint.error = enqueued.err();
+        timepoint.timing = span;
         let id = self.register(timepoint);
         self.track(index, id, event);
         // Stream-ordered frees that found the stream busy with an issue (this one or another):

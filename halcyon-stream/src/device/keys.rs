@@ -1,9 +1,9 @@
 //! Query keys a stream device answers through [`halcyon::Device::query`], besides the standard
-//! [`halcyon::device::keys`]: counters of how waits were satisfied, how submissions completed, and
-//! what the event and timepoint pools did.
+//! [`halcyon::device::keys`]: counters of how waits were satisfied, how submissions completed,
+//! what the event and timepoint pools did, and how profiled operations got their device times.
 //!
-//! Each key is typed by its answer (all counters, `u64`); [`names`] holds the names the stream
-//! device matches.
+//! Each key is typed by its answer (all `u64`: counters, and two durations in nanoseconds);
+//! [`names`] holds the names the stream device matches.
 
 use halcyon::device::Key;
 
@@ -75,6 +75,41 @@ pub const PINNED_ALLOCATED: Key<u64> = Key::new(names::PINNED_ALLOCATED);
 /// reference went while a submission was settled (both may wait for the device; completion
 /// paths must not).
 pub const DEFERRED_FREES: Key<u64> = Key::new(names::DEFERRED_FREES);
+/// Timing events recorded around profiled operations: two per operation, none while the
+/// profiler is off, none on an API without [`Capabilities::EVENT_TIMING`]. They come from a
+/// pool of their own, created without [`EventFlags::DISABLE_TIMING`]; calibrations' records
+/// are not counted here.
+///
+/// [`Capabilities::EVENT_TIMING`]: crate::Capabilities::EVENT_TIMING
+/// [`EventFlags::DISABLE_TIMING`]: crate::EventFlags::DISABLE_TIMING
+pub const TIMING_EVENTS: Key<u64> = Key::new(names::TIMING_EVENTS);
+/// Timing events the timing pool created (for profiled operations and calibrations; apart
+/// from [`EVENTS_CREATED`], the synchronisation events').
+pub const TIMING_EVENTS_CREATED: Key<u64> = Key::new(names::TIMING_EVENTS_CREATED);
+/// Profiled operations given device times (from their timing events).
+pub const DEVICE_TIMES: Key<u64> = Key::new(names::DEVICE_TIMES);
+/// Profiled operations left with host times only: a timing event could not be recorded or
+/// measured, the operation failed on the device, or no reference of the device's clock was
+/// recent enough when it completed.
+pub const DEVICE_TIMES_SKIPPED: Key<u64> = Key::new(names::DEVICE_TIMES_SKIPPED);
+/// Device times moved into what the host observed (not before the operation was issued or
+/// the previous one on its stream ended, not after the host saw it complete): the measured
+/// time was off by more than rounding.
+pub const DEVICE_TIME_CORRECTIONS: Key<u64> = Key::new(names::DEVICE_TIME_CORRECTIONS);
+/// The largest of those corrections, in nanoseconds. Beyond the calibration error plus a
+/// microsecond or so of timer resolution, the calibration would be wrong.
+pub const DEVICE_TIME_CORRECTION_MAX_NS: Key<u64> = Key::new(names::DEVICE_TIME_CORRECTION_MAX_NS);
+/// Calibrations of the device's clock against the host's made so far (one when the device is
+/// created, then one whenever a profiled operation finds the reference older than
+/// `StreamDeviceOptions::timestamp_recalibration`).
+pub const TIMESTAMP_CALIBRATIONS: Key<u64> = Key::new(names::TIMESTAMP_CALIBRATIONS);
+/// The current calibration's error bound in nanoseconds: the round trip from just before its
+/// reference event was recorded to just after the host saw it complete. Device times are late
+/// by at most this, plus the timer's resolution (about 0.5 µs on CUDA) and the rounding of
+/// the `f32` milliseconds the API reports (below 0.15 µs within a reference's 4 s). Not
+/// answered by a device without event timing, nor before a calibration succeeded.
+pub const TIMESTAMP_CALIBRATION_ERROR_NS: Key<u64> =
+    Key::new(names::TIMESTAMP_CALIBRATION_ERROR_NS);
 
 /// The keys' names, as the stream device matches them.
 pub mod names {
@@ -136,4 +171,20 @@ pub mod names {
     pub const PINNED_ALLOCATED: &str = "stream.pinned_allocated";
     /// The name of [`DEFERRED_FREES`](super::DEFERRED_FREES).
     pub const DEFERRED_FREES: &str = "stream.deferred_frees";
+    /// The name of [`TIMING_EVENTS`](super::TIMING_EVENTS).
+    pub const TIMING_EVENTS: &str = "stream.timing_events";
+    /// The name of [`TIMING_EVENTS_CREATED`](super::TIMING_EVENTS_CREATED).
+    pub const TIMING_EVENTS_CREATED: &str = "stream.timing_events_created";
+    /// The name of [`DEVICE_TIMES`](super::DEVICE_TIMES).
+    pub const DEVICE_TIMES: &str = "stream.device_times";
+    /// The name of [`DEVICE_TIMES_SKIPPED`](super::DEVICE_TIMES_SKIPPED).
+    pub const DEVICE_TIMES_SKIPPED: &str = "stream.device_times_skipped";
+    /// The name of [`DEVICE_TIME_CORRECTIONS`](super::DEVICE_TIME_CORRECTIONS).
+    pub const DEVICE_TIME_CORRECTIONS: &str = "stream.device_time_corrections";
+    /// The name of [`DEVICE_TIME_CORRECTION_MAX_NS`](super::DEVICE_TIME_CORRECTION_MAX_NS).
+    pub const DEVICE_TIME_CORRECTION_MAX_NS: &str = "stream.device_time_correction_max_ns";
+    /// The name of [`TIMESTAMP_CALIBRATIONS`](super::TIMESTAMP_CALIBRATIONS).
+    pub const TIMESTAMP_CALIBRATIONS: &str = "stream.timestamp_calibrations";
+    /// The name of [`TIMESTAMP_CALIBRATION_ERROR_NS`](super::TIMESTAMP_CALIBRATION_ERROR_NS).
+    pub const TIMESTAMP_CALIBRATION_ERROR_NS: &str = "stream.timestamp_calibration_error_ns";
 }

@@ -21,6 +21,7 @@
 //! | buffer memory                          | one `allocate` per buffer; host-visible where the API maps it; freed on the device's reclaimer thread when the last reference goes while a submission is settled or while work is in flight (a free may wait for the device), at once otherwise |
 //! | queue `alloca` / release of its memory | `allocate_async` / `free_async` on the queue's stream (stream-ordered pools), else the core's pool |
 //! | executable                             | `load_module` + `get_function` per entry point          |
+//! | profiled operation's device start / end | timing events (no `DISABLE_TIMING`, a pool of their own) recorded before and after its work, placed on the host clock through a calibrated reference when it completes (see `timing.rs`, `calibration.rs`); where the API has [`Capabilities::EVENT_TIMING`] |
 //!
 //! Resource lifetime: a submission's in-flight record ([`crate`]'s timepoint) holds its
 //! command list (and so its buffers and executables), the buffer memory it addresses and its
@@ -33,6 +34,7 @@
 //! the loom models do not cover. The timeline and event-pool logic they drive uses
 //! `crate::sync` and is model-checked (`testing/loom/tests/stream.rs`).
 
+mod calibration;
 mod completion;
 pub(crate) mod core;
 mod executable;
@@ -43,6 +45,7 @@ mod memory;
 pub(crate) mod pinned;
 mod reclaim;
 mod settle;
+pub(crate) mod timing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -61,11 +64,13 @@ use halcyon::Semaphore;
 use halcyon::{BufferParams, MemoryType};
 use halcyon::{Error, Result, StatusCode};
 
+use self::calibration::Calibrator;
 use self::completion::{completion_thread, Fifo, ProbeParker};
 use self::core::{Core, QueueStreams, Stats};
 use self::executable::StreamExecutable;
 use self::memory::StreamMemory;
 use self::reclaim::Reclaimed;
+use self::timing::Timing;
 
 /// How a [`StreamDevice`] observes completions (see the completion module docs in the source).
 ///
@@ -107,6 +112,13 @@ pub struct StreamDeviceOptions {
     /// their synchronisation spins (CUDA's default `CU_CTX_SCHED_AUTO`). Ignored with host
     /// callbacks.
     pub completion_spin: Duration,
+    /// Where the API has [`Capabilities::EVENT_TIMING`]: how old the reference that places
+    /// the device's timestamps on the host clock may get before a profiled operation asks the
+    /// device's clock thread for a new one (default 1 s; see `calibration.rs`). Shorter
+    /// bounds the drift between the device's and the host's clocks more tightly, for one
+    /// record-and-poll round trip per interval of profiling. A reference older than four
+    /// intervals (at least 4 s) is not used.
+    pub timestamp_recalibration: Duration,
 }
 
 impl StreamDeviceOptions {
@@ -139,6 +151,12 @@ impl StreamDeviceOptions {
         self.completion_spin = completion_spin;
         self
     }
+
+    /// Sets [`StreamDeviceOptions::timestamp_recalibration`].
+    pub fn with_timestamp_recalibration(mut self, interval: Duration) -> Self {
+        self.timestamp_recalibration = interval;
+        self
+    }
 }
 
 impl Default for StreamDeviceOptions {
@@ -149,6 +167,7 @@ impl Default for StreamDeviceOptions {
             completion: CompletionStrategy::default(),
             probe_interval: Duration::from_millis(10),
             completion_spin: Duration::ZERO,
+            timestamp_recalibration: Duration::from_secs(1),
         }
     }
 }
@@ -181,6 +200,9 @@ pub struct StreamDevice<A: StreamApi> {
     /// Makes the frees and module unloads deferred while submissions are settled or in flight
     /// (see `reclaim.rs`).
     reclaimer: Option<std::thread::JoinHandle<()>>,
+    /// Recalibrates the device's clock on request (see `calibration.rs`), where the API has
+    /// event timing.
+    clock: Option<std::thread::JoinHandle<()>>,
     core: Arc<Core<A>>,
     info: DeviceInfo,
 }
@@ -255,6 +277,22 @@ impl<A: StreamApi> StreamDevice<A> {
             api: api.clone(),
             flags,
         }));
+        // Timing events (for profiled operations and calibrations) are created with timing,
+        // and without blocking sync: nothing blocks on them, a calibration polls.
+        let timing = match (
+            &created,
+            api_info.capabilities.contains(Capabilities::EVENT_TIMING),
+        ) {
+            (Ok(()), true) => api.create_stream().ok().map(|stream| {
+                let events = EventPool::new(Box::new(ApiEvents {
+                    api: api.clone(),
+                    flags: EventFlags::empty(),
+                }));
+                let calibrator = Calibrator::new(options.timestamp_recalibration);
+                Timing::new(queues.len(), events, stream, calibrator)
+            }),
+            _ => None,
+        };
         // From here on, dropping the core destroys the streams created so far.
         let core = Arc::new(Core::new(
             api,
@@ -262,6 +300,7 @@ impl<A: StreamApi> StreamDevice<A> {
             id.clone(),
             queues,
             events,
+            timing,
             strategy,
             options.probe_interval,
         ));
@@ -280,6 +319,7 @@ impl<A: StreamApi> StreamDevice<A> {
             reactor: Some(reactor),
             completers: Vec::new(),
             reclaimer: None,
+            clock: None,
             core: core.clone(),
             info: DeviceInfo::new(
                 id.clone(),
@@ -294,7 +334,10 @@ impl<A: StreamApi> StreamDevice<A> {
                 ),
                 api_info.driver.clone(),
             )
-            .with_features(DeviceFeatures::empty()),
+            .with_features(match core.timing {
+                Some(_) => DeviceFeatures::PROFILING,
+                None => DeviceFeatures::empty(),
+            }),
         };
         let (api, reclaim) = (core.api.clone(), core.reclaim.clone());
         let reclaimer = std::thread::Builder::new()
@@ -316,6 +359,34 @@ impl<A: StreamApi> StreamDevice<A> {
                 )
             })?;
         device.reclaimer = Some(reclaimer);
+        if let Some(timing) = &core.timing {
+            // The first reference, here (device creation is no hot path), so the first
+            // profiled operations find one. Failing, the first profiled one asks again.
+            let _ = timing
+                .calibrator
+                .calibrate(&*core.api, &timing.events, timing.stream);
+            let thread_core = core.clone();
+            let clock = std::thread::Builder::new()
+                .name(format!(
+                    "halcyon-{}{}-clock",
+                    api_info.driver, options.index
+                ))
+                .spawn(move || {
+                    thread_core.api.adopt_thread();
+                    if let Some(timing) = &thread_core.timing {
+                        let api = &*thread_core.api;
+                        timing.calibrator.run(api, &timing.events, timing.stream);
+                    }
+                })
+                .map_err(|e| {
+                    Error::with_source(
+                        StatusCode::ResourceExhausted,
+                        format!("{id}: cannot spawn the thread that calibrates its clock"),
+                        e,
+                    )
+                })?;
+            device.clock = Some(clock);
+        }
         if strategy == CompletionStrategy::CompletionThread {
             for index in 0..core.queues.len() {
                 let thread_core = core.clone();
@@ -349,6 +420,15 @@ impl<A: StreamApi> Drop for StreamDevice<A> {
     fn drop(&mut self) {
         // Stop the reactor first: pending actions fail (Aborted), and nothing new is issued.
         drop(self.reactor.take());
+        // The clock thread ends once it made the calibration under way, if any.
+        if let Some(timing) = &self.core.timing {
+            timing.calibrator.stop();
+        }
+        if let Some(thread) = self.clock.take() {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
         // Let the streams finish what was issued, stop the completion threads, and settle
         // whatever is left (callbacks posted after the reactor stopped were dropped unrun).
         self.core.drain();
@@ -394,6 +474,10 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         let stat = |c: &AtomicU64| c.load(Ordering::Relaxed) as i64;
         let reactor = || self.reactor.as_ref().map(|r| r.handle().stats());
         let events = || core.events.stats();
+        // A device without event timing answers its counters with 0.
+        let timing = |counter: fn(&timing::TimingStats) -> &AtomicU64| {
+            core.timing.as_ref().map_or(0, |t| stat(counter(&t.stats)))
+        };
         Some(match key {
             device_keys::names::CONCURRENCY => i64::from(core.api.info().concurrency),
             device_keys::names::BINDING_ALIGNMENT => core.api.info().binding_alignment as i64,
@@ -432,6 +516,22 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::names::TIMEPOINTS_ACQUIRED => core.timepoints.stats().1 as i64,
             keys::names::REACTOR_WAKEUPS => reactor()?.wakeups as i64,
             keys::names::REACTOR_POLLS => reactor()?.polls as i64,
+            keys::names::TIMING_EVENTS => timing(|s| &s.timing_events),
+            keys::names::TIMING_EVENTS_CREATED => {
+                core.timing.as_ref().map_or(0, |t| t.events.stats().created) as i64
+            }
+            keys::names::DEVICE_TIMES => timing(|s| &s.device_times),
+            keys::names::DEVICE_TIMES_SKIPPED => timing(|s| &s.skipped),
+            keys::names::DEVICE_TIME_CORRECTIONS => timing(|s| &s.corrections),
+            keys::names::DEVICE_TIME_CORRECTION_MAX_NS => timing(|s| &s.correction_max_ns),
+            keys::names::TIMESTAMP_CALIBRATIONS => {
+                core.timing
+                    .as_ref()
+                    .map_or(0, |t| t.calibrator.calibrations()) as i64
+            }
+            keys::names::TIMESTAMP_CALIBRATION_ERROR_NS => {
+                i64::try_from(core.timing.as_ref()?.calibrator.error_ns()?).unwrap_or(i64::MAX)
+            }
             _ => return None,
         })
     }

@@ -1,6 +1,7 @@
 //! Settling a submission once its event completed or failed, and the fault probe.
 //!
 //! [`Core::complete`] takes the submission out of flight (a no-op if another path did), then
+//! places a profiled operation's device times in its record (see [`super::timing`]), then
 //! decides its outcome: the event's status (its work's error, or the sticky device error), an
 //! error from enqueueing part of it, a failed semaphore it waited on natively, a nonzero status
 //! word of one of its dispatches (written into the submission's pinned lease before the event
@@ -72,6 +73,23 @@ impl<A: StreamApi> Core<A> {
         // work (a device dropped before its stream finished it, or an event error that may not
         // have stopped the device): then its pinned lease must never be reused.
         let stream_done = status.is_ok();
+        // Device times go into the operation's record before its fence is settled (so device
+        // end ≤ completed); its timing events completed before its completion event did. On an
+        // API that reports a stream's error at its next record (the host stream API), they
+        // captured the work's error (or a failed stream wait's) instead of the completion
+        // event: their status counts too.
+        let status = match (&self.timing, timepoint.timing.take()) {
+            (Some(timing), Some(span)) if stream_done => {
+                let captured = span.status(&*self.api);
+                timing.settle(&*self.api, timepoint.queue, span);
+                captured
+            }
+            (Some(timing), Some(span)) => {
+                timing.abandon(span);
+                status
+            }
+            _ => status,
+        };
         let mut result = status.and_then(|()| timepoint.error.take().map_or(Ok(()), Err));
         if result.is_ok() {
             // A failure after the value was reached is a later operation's: the input was whole.

@@ -148,6 +148,7 @@ macro_rules! conformance_tests {
             binding_table_replay,
             // profiles
             profile_records_every_operation,
+            profile_device_times,
             // random programs checked against a model
             random_programs,
             // random byte-granular transfers on one timeline checked against a byte model

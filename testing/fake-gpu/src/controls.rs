@@ -11,7 +11,7 @@ use crate::model::alloc::set_offset_mapped;
 use crate::model::contract::{set_record_only, sticky, violations};
 use crate::model::driver::{
     device_count, driver, CAPTURES_INVALIDATED, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN,
-    KERNELS_RUN,
+    KERNELS_RUN, TIMED_RECORDS,
 };
 use crate::model::memory::memory;
 use crate::FakeStats;
@@ -47,6 +47,7 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             allocations,
             largest_pinned,
             kernels_run: KERNELS_RUN.load(Ordering::Relaxed),
+            timed_records: TIMED_RECORDS.load(Ordering::Relaxed),
             host_funcs_run: HOST_FUNCS_RUN.load(Ordering::Relaxed),
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
             captures_invalidated: CAPTURES_INVALIDATED.load(Ordering::Relaxed),

@@ -123,6 +123,9 @@ pub struct FakeStats {
     pub largest_pinned: u64,
     /// Kernels run.
     pub kernels_run: u64,
+    /// Records of timing events (created without `CU_EVENT_DISABLE_TIMING` /
+    /// `hipEventDisableTiming`) made outside captures.
+    pub timed_records: u64,
     /// Host functions run.
     pub host_funcs_run: u64,
     /// Graphs launched.

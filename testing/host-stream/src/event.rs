@@ -9,13 +9,20 @@
 //! semantics): the wait ends when *its* generation completes and gets *that* generation's
 //! outcome, even if the event was re-recorded (say, after the stream layer returned it to its
 //! pool) and a later record completed first, failed or not.
+//!
+//! An event created without [`EventFlags::DISABLE_TIMING`] also keeps the [`Instant`] at which
+//! the stream completed its newest record: [`elapsed_ms`] answers the time between two of them,
+//! as `cuEventElapsedTime` does, refusing the same events CUDA refuses.
+//!
+//! [`EventFlags::DISABLE_TIMING`]: halcyon_stream::EventFlags::DISABLE_TIMING
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use crate::control::Control;
-use halcyon::Error;
+use halcyon::{Error, Result, StatusCode};
 
 #[derive(Default)]
 struct State {
@@ -24,6 +31,8 @@ struct State {
     completed: u64,
     /// The error of record `completed`, if its work failed.
     status: Option<Error>,
+    /// When the stream completed record `completed` (timing events only).
+    completed_at: Option<Instant>,
     /// Generations that live [`Ticket`]s wait for: how many, and the outcome once completed.
     awaited: BTreeMap<u64, Awaited>,
 }
@@ -51,19 +60,29 @@ pub(crate) enum Waited {
     Abandoned,
 }
 
-/// One event (see the [module docs](self)). Whatever its [`EventFlags`], it never records
-/// timing and a synchronisation always sleeps in the OS (the `BLOCKING_SYNC` behaviour).
+/// One event (see the [module docs](self)). Whatever its [`EventFlags`], a synchronisation
+/// always sleeps in the OS (the `BLOCKING_SYNC` behaviour).
 ///
 /// [`EventFlags`]: halcyon_stream::EventFlags
 #[derive(Default)]
 pub(crate) struct HostEvent {
     state: Mutex<State>,
     changed: Condvar,
+    /// Created without `DISABLE_TIMING`: its records keep their completion time.
+    pub(crate) timing: bool,
 }
 
 impl HostEvent {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new event, never recorded; `timing`: created without `DISABLE_TIMING`.
+    pub(crate) fn new(timing: bool) -> Self {
+        HostEvent {
+            timing,
+            ..HostEvent::default()
+        }
     }
 
     /// A record is being enqueued: its generation.
@@ -75,6 +94,7 @@ impl HostEvent {
 
     /// A stream reached record `generation`; `error` is its work's failure.
     pub(crate) fn complete(&self, generation: u64, error: Option<Error>) {
+        let now = self.timing.then(Instant::now);
         let mut state = self.lock();
         if let Some(awaited) = state.awaited.get_mut(&generation) {
             awaited.outcome = Some(error.clone());
@@ -82,6 +102,7 @@ impl HostEvent {
         if generation > state.completed {
             state.completed = generation;
             state.status = error;
+            state.completed_at = now;
         }
         drop(state);
         self.changed.notify_all();
@@ -117,6 +138,37 @@ impl HostEvent {
         match &state.status {
             Some(error) => Err(error.clone()),
             None => Ok(true),
+        }
+    }
+
+    /// When the newest record completed: `InvalidArgument` for an event without timing or
+    /// never recorded (CUDA's `CUDA_ERROR_INVALID_HANDLE`), `Unavailable` while the record is
+    /// pending (`CUDA_ERROR_NOT_READY`).
+    fn completed_at(&self, which: &str) -> Result<Instant> {
+        let refused = |why: &str| {
+            Error::new(
+                StatusCode::InvalidArgument,
+                format!("host stream API: event_elapsed_ms: the {which} event {why}"),
+            )
+        };
+        if !self.timing {
+            return Err(refused(
+                "was created with EventFlags::DISABLE_TIMING (CUDA_ERROR_INVALID_HANDLE)",
+            ));
+        }
+        let state = self.lock();
+        if state.recorded == 0 {
+            return Err(refused("was never recorded (CUDA_ERROR_INVALID_HANDLE)"));
+        }
+        match (state.completed >= state.recorded, state.completed_at) {
+            (true, Some(at)) => Ok(at),
+            _ => Err(Error::new(
+                StatusCode::Unavailable,
+                format!(
+                    "host stream API: event_elapsed_ms: the {which} event's record has not \
+                     completed (CUDA_ERROR_NOT_READY)"
+                ),
+            )),
         }
     }
 
@@ -169,4 +221,17 @@ impl Drop for Ticket {
             }
         }
     }
+}
+
+/// The milliseconds from `start`'s newest record's completion to `end`'s (negative if `end`
+/// completed first), as `cuEventElapsedTime` answers them; see [`HostEvent::completed_at`] for
+/// the events it refuses.
+pub(crate) fn elapsed_ms(start: &HostEvent, end: &HostEvent) -> Result<f32> {
+    // One lock at a time: `start` and `end` may be the same event.
+    let (from, to) = (start.completed_at("start")?, end.completed_at("end")?);
+    let ms = match to.checked_duration_since(from) {
+        Some(forward) => forward.as_secs_f64() * 1e3,
+        None => -(from.duration_since(to).as_secs_f64() * 1e3),
+    };
+    Ok(ms as f32)
 }

@@ -8,7 +8,8 @@
 //! | stream API            | host implementation                                           |
 //! |-----------------------|---------------------------------------------------------------|
 //! | stream                | a thread with an in-order operation queue                     |
-//! | event                 | record/completion generations and a condition variable        |
+//! | event                 | record/completion generations and a condition variable; without `DISABLE_TIMING`, the `Instant` its newest record completed |
+//! | event elapsed time    | the difference of two such `Instant`s, in `f32` milliseconds    |
 //! | stream waits event    | an operation blocking that stream's thread on the event       |
 //! | host function         | an operation calling the closure on the stream's thread        |
 //! | device memory         | zeroed, 256-byte aligned heap allocations; pointer = address (every placement, `Pinned` included, is host memory) |
@@ -104,6 +105,7 @@ pub(crate) struct Counters {
     discarded: AtomicU64,
     host_funcs: AtomicU64,
     records: AtomicU64,
+    timed_records: AtomicU64,
     stream_waits: AtomicU64,
     launches: AtomicU64,
     graph_launches: AtomicU64,
@@ -128,6 +130,9 @@ pub struct HostApiStats {
     pub host_funcs: u64,
     /// Event records enqueued.
     pub records: u64,
+    /// Of those, records of events created without `EventFlags::DISABLE_TIMING` (timing
+    /// events).
+    pub timed_records: u64,
     /// Stream-waits-event enqueued.
     pub stream_waits: u64,
     /// Kernel launches enqueued.
@@ -412,6 +417,7 @@ impl HostStreamApi {
             discarded: stat(&s.discarded),
             host_funcs: stat(&s.host_funcs),
             records: stat(&s.records),
+            timed_records: stat(&s.timed_records),
             stream_waits: stat(&s.stream_waits),
             launches: stat(&s.launches),
             graph_launches: stat(&s.graph_launches),

@@ -29,7 +29,8 @@ unsafe impl StreamApi for HostStreamApi {
             name: "host threads (one thread per stream)".into(),
             capabilities: Capabilities::HOST_FUNC
                 | Capabilities::STREAM_ORDERED_ALLOC
-                | Capabilities::GRAPHS,
+                | Capabilities::GRAPHS
+                | Capabilities::EVENT_TIMING,
             binding_alignment: 4,
             concurrency: 1,
             memory_bytes: None,
@@ -72,11 +73,12 @@ unsafe impl StreamApi for HostStreamApi {
         shared.stream(stream)?.synchronize(shared)
     }
 
-    fn create_event(&self, _flags: EventFlags) -> Result<EventHandle> {
+    fn create_event(&self, flags: EventFlags) -> Result<EventHandle> {
         let shared = self.shared();
         shared.control.check()?;
         let id = shared.id();
-        lock(&shared.events).insert(id, Arc::new(HostEvent::default()));
+        let timing = !flags.contains(EventFlags::DISABLE_TIMING);
+        lock(&shared.events).insert(id, Arc::new(HostEvent::new(timing)));
         Ok(EventHandle(id))
     }
 
@@ -96,6 +98,9 @@ unsafe impl StreamApi for HostStreamApi {
         self.not_capturing(stream, "an event record")?;
         let event = shared.event(event)?;
         shared.stats.bump(&shared.stats.records);
+        if event.timing {
+            shared.stats.bump(&shared.stats.timed_records);
+        }
         shared.stream(stream)?.push(|| {
             let generation = event.next_record();
             Op::Record(event, generation)
@@ -122,6 +127,13 @@ unsafe impl StreamApi for HostStreamApi {
                 ))
             }),
         }
+    }
+
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        let shared = self.shared();
+        shared.control.check()?;
+        let (start, end) = (shared.event(start)?, shared.event(end)?);
+        crate::event::elapsed_ms(&start, &end)
     }
 
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {

@@ -438,3 +438,51 @@ fn host_callbacks_need_host_functions() {
     .unwrap();
     assert!(buffer.map_read(..).unwrap().iter().all(|&b| b == 4));
 }
+
+/// The host stream API's elapsed time refuses what CUDA refuses: events created with
+/// `DISABLE_TIMING` or never recorded (`InvalidArgument`), records still pending
+/// (`Unavailable`); between completed timing events it is signed.
+#[test]
+fn elapsed_time_needs_completed_timing_events() -> Result<()> {
+    let api = HostStreamApi::new();
+    let stream = api.create_stream()?;
+    let untimed = api.create_event(EventFlags::DISABLE_TIMING)?;
+    let (first, second) = (
+        api.create_event(EventFlags::empty())?,
+        api.create_event(EventFlags::BLOCKING_SYNC)?,
+    );
+    assert_error(
+        api.event_elapsed_ms(first, second),
+        StatusCode::InvalidArgument,
+        &["never recorded"],
+    );
+    api.record_event(untimed, stream)?;
+    api.synchronize_event(untimed)?;
+    assert_error(
+        api.event_elapsed_ms(untimed, untimed),
+        StatusCode::InvalidArgument,
+        &["DISABLE_TIMING"],
+    );
+    {
+        let _hold = api.hold();
+        api.record_event(first, stream)?;
+        api.record_event(second, stream)?;
+        assert_error(
+            api.event_elapsed_ms(first, second),
+            StatusCode::Unavailable,
+            &["not completed"],
+        );
+    }
+    api.synchronize_event(second)?;
+    let forward = api.event_elapsed_ms(first, second)?;
+    let backward = api.event_elapsed_ms(second, first)?;
+    assert!(
+        forward >= 0.0 && backward == -forward,
+        "{forward} {backward}"
+    );
+    assert_eq!(api.event_elapsed_ms(first, first)?, 0.0);
+    for event in [untimed, first, second] {
+        api.destroy_event(event)?;
+    }
+    api.destroy_stream(stream)
+}

@@ -18,6 +18,7 @@
 //! | `query_event`                       | `cuEventQuery`: success → `true`, `CUDA_ERROR_NOT_READY` → `false`, else the error |
 //! | `synchronize_event`                 | `cuEventSynchronize`                                           |
 //! | `stream_wait_event`                 | `cuStreamWaitEvent(stream, event, 0)`                          |
+//! | `event_elapsed_ms`                  | `cuEventElapsedTime` (events without `CU_EVENT_DISABLE_TIMING`; `EVENT_TIMING` always advertised) |
 //! | `launch_host_func`                  | `cuLaunchHostFunc` with an `extern "C"` trampoline (`src/callback.rs`); refused on a capturing stream (one-shot closures cannot be replayed) |
 //! | `allocate(Device)`                  | `cuMemAlloc`; out of memory: the API's pool trimmed (`cuMemPoolTrimTo(pool, 0)`) and tried once more, as for module loading and graph instantiation |
 //! | `allocate(HostVisible)`             | `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; host pointer = the same address (needs concurrent managed access) |
@@ -245,7 +246,7 @@ impl CudaApi {
             }
         };
         // GRAPHS only on request (enable_graphs).
-        let mut capabilities = Capabilities::HOST_FUNC;
+        let mut capabilities = Capabilities::HOST_FUNC | Capabilities::EVENT_TIMING;
         if attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) == 1 {
             capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
         }
@@ -465,6 +466,10 @@ unsafe impl StreamApi for CudaApi {
 
     fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
         CudaApi::stream_wait_event(self, s, e)
+    }
+
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        CudaApi::event_elapsed_ms(self, start, end)
     }
 
     fn launch_host_func(&self, s: StreamHandle, func: HostFunc) -> Result<()> {

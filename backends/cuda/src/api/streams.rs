@@ -172,6 +172,19 @@ impl CudaApi {
         })
     }
 
+    pub(super) fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        let _bound = self.bind()?;
+        let (first, second) = (self.live_event(start)?, self.live_event(end)?);
+        let mut ms = 0.0f32;
+        check(
+            // SAFETY: a valid out-pointer for one float; live events of this context, held for
+            // the call. The driver refuses events without timing or not yet complete.
+            unsafe { sys::cuEventElapsedTime(&mut ms, first.raw(), second.raw()) },
+            || format!("cuEventElapsedTime({start:?}, {end:?})"),
+        )?;
+        Ok(ms)
+    }
+
     pub(super) fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (live, event) = (self.enqueue_stream(s)?, self.live_event(e)?);

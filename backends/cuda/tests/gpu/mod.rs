@@ -17,6 +17,8 @@ use halcyon_stream::{
 
 use super::common;
 
+mod timing;
+
 /// The including crate's driver preparation: `false` (the reason printed) to skip.
 fn prepared(test: &str) -> bool {
     match super::prepare_driver() {

@@ -8,9 +8,10 @@
 //! | adopt a thread                   | `hipSetDevice(index)`, kept                                  |
 //! | stream                           | `hipStreamCreateWithFlags(hipStreamNonBlocking)` / `hipStreamDestroy` |
 //! | synchronize stream               | `hipStreamSynchronize`                                       |
-//! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)`: the *shared* HIP event; for [`EventFlags::BLOCKING_SYNC`] also a *private* one, `hipEventCreateWithFlags(hipEventBlockingSync)` (that flag alone), because HIP holds an event's lock for the whole of `hipEventSynchronize` (see [Events](#events)) / `hipEventDestroy` of each |
+//! | event                            | `hipEventCreateWithFlags(hipEventDisableTiming)` (`hipEventDefault` for an event without [`EventFlags::DISABLE_TIMING`], a timing event): the *shared* HIP event; for [`EventFlags::BLOCKING_SYNC`] also a *private* one, `hipEventCreateWithFlags(hipEventBlockingSync)` (that flag alone), because HIP holds an event's lock for the whole of `hipEventSynchronize` (see [Events](#events)) / `hipEventDestroy` of each |
 //! | record / query / synchronize     | `hipEventRecord` of the shared event, then of the private one on the same stream (a failure of the second is the call's error) / `hipEventQuery` of the shared one (`hipErrorNotReady` → pending) / `hipEventSynchronize` of the private one (of the shared one without a private one, or while the private one missed the last record), so that a thread blocked there never holds the lock a query or stream wait needs |
 //! | stream waits event               | `hipStreamWaitEvent(stream, shared event, 0)`                |
+//! | event elapsed time               | `hipEventElapsedTime` of the shared events (created without `hipEventDisableTiming` for events without [`EventFlags::DISABLE_TIMING`]); `EVENT_TIMING` always advertised |
 //! | host function                    | `hipLaunchHostFunc` if exported, else `hipStreamAddCallback` (HIP 5.2) |
 //! | device memory                    | `hipMalloc` (out of memory: the API's pool trimmed, `hipMemPoolTrimTo(pool, 0)`, and tried once more) / `hipFree` |
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
@@ -282,7 +283,7 @@ impl HipStreamApi {
             other => other,
         };
         // HIP 5.2 has no hipLaunchHostFunc, but hipStreamAddCallback is always there.
-        let mut capabilities = Capabilities::HOST_FUNC;
+        let mut capabilities = Capabilities::HOST_FUNC | Capabilities::EVENT_TIMING;
         if hip.has_stream_ordered_alloc()
             && attribute(sys::hipDeviceAttributeMemoryPoolsSupported) == Some(1)
         {
@@ -428,6 +429,10 @@ unsafe impl StreamApi for HipStreamApi {
 
     fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
         HipStreamApi::stream_wait_event(self, stream, event)
+    }
+
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        HipStreamApi::event_elapsed_ms(self, start, end)
     }
 
     fn launch_host_func(&self, stream: StreamHandle, func: HostFunc) -> Result<()> {

@@ -243,6 +243,18 @@ impl HipStreamApi {
         unsafe { self.hip.event_synchronize(event.events.to_synchronize()) }
     }
 
+    /// [`StreamApi::event_elapsed_ms`](super::StreamApi::event_elapsed_ms).
+    pub(super) fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        let (start, end) = (self.event(start)?, self.event(end)?);
+        let _bound = self.bind()?;
+        // SAFETY: live events, held for the call. The shared HIP events: the ones recorded
+        // first, and whose locks no synchronisation holds (HIP takes the lock of each).
+        unsafe {
+            self.hip
+                .event_elapsed_time(start.events.shared(), end.events.shared())
+        }
+    }
+
     /// [`StreamApi::stream_wait_event`](super::StreamApi::stream_wait_event).
     pub(super) fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()> {
         let (stream, event) = (self.stream(stream)?, self.event(event)?);

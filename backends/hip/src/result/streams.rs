@@ -147,6 +147,21 @@ impl Hip {
         self.check(e, || "hipEventSynchronize".into())
     }
 
+    /// `hipEventElapsedTime`: the milliseconds from `start`'s latest record to `stop`'s.
+    ///
+    /// # Safety
+    /// `start` and `stop` are live events of this runtime.
+    pub unsafe fn event_elapsed_time(
+        self,
+        start: sys::hipEvent_t,
+        stop: sys::hipEvent_t,
+    ) -> Result<f32> {
+        let mut ms = 0.0f32;
+        // SAFETY: guaranteed by the caller; the out-pointer is valid for one float.
+        let e = unsafe { (self.api.hipEventElapsedTime)(&mut ms, start, stop) };
+        self.check(e, || "hipEventElapsedTime".into()).map(|()| ms)
+    }
+
     /// `hipEventDestroy`.
     ///
     /// # Safety

@@ -10,6 +10,8 @@ use halcyon::{Driver, StatusCode};
 use halcyon_hip::{HipDriver, HipStreamApi, HostVisibleMemory};
 use halcyon_stream::{EventFlags, MemoryPlacement, StreamApi};
 
+mod timing;
+
 #[test]
 fn devices_are_listed_and_created() {
     let Some(hip) = super::runtime_with_a_device() else {

@@ -1,5 +1,6 @@
 //! Profiles: every backend's operations get records whose stages are in order.
 
+use halcyon::device::DeviceFeatures;
 use halcyon::profile::{OperationKind, Profile};
 use halcyon::{BufferParams, Device, Result};
 
@@ -70,5 +71,51 @@ pub fn profile_records_every_operation(device: &Device, kernels: &dyn Kernels) -
         device.profiler().take().operations.is_empty(),
         "recorded while off"
     );
+    Ok(())
+}
+
+/// A device that advertises [`DeviceFeatures::PROFILING`] gives a fill, a dispatch and a read
+/// on one timeline device times (`device_ns`) while its profiler is on: each within its
+/// operation's issue to completion, in timeline order without overlap. A device without the
+/// feature has nothing to check here ([`profile_records_every_operation`] checks the host
+/// times every device records).
+pub fn profile_device_times(device: &Device, kernels: &dyn Kernels) -> Result<()> {
+    if !device.info().features.contains(DeviceFeatures::PROFILING) {
+        return Ok(());
+    }
+    let kernels = StandardKernels::load(device, kernels)?;
+    let queue = device.queue(0)?;
+    let buffer = device.allocator().allocate(4096, BufferParams::DEVICE)?;
+    let timeline = queue.timeline()?;
+    device.profiler().enable();
+    block_on(async {
+        let fill = queue.fill(timeline.next(), 7u32, &buffer.whole());
+        let add = kernels.add_one(&queue, timeline.next(), &buffer.slice(0..256)?, 64);
+        let read = queue.read::<u32>(timeline.next(), &buffer.slice(0..256)?);
+        done("fill", fill).await?;
+        done("add_one", add).await?;
+        assert_eq!(read.await?, vec![8u32; 64]);
+        Ok::<_, halcyon::Error>(())
+    })?;
+    device.profiler().disable();
+    let operations = device.profiler().take().operations;
+    assert_eq!(operations.len(), 3, "{operations:#?}");
+    let mut previous_end = 0;
+    for op in &operations {
+        let (start, end) = op
+            .device_ns
+            .unwrap_or_else(|| panic!("a PROFILING device gave no device times: {op:?}"));
+        let issued = op.issued_ns.expect("issued");
+        let completed = op.completed_ns.expect("completed");
+        assert!(
+            issued <= start && start <= end && end <= completed,
+            "device range outside issue..completion: {op:?}"
+        );
+        assert!(
+            start >= previous_end,
+            "overlaps the previous operation: {op:?}"
+        );
+        previous_end = end;
+    }
     Ok(())
 }

@@ -3,14 +3,16 @@
 use std::ffi::{c_uint, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUhostFn, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cudarc::driver::sys::{
+    CUevent_flags, CUhostFn, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus,
+};
 use CUresult::CUDA_ERROR_NOT_SUPPORTED;
 
 use super::{call, cuda_stream};
 use crate::ffi::{as_ptr, handle, no_flags, put, put_new};
 use crate::model::contract::{current_device, Needs};
 use crate::model::driver::{driver, next_handle};
-use crate::model::event::{create_event, destroy_event, find_event};
+use crate::model::event::{create_event, destroy_event, elapsed_ms, find_event};
 use crate::model::stream::{create_stream, destroy_stream, find_stream};
 
 // ------------------------------------------------------------------ streams
@@ -153,15 +155,22 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
 
 // ------------------------------------------------------------------ events
 
-/// `cuEventCreate`: a never-recorded event (complete) of the current context's device.
+/// `cuEventCreate`: a never-recorded event (complete) of the current context's device;
+/// `CU_EVENT_DEFAULT`, `CU_EVENT_BLOCKING_SYNC`, `CU_EVENT_DISABLE_TIMING` and
+/// `CU_EVENT_INTERPROCESS` flags (only timing is modelled: an event without
+/// `CU_EVENT_DISABLE_TIMING` timestamps its records).
 ///
 /// # Safety
 /// CUDA's contract for the call.
 #[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(out: *mut *mut c_void, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuEventCreate(out: *mut *mut c_void, flags: c_uint) -> CUresult {
     call("cuEventCreate", Needs::Context, || {
+        if flags & !0x7 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let timing = flags & CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint == 0;
         // SAFETY: CUDA's contract: `out` is valid for one CUevent.
-        unsafe { put_new(out, || create_event(current_device())) }
+        unsafe { put_new(out, || create_event(current_device(), timing)) }
     })
 }
 
@@ -205,6 +214,28 @@ pub unsafe extern "C" fn cuEventQuery(e: *mut c_void) -> CUresult {
             return Err(CUresult::CUDA_ERROR_CAPTURED_EVENT);
         }
         event.status()
+    })
+}
+
+/// `cuEventElapsedTime`: the milliseconds between the latest records of two timing events
+/// (the model's [`elapsed_ms`]: `CUDA_ERROR_INVALID_HANDLE` for an event created with
+/// `CU_EVENT_DISABLE_TIMING` or never recorded, `CUDA_ERROR_NOT_READY` while a record is
+/// pending).
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    call("cuEventElapsedTime", Needs::Context, || {
+        let start = find_event(handle(start), "cuEventElapsedTime")?;
+        let end = find_event(handle(end), "cuEventElapsedTime")?;
+        let elapsed = elapsed_ms(&start, &end, "cuEventElapsedTime")?;
+        // SAFETY: CUDA's contract: `ms` is valid for one float.
+        unsafe { put(ms, elapsed) }
     })
 }
 

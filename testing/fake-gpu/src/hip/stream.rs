@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, TryLockError};
 
 use super::{call, hipError_t, INVALID_VALUE};
-use crate::ffi::{handle, no_flags, put_new};
+use crate::ffi::{handle, no_flags, put, put_new};
 use crate::model::contract::{current_device, lock, violation, HipNeeds};
-use crate::model::event::{create_event, destroy_event, find_event, Event};
+use crate::model::event::{create_event, destroy_event, elapsed_ms, find_event, Event};
 use crate::model::ops::Op;
 use crate::model::stream::{create_stream, destroy_stream, find_stream};
 
@@ -161,8 +161,10 @@ pub unsafe extern "C" fn hipEventCreateWithFlags(
         if flags & !0x7 != 0 {
             return Err(INVALID_VALUE);
         }
+        // hipEventDisableTiming (0x2), the same bit as CUDA's.
+        let timing = flags & 0x2 == 0;
         // SAFETY: HIP's contract: valid for one hipEvent_t.
-        unsafe { put_new(out, || create_event(current_device())) }
+        unsafe { put_new(out, || create_event(current_device(), timing)) }
     })
 }
 
@@ -205,6 +207,31 @@ pub unsafe extern "C" fn hipEventQuery(e: *mut c_void) -> hipError_t {
         let event = find_event(handle(e), "hipEventQuery")?;
         let _held = event_lock(&event, handle(e), "hipEventQuery");
         event.status()
+    })
+}
+
+/// `hipEventElapsedTime`: the milliseconds between the latest records of two timing events,
+/// under each event's lock in turn (HIP takes the start event's, then the stop event's); the
+/// model's [`elapsed_ms`], whose errors are HIP's by number (`hipErrorInvalidHandle` for an
+/// event created with `hipEventDisableTiming` or never recorded, `hipErrorNotReady` while a
+/// record is pending).
+///
+/// # Safety
+/// HIP's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn hipEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    stop: *mut c_void,
+) -> hipError_t {
+    call("hipEventElapsedTime", HipNeeds::Nothing, || {
+        let first = find_event(handle(start), "hipEventElapsedTime")?;
+        let second = find_event(handle(stop), "hipEventElapsedTime")?;
+        drop(event_lock(&first, handle(start), "hipEventElapsedTime"));
+        drop(event_lock(&second, handle(stop), "hipEventElapsedTime"));
+        let elapsed = elapsed_ms(&first, &second, "hipEventElapsedTime")?;
+        // SAFETY: HIP's contract: `ms` is valid for one float.
+        unsafe { put(ms, elapsed) }
     })
 }
 

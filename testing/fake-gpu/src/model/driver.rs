@@ -68,6 +68,8 @@ pub(crate) fn next_handle() -> u64 {
 
 /// Counters of what ran.
 pub(crate) static KERNELS_RUN: AtomicU64 = AtomicU64::new(0);
+/// Records of timing events made (outside captures): `FakeStats::timed_records`.
+pub(crate) static TIMED_RECORDS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static HOST_FUNCS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CONTEXTS_DESTROYED: AtomicU64 = AtomicU64::new(0);

@@ -1,8 +1,12 @@
-//! Events: record generations that streams complete, waited on by streams and the host.
+//! Events: record generations that streams complete, waited on by streams and the host; and
+//! the timestamps of timing events (created without `CU_EVENT_DISABLE_TIMING` /
+//! `hipEventDisableTiming`), which [`elapsed_ms`] subtracts for `cuEventElapsedTime` and
+//! `hipEventElapsedTime`.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
 
 use cudarc::driver::sys::CUresult;
 
@@ -23,6 +27,9 @@ pub(crate) struct Event {
     pub hip_lock: Mutex<()>,
     /// The generation the holder of [`Event::hip_lock`] in `hipEventSynchronize` waits for.
     pub hip_synchronizing: AtomicU64,
+    /// Created without `CU_EVENT_DISABLE_TIMING` (`hipEventDisableTiming`): its records are
+    /// timestamped.
+    pub timing: bool,
 }
 
 #[derive(Default)]
@@ -33,6 +40,9 @@ struct EventState {
     /// ...and these after it (records on several streams complete out of order).
     done: BTreeSet<u64>,
     captured: bool,
+    /// The newest record that completed with a timestamp: its generation and its device time
+    /// ([`device_time_ns`]). Timing events only.
+    stamped: Option<(u64, u64)>,
 }
 
 impl EventState {
@@ -42,14 +52,15 @@ impl EventState {
 }
 
 impl Event {
-    /// A new event of device `device`.
-    pub(crate) fn new(device: u32) -> Arc<Event> {
+    /// A new event of device `device`, timestamping its records if `timing`.
+    pub(crate) fn new(device: u32, timing: bool) -> Arc<Event> {
         Arc::new(Event {
             device,
             state: Mutex::default(),
             completed: Condvar::new(),
             hip_lock: Mutex::new(()),
             hip_synchronizing: AtomicU64::new(0),
+            timing,
         })
     }
 
@@ -73,7 +84,13 @@ impl Event {
     }
 
     pub(crate) fn complete(&self, generation: u64) {
+        let stamp = self.timing.then(device_time_ns);
         let mut state = lock(&self.state);
+        if let Some(at) = stamp {
+            if state.stamped.is_none_or(|(newest, _)| generation > newest) {
+                state.stamped = Some((generation, at));
+            }
+        }
         state.done.insert(generation);
         loop {
             let next = state.done_through + 1;
@@ -135,11 +152,59 @@ impl Event {
     }
 }
 
-/// Creates a never-recorded (complete) event of device `device`: its handle.
-pub(crate) fn create_event(device: u32) -> Result<u64, CUresult> {
+/// The device's timer resolution, as CUDA documents it for `cuEventElapsedTime` ("around 0.5
+/// microseconds"): timestamps are multiples of it.
+pub(crate) const TIMER_RESOLUTION_NS: u64 = 500;
+
+/// The device clock: nanoseconds since the fake's first timestamp, on the host's monotonic
+/// clock, rounded down to [`TIMER_RESOLUTION_NS`].
+fn device_time_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let ns = EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64;
+    ns - ns % TIMER_RESOLUTION_NS
+}
+
+impl Event {
+    /// The timestamp of the latest record, for `cuEventElapsedTime`: `CUDA_ERROR_INVALID_HANDLE`
+    /// for an event created with timing disabled or never recorded (as CUDA documents),
+    /// `CUDA_ERROR_CAPTURED_EVENT` for one last recorded in a capture (it has no record that
+    /// runs), `CUDA_ERROR_NOT_READY` while the latest record is pending.
+    fn timestamp(&self) -> Result<u64, CUresult> {
+        if !self.timing {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        let state = lock(&self.state);
+        if state.captured {
+            return Err(CUresult::CUDA_ERROR_CAPTURED_EVENT);
+        }
+        if state.recorded == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        match state.stamped {
+            Some((generation, at)) if generation == state.recorded => Ok(at),
+            _ => Err(CUresult::CUDA_ERROR_NOT_READY),
+        }
+    }
+}
+
+/// `cuEventElapsedTime` and `hipEventElapsedTime`: the milliseconds from `start`'s latest record
+/// to `end`'s (negative if `end` came first), as an `f32`; both must be timing events of one
+/// device whose latest records completed (see [`Event::timestamp`] for the errors). Events of
+/// two devices are a violation.
+pub(crate) fn elapsed_ms(start: &Event, end: &Event, call: &str) -> Result<f32, CUresult> {
+    check_same_device(call, ("an event", start.device), ("an event", end.device))?;
+    // One lock at a time: `start` and `end` may be the same event.
+    let (from, to) = (start.timestamp()?, end.timestamp()?);
+    let ns = to as f64 - from as f64;
+    Ok((ns / 1e6) as f32)
+}
+
+/// Creates a never-recorded (complete) event of device `device`, timestamping its records if
+/// `timing`: its handle.
+pub(crate) fn create_event(device: u32, timing: bool) -> Result<u64, CUresult> {
     let h = next_handle();
     let mut driver = driver();
-    driver.events.insert(h, Event::new(device));
+    driver.events.insert(h, Event::new(device, timing));
     driver.adopt(h, device);
     Ok(h)
 }

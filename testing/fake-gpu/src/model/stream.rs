@@ -9,7 +9,7 @@ use std::time::Duration;
 use cudarc::driver::sys::CUresult;
 
 use crate::model::contract::{lock, sticky, Ret};
-use crate::model::driver::{driver, next_handle, CAPTURES_INVALIDATED};
+use crate::model::driver::{driver, next_handle, CAPTURES_INVALIDATED, TIMED_RECORDS};
 use crate::model::event::Event;
 use crate::model::ops::Op;
 
@@ -127,6 +127,9 @@ impl Stream {
         if state.capture.is_some() {
             event.capture();
             return;
+        }
+        if event.timing {
+            TIMED_RECORDS.fetch_add(1, Ordering::Relaxed);
         }
         let generation = event.next_generation();
         state.queue.push_back(Op::Record { event, generation });

@@ -325,3 +325,43 @@ fn hip_devices_keep_their_own_streams_events_and_memory() {
         }
     }
 }
+
+/// `hipEventElapsedTime` is the same model as `cuEventElapsedTime`, with HIP's numbers:
+/// `hipErrorInvalidHandle` (400) for an event created with `hipEventDisableTiming` or never
+/// recorded; between completed timing events, the signed milliseconds.
+#[test]
+fn hip_elapsed_time_refuses_events_without_timing() {
+    let session = HipSession::new();
+    let s = session.stream();
+    let untimed = session.event(); // hipEventDisableTiming | hipEventBlockingSync
+    let (mut start, mut end) = (null_mut(), null_mut());
+    let mut ms = f32::NAN;
+    let x = session.malloc(256);
+    // SAFETY: live handles of this runtime; valid out-pointers.
+    unsafe {
+        assert_eq!(crate::hip::hipEventCreateWithFlags(&mut start, 0), 0);
+        assert_eq!(crate::hip::hipEventCreateWithFlags(&mut end, 0x1), 0);
+        assert_eq!(crate::hip::hipEventElapsedTime(&mut ms, start, end), 400);
+        assert_eq!(crate::hip::hipEventRecord(start, s), 0);
+        assert_eq!(crate::hip::hipMemsetD32Async(x, 7, 64, s), 0);
+        assert_eq!(crate::hip::hipEventRecord(end, s), 0);
+        assert_eq!(crate::hip::hipEventRecord(untimed, s), 0);
+        assert_eq!(crate::hip::hipStreamSynchronize(s), 0);
+        assert_eq!(crate::hip::hipEventElapsedTime(&mut ms, start, end), 0);
+        assert!(ms >= 0.0, "{ms}");
+        let mut back = f32::NAN;
+        assert_eq!(crate::hip::hipEventElapsedTime(&mut back, end, start), 0);
+        assert_eq!(back, -ms);
+        assert_eq!(crate::hip::hipEventElapsedTime(&mut ms, untimed, end), 400);
+        assert_eq!(
+            crate::hip::hipEventElapsedTime(&mut ms, start, untimed),
+            400
+        );
+        for e in [start, end, untimed] {
+            assert_eq!(crate::hip::hipEventDestroy(e), 0);
+        }
+        assert_eq!(crate::hip::hipFree(x), 0);
+        assert_eq!(crate::hip::hipStreamDestroy(s), 0);
+    }
+    assert!(session.new_violations().is_empty());
+}

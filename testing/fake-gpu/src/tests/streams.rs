@@ -206,3 +206,83 @@ fn a_kernel_whose_module_was_unloaded_before_it_ran_is_a_violation() {
         "{found:?}"
     );
 }
+
+/// `cuEventElapsedTime` answers the time between two completed timing events in 0.5 µs steps,
+/// and refuses what CUDA refuses: an event created with `CU_EVENT_DISABLE_TIMING` or never
+/// recorded (`CUDA_ERROR_INVALID_HANDLE`), a record still pending (`CUDA_ERROR_NOT_READY`).
+/// Only records of timing events count as timed records.
+#[test]
+fn elapsed_time_measures_completed_timing_events_only() {
+    use crate::model::driver::TIMED_RECORDS;
+    use crate::model::event::TIMER_RESOLUTION_NS;
+
+    let session = Session::new();
+    let s = session.stream();
+    let (module, add_one) = session.add_one();
+    let x = alloc(256);
+    let (mut start, mut end, mut untimed) = (null_mut(), null_mut(), null_mut());
+    let mut ms = f32::NAN;
+    // SAFETY: live handles of this driver; valid out-pointers.
+    unsafe {
+        assert_eq!(cuEventCreate(&mut start, 0), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuEventCreate(&mut end, 1),
+            CUresult::CUDA_SUCCESS,
+            "blocking sync"
+        );
+        assert_eq!(cuEventCreate(&mut untimed, 2), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuEventElapsedTime(&mut ms, start, end),
+            CUresult::CUDA_ERROR_INVALID_HANDLE,
+            "never recorded"
+        );
+        let timed = TIMED_RECORDS.load(Ordering::Relaxed);
+        gate(s);
+        assert_eq!(cuEventRecord(start, s), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, s),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuEventRecord(end, s), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(untimed, s), CUresult::CUDA_SUCCESS);
+        assert_eq!(TIMED_RECORDS.load(Ordering::Relaxed), timed + 2);
+        assert_eq!(
+            cuEventElapsedTime(&mut ms, start, end),
+            CUresult::CUDA_ERROR_NOT_READY
+        );
+        open_gate();
+        assert_eq!(cuEventSynchronize(untimed), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuEventElapsedTime(&mut ms, start, end),
+            CUresult::CUDA_SUCCESS
+        );
+        // The kernel took its latency (100 µs unless HALCYON_FAKE_GPU_KERNEL_US says less).
+        assert!(ms >= 0.0, "{ms}");
+        let ns = f64::from(ms) * 1e6;
+        let steps = ns / TIMER_RESOLUTION_NS as f64;
+        assert!(
+            (steps - steps.round()).abs() < 1e-3,
+            "{ns} ns: whole timer ticks"
+        );
+        let mut back = f32::NAN;
+        assert_eq!(
+            cuEventElapsedTime(&mut back, end, start),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(back, -ms);
+        for (a, b) in [(untimed, end), (start, untimed)] {
+            assert_eq!(
+                cuEventElapsedTime(&mut ms, a, b),
+                CUresult::CUDA_ERROR_INVALID_HANDLE,
+                "timing disabled"
+            );
+        }
+        for e in [start, end, untimed] {
+            assert_eq!(cuEventDestroy_v2(e), CUresult::CUDA_SUCCESS);
+        }
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUresult::CUDA_SUCCESS);
+    }
+    assert!(session.new_violations().is_empty());
+}
