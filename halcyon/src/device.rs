@@ -27,7 +27,8 @@ bitflags::bitflags! {
         const DEBUGGING = 1 << 0;
         /// The device can report executable coverage.
         const COVERAGE = 1 << 1;
-        /// The device can profile executables and queues.
+        /// The device reports its own start and end of each profiled queue operation
+        /// ([`crate::profile::Operation::device_ns`]); without it, profiles hold host times only.
         const PROFILING = 1 << 2;
     }
 }

@@ -88,7 +88,7 @@ impl CpuDevice {
                 format!("host CPU ({mode})"),
                 crate::DRIVER_ID,
             )
-            .with_features(DeviceFeatures::empty()),
+            .with_features(DeviceFeatures::PROFILING),
             queues,
             pool,
             concurrency,

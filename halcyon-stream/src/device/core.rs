@@ -98,6 +98,9 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) id: u64,
     /// The device URI, for messages.
     pub(crate) name: String,
+    /// Set once the fault probe found the device faulted (reported through
+    /// `halcyon::backend::device_lost` once).
+    pub(crate) lost: AtomicBool,
     pub(crate) queues: Vec<QueueStreams>,
     pub(crate) events: EventPool,
     /// Device times of profiled operations, where the API has event timing (see
@@ -151,6 +154,7 @@ impl<A: StreamApi> Core<A> {
             stream_ordered: capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC),
             id,
             name,
+            lost: AtomicBool::new(false),
             queues,
             events,
             timing,

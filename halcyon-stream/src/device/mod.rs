@@ -507,14 +507,21 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::names::PINNED_IDLE => core.pinned.idle() as i64,
             keys::names::PINNED_ALLOCATED => core.pinned.allocated() as i64,
             keys::names::DEFERRED_FREES => core.reclaim.deferred() as i64,
-            keys::names::GRAPH_LAUNCHES => stat(&stats.graph_launches),
+            keys::names::GRAPH_LAUNCHES | device_keys::names::GRAPH_REPLAYS => {
+                stat(&stats.graph_launches)
+            }
             keys::names::IN_FLIGHT => core.in_flight() as i64,
             keys::names::EVENTS_CREATED => events().created as i64,
             keys::names::EVENTS_ACQUIRED => events().acquired as i64,
             keys::names::EVENTS_FREE => events().free as i64,
             keys::names::TIMEPOINTS_CREATED => core.timepoints.stats().0 as i64,
             keys::names::TIMEPOINTS_ACQUIRED => core.timepoints.stats().1 as i64,
-            keys::names::REACTOR_WAKEUPS => reactor()?.wakeups as i64,
+            keys::names::REACTOR_WAKEUPS | device_keys::names::REACTOR_WAKEUPS => {
+                reactor()?.wakeups as i64
+            }
+            device_keys::names::PENDING_ACTIONS => {
+                self.actions.iter().map(ActionQueue::pending).sum::<usize>() as i64
+            }
             keys::names::REACTOR_POLLS => reactor()?.polls as i64,
             keys::names::TIMING_EVENTS => timing(|s| &s.timing_events),
             keys::names::TIMING_EVENTS_CREATED => {

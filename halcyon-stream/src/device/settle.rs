@@ -142,6 +142,12 @@ impl<A: StreamApi> Core<A> {
         if let Some(counter) = by {
             Stats::bump(counter, 1);
         }
+        // A failure the probe found is a sticky device fault: the device is lost.
+        if let (Via::Probe, Err(error)) = (via, &result) {
+            if !self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                halcyon::backend::device_lost(&self.name, error);
+            }
+        }
         Stats::bump(&self.stats.completed, 1);
         // The pinned lease goes back before the fence is settled, so work that awaited this
         // submission finds it idle.
