@@ -1,5 +1,5 @@
 //! A fixed number of tiny inline dispatch round trips, for counting instructions with callgrind
-//! (`scripts/profile-cost.sh`): `profile_cost off|on [ROUND_TRIPS]`.
+//! (`scripts/profile-cost.sh`): `profile_cost off|on [ROUND_TRIPS] [inline|pool]`.
 
 use futures::executor::block_on;
 use halcyon::{BufferParams, EntryPoint};
@@ -9,8 +9,11 @@ fn main() -> halcyon::Result<()> {
     let mut args = std::env::args().skip(1);
     let on = args.next().as_deref() == Some("on");
     let round_trips: u32 = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
-    let device =
-        halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(ExecutionMode::Inline))?;
+    let mode = match args.next().as_deref() {
+        Some("pool") => ExecutionMode::Pool { workers: 2 },
+        _ => ExecutionMode::Inline,
+    };
+    let device = halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(mode))?;
     let kernels = RustKernels::new().entry(
         EntryPoint {
             name: "add".into(),
