@@ -80,7 +80,7 @@ fn tiny_profile(c: &mut Criterion) {
         }
         device.profiler().disable();
         let kept = device.profiler().take();
-        assert!(kept.operations.len() <= 4096 && !kept.operations.is_empty());
+        assert!(kept.operations.len() <= 4096); // empty when a filter skipped these
     }
     group.finish();
 }
