@@ -24,7 +24,7 @@ pub use crate::executable::{find_entry_point, ExecutableBackend};
 pub use crate::profile::OperationTrace;
 pub use crate::queue::action::{ActionQueue, Issue};
 pub use crate::queue::ordered::{fail_in_order, failure_order};
-pub use crate::queue::submit::ReadSink;
+pub use crate::queue::read_sink::ReadSink;
 
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;

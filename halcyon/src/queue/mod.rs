@@ -35,6 +35,7 @@
 
 pub(crate) mod action;
 pub(crate) mod ordered;
+pub(crate) mod read_sink;
 pub(crate) mod submit;
 
 pub use submit::{Queue, Submission, Timeline, TimelineStep, Timepoints};
