@@ -38,7 +38,7 @@ fn main() -> halcyon::Result<()> {
         .bindings(buffers.iter().map(|b| b.whole()));
     let queue = device.queue(0)?;
     let timeline = queue.timeline()?;
-    device.profiler().set_limit(4096); // profiler
+    device.profiler().set_limit(1024); // profiler
     if on {
         device.profiler().enable(); // profiler
     }

@@ -133,25 +133,36 @@ impl Profiler {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let record = Arc::new(Record::new(self.device.clone(), header(id)));
+        let header = header(id);
         if !enabled {
-            return Some(record); // for the `tracing` events only
+            // For the `tracing` events only.
+            return Some(Arc::new(Record::new(self.device.clone(), header)));
         }
         let limit = self.limit.load(Ordering::Relaxed);
         let mut records = self.lock();
-        let oldest = (records.len() >= limit)
+        let mut oldest = (records.len() >= limit)
             .then(|| records.pop_front())
             .flatten();
         while records.len() >= limit {
             records.pop_front(); // the limit was lowered
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        records.push_back(record.clone());
-        drop(records);
         if oldest.is_some() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        drop(oldest); // freed outside the lock
+        // A full profiler drops its oldest record for each new one: when nothing else holds
+        // the dropped one any more (its operation long settled), its allocation takes the new
+        // record, so a profiler left on allocates nothing per operation.
+        let record = match oldest.as_mut().and_then(Arc::get_mut) {
+            Some(slot) => {
+                *slot = Record::new(self.device.clone(), header);
+                oldest.take().expect("the slot came from it")
+            }
+            None => Arc::new(Record::new(self.device.clone(), header)),
+        };
+        records.push_back(record.clone());
+        drop(records);
+        drop(oldest); // a dropped record still held elsewhere: released outside the lock
         Some(record)
     }
 
