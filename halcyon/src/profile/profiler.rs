@@ -11,8 +11,10 @@ use super::record::{Header, Record};
 use super::{DeviceProfile, QueueCounters};
 use crate::label::Label;
 
-/// The records a profiler keeps by default before it drops the oldest.
-pub const DEFAULT_RECORD_LIMIT: usize = 1 << 20;
+/// The records a profiler keeps by default before it drops the oldest: 65,536, about 20 MiB
+/// (a record is about 300 bytes), so a profiler left on stays bounded. Raise it with
+/// [`Profiler::set_limit`] for longer windows, or take records regularly ([`Profiler::take`]).
+pub const DEFAULT_RECORD_LIMIT: usize = 1 << 16;
 
 /// One queue's counters.
 #[derive(Default)]

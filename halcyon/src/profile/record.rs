@@ -307,3 +307,15 @@ pub(crate) fn name(
         _ => Name::Kind,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The record's size, which the profiler's default limit is sized by (about 300 bytes,
+    /// about 20 MiB for 65,536 records): a guard against it growing unnoticed.
+    #[test]
+    fn a_record_stays_small() {
+        let size = std::mem::size_of::<super::Record>();
+        eprintln!("record: {size} bytes");
+        assert!(size <= 320, "a record grew to {size} bytes");
+    }
+}
