@@ -10,7 +10,7 @@ use halcyon::{
 use halcyon_conformance::harness::{block_on, bytes_u32, done, u32_bytes};
 use halcyon_vulkan::SpirvModule;
 
-use common::device_or_skip;
+use common::{device_or_skip, run_under_validation_layer};
 
 /// Two bindings and three push constants, at offsets 0, 4, 8.
 const SCALE_WGSL: &str = r#"
@@ -405,21 +405,7 @@ fn the_validation_layer_reports_nothing_on_the_reflected_path() {
     if device_or_skip(name).is_none() {
         return;
     }
-    let run = |mode: &str| {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, mode)
-            .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(output.status.success(), "child '{mode}' failed:\n{text}");
-        text
-    };
+    let run = |mode: &str| run_under_validation_layer(name, CHILD, mode);
     let unchecked = run("under-declared");
     if !unchecked.contains("Validation Error") {
         eprintln!("skipping {name}: the Khronos validation layer did not load:\n{unchecked}");

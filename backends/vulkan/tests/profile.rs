@@ -266,21 +266,7 @@ fn the_validation_layer_reports_nothing_on_profiled_work() {
     if common::device_or_skip(name).is_none() {
         return;
     }
-    let run = |mode: &str| {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, mode)
-            .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(output.status.success(), "child '{mode}' failed:\n{text}");
-        text
-    };
+    let run = |mode: &str| common::run_under_validation_layer(name, CHILD, mode);
     let invalid = run("invalid");
     if !invalid.contains("Validation Error") {
         eprintln!("skipping {name}: the Khronos validation layer did not load:\n{invalid}");

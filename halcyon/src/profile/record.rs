@@ -102,17 +102,7 @@ fn get(slot: &AtomicU64) -> Option<u64> {
 
 impl Record {
     pub(crate) fn new(device: Arc<str>, header: Header) -> Self {
-        crate::log::event!(
-            "halcyon::queue",
-            DEBUG,
-            device = &*device,
-            queue = header.queue,
-            id = header.id,
-            kind = header.kind.name(),
-            bytes = header.bytes,
-            "submitted"
-        );
-        Record {
+        let record = Record {
             device,
             header,
             submitted: now_ns(),
@@ -121,34 +111,41 @@ impl Record {
             device_end: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             error: OnceLock::new(),
-        }
+        };
+        record.event("submitted", None);
+        record
+    }
+
+    /// The `halcyon::queue` DEBUG event of reaching `stage` (see `crate::log`), with the
+    /// failure for a failed operation; nothing without the `tracing` feature.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn event(&self, stage: &str, error: Option<&crate::Error>) {
+        crate::log::event!(
+            "halcyon::queue",
+            DEBUG,
+            device = &*self.device,
+            queue = self.header.queue,
+            id = self.header.id,
+            kind = self.header.kind.name(),
+            bytes = self.header.bytes,
+            error = error.map(tracing::field::display),
+            "{stage}"
+        );
     }
 
     /// The operation's completion semaphore was signalled (or failed, with `error`).
     pub(crate) fn settled(&self, error: Option<&crate::Error>) {
         if let Some(error) = error {
             let _ = self.error.set(error.to_string());
-            crate::log::event!(
-                "halcyon::queue",
-                DEBUG,
-                device = &*self.device,
-                queue = self.header.queue,
-                id = self.header.id,
-                kind = self.header.kind.name(),
-                error = %error,
-                "failed"
-            );
-        } else {
-            crate::log::event!(
-                "halcyon::queue",
-                DEBUG,
-                device = &*self.device,
-                queue = self.header.queue,
-                id = self.header.id,
-                kind = self.header.kind.name(),
-                "completed"
-            );
         }
+        self.event(
+            if error.is_some() {
+                "failed"
+            } else {
+                "completed"
+            },
+            error,
+        );
         set_once(&self.completed, now_ns());
     }
 
@@ -213,15 +210,7 @@ impl OperationTrace {
     /// itself.
     pub fn issued(&self) {
         let record = &self.0;
-        crate::log::event!(
-            "halcyon::queue",
-            DEBUG,
-            device = &*record.device,
-            queue = record.header.queue,
-            id = record.header.id,
-            kind = record.header.kind.name(),
-            "issued"
-        );
+        record.event("issued", None);
         set_once(&record.issued, now_ns());
     }
 

@@ -82,3 +82,22 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
         Err(error) => panic!("{test}: cannot create vulkan://0: {error}"),
     }
 }
+
+/// Runs test `test` of this test binary again in a child process under the Khronos validation
+/// layer, with `var` set to `mode` (the child reads it to know what to do), and returns its
+/// output; panics if the child failed.
+pub fn run_under_validation_layer(test: &str, var: &str, mode: &str) -> String {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(var, mode)
+        .env("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "child '{mode}' failed:\n{text}");
+    text
+}
