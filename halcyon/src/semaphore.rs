@@ -97,7 +97,7 @@ struct Shared {
     id: std::sync::atomic::AtomicU64,
     /// The profile record of the operation whose completion this semaphore marks (the core's
     /// per-submission semaphore, while its device profiles): told when it settles.
-    trace: Option<std::sync::Arc<crate::profile::Record>>,
+    trace: Option<crate::profile::OperationTrace>,
     label: crate::label::Label,
 }
 
@@ -139,14 +139,14 @@ impl Semaphore {
 
     /// A host semaphore at 0 that tells `record` when it is signalled or fails: the completion
     /// marker of a profiled operation.
-    pub(crate) fn traced(record: std::sync::Arc<crate::profile::Record>) -> Self {
-        Self::build_traced(0, None, Some(record))
+    pub(crate) fn traced(trace: crate::profile::OperationTrace) -> Self {
+        Self::build_traced(0, None, Some(trace))
     }
 
     fn build_traced(
         initial_value: u64,
         native: Option<Box<dyn NativeSemaphore>>,
-        trace: Option<std::sync::Arc<crate::profile::Record>>,
+        trace: Option<crate::profile::OperationTrace>,
     ) -> Self {
         Semaphore {
             counted: true,
@@ -196,7 +196,7 @@ impl Semaphore {
     }
 
     /// The profile record this semaphore reports to, if it marks a profiled operation.
-    pub(crate) fn trace(&self) -> Option<&std::sync::Arc<crate::profile::Record>> {
+    pub(crate) fn trace(&self) -> Option<&crate::profile::OperationTrace> {
         self.shared.trace.as_ref()
     }
 
@@ -282,7 +282,7 @@ impl Semaphore {
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         if let Some(record) = &self.shared.trace {
-            record.settled(None);
+            record.0.settled(None);
         }
         woken.wake();
         Ok(())
@@ -305,7 +305,7 @@ impl Semaphore {
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
         if let Some(record) = &self.shared.trace {
-            record.settled(None);
+            record.0.settled(None);
         }
         woken.wake();
     }
@@ -327,7 +327,7 @@ impl Semaphore {
             native.fail(&error);
         }
         if let Some(record) = &self.shared.trace {
-            record.settled(Some(&error));
+            record.0.settled(Some(&error));
         }
         woken.wake();
     }

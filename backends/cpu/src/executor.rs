@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 
 use halcyon::backend::{BufferMemory, OperationTrace, ReadSink, Work};
 use halcyon::command_buffer::{Command, Dispatch};
-use halcyon::profile::now_ns;
 use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
 
 use crate::access::Access;
@@ -26,10 +25,10 @@ pub(crate) const SPLIT_BYTES: u64 = 256 * 1024;
 /// One submission being executed.
 pub(crate) struct Run {
     commands: Arc<[Command]>,
+    /// Also carries the operation's profile record while its device profiles
+    /// ([`OperationTrace::of`]): the run's first command or tile starts its device range, the
+    /// end of the walk ends it.
     signal: Fence,
-    /// The operation's profile record, while its device profiles: the run's first command or
-    /// tile starts its device range, the end of the walk ends it.
-    trace: Option<OperationTrace>,
     pool: Option<Arc<Pool>>,
     /// Released right after the signal fence is signalled or failed.
     issued: Mutex<Option<Issued>>,
@@ -135,20 +134,18 @@ fn host(range: &BufferRef) -> Result<Host> {
 
 /// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
 pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: Issued) {
-    let trace = OperationTrace::of(&signal);
     match work {
         Work::Commands(commands) => Arc::new(Run {
             commands,
             signal,
-            trace,
             pool,
             issued: Mutex::new(Some(issued)),
         })
         .resume(0),
         Work::Read { source, sink } => {
-            started(&trace);
+            started(&signal, true);
             let result = read(&source, &sink);
-            ended(&trace);
+            ended(&signal);
             finish(&signal, result);
             drop(issued);
         }
@@ -156,12 +153,11 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
             Some(pool) => pool.push(Job::new(Box::new(HostCall {
                 call: Mutex::new(Some((call, issued))),
                 signal,
-                trace,
             }))),
             None => {
-                started(&trace);
+                started(&signal, true);
                 let result = catch(call);
-                ended(&trace);
+                ended(&signal);
                 finish(&signal, result);
                 drop(issued);
             }
@@ -169,17 +165,23 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
     }
 }
 
-/// The device (this host) starts work of `trace`'s operation now; nothing if it is not profiled.
-fn started(trace: &Option<OperationTrace>) {
-    if let Some(trace) = trace {
-        trace.device_started(now_ns());
+/// The device (this host) starts the work of `signal`'s operation; nothing if it is not
+/// profiled ([`OperationTrace`]).
+/// Work run on the thread that issued it started at its issue (one clock read for both); a
+/// pool worker's tile reads the clock, unless an earlier tile recorded the start already.
+fn started(signal: &Fence, on_issuing_thread: bool) {
+    match OperationTrace::of(signal) {
+        Some(trace) if on_issuing_thread => trace.device_started_at_issue(),
+        Some(trace) => trace.device_starting(),
+        None => {}
     }
 }
 
-/// The device ends work of `trace`'s operation now.
-fn ended(trace: &Option<OperationTrace>) {
-    if let Some(trace) = trace {
-        trace.device_ended(now_ns());
+/// The device ends the work of `signal`'s operation now, and [`finish`] signals it next on this
+/// thread: one clock read stands for both.
+fn ended(signal: &Fence) {
+    if let Some(trace) = OperationTrace::of(signal) {
+        trace.device_ended_completing();
     }
 }
 
@@ -211,6 +213,12 @@ fn read(source: &BufferRef, sink: &ReadSink) -> Result<()> {
 }
 
 impl Run {
+    /// The run's device range starts here, on the thread walking it: the issuing thread
+    /// without a pool (see [`started`]).
+    fn started(&self) {
+        started(&self.signal, self.pool.is_none());
+    }
+
     /// Executes commands from `index` on until one goes to the pool (whose last tile resumes
     /// the walk) or the end.
     fn resume(self: Arc<Self>, mut index: usize) {
@@ -227,8 +235,8 @@ impl Run {
 
     /// Reports the run's outcome, then stops counting it as issued work.
     fn end(&self, result: Result<()>) {
-        started(&self.trace); // a run of barriers only starts and ends here
-        ended(&self.trace);
+        self.started(); // a run of barriers only starts and ends here
+        ended(&self.signal);
         finish(&self.signal, result);
         let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(issued);
@@ -293,7 +301,7 @@ impl Run {
                 Ok(false)
             }
             _ => {
-                started(&self.trace);
+                self.started();
                 let outcome = (0..chunks.count()).try_for_each(|i| chunks.run(i));
                 chunks.finished();
                 outcome.map_err(|m| Error::new(StatusCode::Internal, m))?;
@@ -360,7 +368,7 @@ impl Run {
                 Ok(false)
             }
             None => {
-                started(&self.trace);
+                self.started();
                 let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
                 tiles.finished();
                 outcome.map_err(|m| {
@@ -436,7 +444,7 @@ impl Tiles for Continue {
     fn run(&self, index: u32) -> std::result::Result<(), String> {
         // The first tile of the run's first pooled command starts its device range (the first
         // start recorded wins).
-        started(&self.run.trace);
+        started(&self.run.signal, false);
         self.tiles.run(index)
     }
     fn done(&self, failure: Option<String>) {
@@ -461,7 +469,6 @@ type Call = Box<dyn FnOnce() -> Result<()> + Send>;
 struct HostCall {
     call: Mutex<Option<(Call, Issued)>>,
     signal: Fence,
-    trace: Option<OperationTrace>,
 }
 
 impl Tiles for HostCall {
@@ -476,9 +483,9 @@ impl Tiles for HostCall {
         if let Some((call, issued)) = call {
             // The call may drop the last handle of its device: the device's teardown then
             // waits for `issued`, released only once the call's outcome is reported.
-            started(&self.trace);
+            started(&self.signal, false);
             let result = catch(call);
-            ended(&self.trace);
+            ended(&self.signal);
             finish(&self.signal, result);
             drop(issued);
         }

@@ -146,7 +146,7 @@ impl Core {
         let recording = Recording::record(self, index, work)?;
         let queue = &self.queues[index];
         // Profiled: timestamps around the recording. Otherwise nothing is added.
-        let trace = OperationTrace::of(&signal);
+        let trace = OperationTrace::of(&signal).cloned();
         let stamp = trace.as_ref().and_then(|_| {
             queue
                 .stamps

@@ -139,7 +139,7 @@ impl<A: StreamApi> Core<A> {
         let trace = self
             .timing
             .as_ref()
-            .and_then(|_| OperationTrace::of(signal));
+            .and_then(|_| OperationTrace::of(signal).cloned());
         let recorded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut span = match (&self.timing, trace) {
                 (Some(timing), Some(trace)) => timing.begin(&*self.api, index, queue.stream, trace),

@@ -29,9 +29,13 @@
 //! ids of labelled semaphores to their labels ([`DeviceProfile::semaphores`]).
 //!
 //! # Cost
-//! Off, an operation costs one atomic load on top of three relaxed counter increments that are
-//! always kept ([`Profiler::counters`]). On, it costs one record (an allocation, a lock to queue
-//! it, a clock read per stage); nothing waits for the device to record it.
+//! Off, an operation costs one atomic load on top of two relaxed counter increments that are
+//! always kept ([`Profiler::counters`]). On, it costs one record of about 200 bytes (filled in
+//! the allocation of the record a full profiler drops, under a lock to queue it) and a clock
+//! read per stage it reaches, where a backend that sees two stages at once (the CPU device
+//! running work on the thread that issued it, or signalling it on the thread that ran it)
+//! reads the clock once for both. Nothing waits for the device to record it. The figures are
+//! in `docs/PERFORMANCE.md`.
 //!
 //! # Example
 //! ```
@@ -64,7 +68,7 @@ pub use operation::{Operation, OperationKind};
 pub use profiler::{Profiler, DEFAULT_RECORD_LIMIT};
 pub use record::OperationTrace;
 
-pub(crate) use record::{classify, name, Header, Record};
+pub(crate) use record::{classify, name, Header, Pairs};
 
 /// One queue's counters ([`Profiler::counters`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

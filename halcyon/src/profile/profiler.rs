@@ -11,15 +11,15 @@ use super::record::{Header, Record};
 use super::{DeviceProfile, QueueCounters};
 use crate::label::Label;
 
-/// The records a profiler keeps by default before it drops the oldest: 65,536, about 20 MiB
-/// (a record is about 300 bytes), so a profiler left on stays bounded. Raise it with
+/// The records a profiler keeps by default before it drops the oldest: 65,536, about 14 MiB
+/// (a record and its place in the queue are about 220 bytes), so a profiler left on stays bounded. Raise it with
 /// [`Profiler::set_limit`] for longer windows, or take records regularly ([`Profiler::take`]).
 pub const DEFAULT_RECORD_LIMIT: usize = 1 << 16;
 
-/// One queue's counters.
+/// One queue's counters (its submissions are the sum of its kinds'), two relaxed increments
+/// per operation.
 #[derive(Default)]
 struct Counters {
-    submissions: AtomicU64,
     kinds: [AtomicU64; OperationKind::ALL.len()],
     bytes: AtomicU64,
 }
@@ -123,10 +123,9 @@ impl Profiler {
         queue: u32,
         kind: OperationKind,
         bytes: u64,
-        header: impl FnOnce(u64) -> Header,
+        header: impl FnOnce() -> Header,
     ) -> Option<Arc<Record>> {
         if let Some(counters) = self.queues.get(queue as usize) {
-            counters.submissions.fetch_add(1, Ordering::Relaxed);
             counters.kinds[kind.index()].fetch_add(1, Ordering::Relaxed);
             counters.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
@@ -134,33 +133,38 @@ impl Profiler {
         if !enabled && !crate::log::enabled!("halcyon::queue", DEBUG) {
             return None;
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let header = header(id);
-        if !enabled {
-            // For the `tracing` events only.
-            return Some(Arc::new(Record::new(self.device.clone(), header)));
-        }
+        let mut header = header();
         let limit = self.limit.load(Ordering::Relaxed);
         let mut records = self.lock();
-        let mut oldest = (records.len() >= limit)
-            .then(|| records.pop_front())
-            .flatten();
-        while records.len() >= limit {
-            records.pop_front(); // the limit was lowered
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        // Under the lock, so ids follow the records' order; a plain increment, since every
+        // writer holds it (as for `dropped`).
+        header.id = self.next_id.load(Ordering::Relaxed);
+        self.next_id.store(header.id + 1, Ordering::Relaxed);
+        if !enabled {
+            // For the `tracing` events only.
+            drop(records);
+            return Some(Arc::new(Record::new(&self.device, header)));
         }
-        if oldest.is_some() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut dropped = 0;
+        let mut oldest = None;
+        while records.len() >= limit {
+            // More than one only when the limit was lowered.
+            oldest = records.pop_front();
+            dropped += 1;
+        }
+        if dropped > 0 {
+            let total = self.dropped.load(Ordering::Relaxed) + dropped;
+            self.dropped.store(total, Ordering::Relaxed);
         }
         // A full profiler drops its oldest record for each new one: when nothing else holds
         // the dropped one any more (its operation long settled), its allocation takes the new
         // record, so a profiler left on allocates nothing per operation.
         let record = match oldest.as_mut().and_then(Arc::get_mut) {
             Some(slot) => {
-                *slot = Record::new(self.device.clone(), header);
+                *slot = Record::new(&self.device, header);
                 oldest.take().expect("the slot came from it")
             }
-            None => Arc::new(Record::new(self.device.clone(), header)),
+            None => Arc::new(Record::new(&self.device, header)),
         };
         records.push_back(record.clone());
         drop(records);
@@ -228,14 +232,17 @@ impl Profiler {
     pub fn counters(&self) -> Vec<QueueCounters> {
         self.queues
             .iter()
-            .map(|c| QueueCounters {
-                submissions: c.submissions.load(Ordering::Relaxed),
-                by_kind: OperationKind::ALL
+            .map(|c| {
+                let by_kind: Vec<_> = OperationKind::ALL
                     .iter()
                     .map(|&k| (k, c.kinds[k.index()].load(Ordering::Relaxed)))
                     .filter(|&(_, n)| n > 0)
-                    .collect(),
-                bytes: c.bytes.load(Ordering::Relaxed),
+                    .collect();
+                QueueCounters {
+                    submissions: by_kind.iter().map(|&(_, n)| n).sum(),
+                    by_kind,
+                    bytes: c.bytes.load(Ordering::Relaxed),
+                }
             })
             .collect()
     }

@@ -59,7 +59,7 @@ use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Launch;
 use crate::fence::Fence;
-use crate::profile::{classify, name, Header};
+use crate::profile::{classify, name, Header, OperationTrace, Pairs};
 use crate::queue::read_sink::ReadSink;
 use crate::semaphore::{Semaphore, Wait};
 
@@ -395,22 +395,27 @@ impl Queue {
         let record = self
             .device
             .profiler()
-            .submitted(self.index, kind, bytes, |id| Header {
-                id,
-                queue: self.index,
-                kind,
-                name: name(&work, kind, label),
-                bytes,
-                waits: wait.iter().map(|(s, v)| (s.id(), v)).collect(),
-                signals: signal.iter().map(|(s, v)| (s.id(), v)).collect(),
-                semaphore_labels: wait
+            .submitted(self.index, kind, bytes, || {
+                let labels: Vec<_> = wait
                     .iter()
                     .chain(signal.iter())
                     .filter_map(|(s, _)| Some((s.id(), s.label()?)))
-                    .collect(),
+                    .collect();
+                Header {
+                    id: 0, // the profiler numbers it
+                    bytes,
+                    queue: self.index,
+                    kind,
+                    name: name(&work, kind, label),
+                    timepoints: Pairs::new(
+                        wait.iter().map(|(s, v)| (s.id(), v)),
+                        signal.iter().map(|(s, v)| (s.id(), v)),
+                    ),
+                    semaphore_labels: (!labels.is_empty()).then(|| labels.into_boxed_slice()),
+                }
             });
         let done = match record {
-            Some(record) => Semaphore::traced(record),
+            Some(record) => Semaphore::traced(OperationTrace(record)),
             None => Semaphore::new(0),
         };
         let done_fence = Fence::at(&done, 1);
