@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the core's and the stream layer's unit tests and the CPU backend's FFI-free tests under
 # Miri (nightly): the Rust-kernel binding views on the worker pool (data races, aliasing), the
-# typed transfers, device teardown with work in flight, the refusal of checked C-ABI specs, and
-# the access bookkeeping's unit tests. Tests that dlopen C libraries are skipped under cfg(miri).
+# typed transfers, device teardown with work in flight, profile records, the refusal of
+# checked C-ABI specs, and the access bookkeeping's unit tests. Tests that dlopen C libraries
+# are skipped under cfg(miri).
 #
 # Usage: scripts/miri.sh            (CARGO_TARGET_DIR is honoured; default target/miri-run)
 set -euo pipefail
@@ -34,4 +35,7 @@ cargo "+$toolchain" miri test -p halcyon-cpu --test device_drop
 # The typed user API: element casts of typed writes, reads into Vec<T> and typed constants.
 cargo "+$toolchain" miri test -p halcyon-cpu --test typed_api
 cargo "+$toolchain" miri test -p halcyon-cpu --test c_kernels
+# Profiles: records written by the submitting thread, the pool's workers and the signalling
+# thread while others take them; a full window recycling its oldest record.
+cargo "+$toolchain" miri test -p halcyon-cpu --test profile
 cargo "+$toolchain" miri test -p halcyon-cpu --lib access::

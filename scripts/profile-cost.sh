@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Counts the instructions of 10 000 tiny inline dispatch round trips on the CPU device with
-# callgrind (stable on a noisy VM, unlike wall time): the profiler off and on, and, with
+# callgrind (stable on a noisy VM, unlike wall time), then measures their wall time with the
+# profiler off and on interleaved (ROUNDS rounds, default 400): the profiler off and on, and, with
 # BASE=<git rev>, the same loop built from that revision (before profiling existed; lines
 # marked `// profiler` are dropped there). Prints instructions per round trip.
 #
@@ -32,6 +33,9 @@ off=$(count "$bin" off "$N" "$MODE")
 on=$(count "$bin" on "$N" "$MODE")
 echo "off: $(( off - setup / N )) instructions per round trip"
 echo "on:  $(( on - setup / N )) instructions per round trip"
+# Wall time, off and on interleaved, and off against off (the method's own bias).
+"$bin" paired "${ROUNDS:-400}" "$MODE"
+PAIRED_CONTROL=1 "$bin" paired "${ROUNDS:-400}" "$MODE" | sed 's/^/control (off vs off): /'
 
 if [[ -n "${BASE:-}" ]]; then
     dir=$(mktemp -d)

@@ -3,13 +3,16 @@
 //! device's profiler off and on, in the same run.
 //!
 //! Run with `cargo bench --bench profile` (about half a minute). Ids:
-//! `tiny_profile/{pool,inline}/{off,on}`. With the profiler on, each operation gets a record
-//! (four clock reads, an allocation, a lock to queue it); the profiler keeps at most 4096 records
-//! here, so the steady state includes dropping the oldest, as a profiler left on does.
+//! `tiny_profile/{pool,inline}/{off,on}`. With the profiler on, each operation fills a record
+//! and reads the clock three (inline) or four (pool) times; the profiler keeps at most 4096
+//! records here, so the steady state includes recycling the oldest, as a profiler left on does.
 //!
-//! For "off costs nothing", compare `off` with the same id of a build from before profiling
-//! existed (criterion's `--save-baseline` / `--baseline`), or count instructions with callgrind
-//! (`scripts/profile-cost.sh`).
+//! Criterion measures `off`, then `on`: on a shared machine whose speed drifts over seconds
+//! (the pool round trip, two thread wake-ups, swings by tens of percent between runs on a VM)
+//! the two can differ by more than profiling costs. `cargo run --release -p halcyon-cpu
+//! --example profile_cost -- paired 600 pool` interleaves them and gives the ratio with its
+//! spread; `scripts/profile-cost.sh` runs both that and a callgrind instruction count (and,
+//! for "off costs nothing", compares with a build from before profiling existed).
 
 // `criterion_group!` defines the group's function without a doc comment.
 #![allow(missing_docs)]
@@ -72,6 +75,8 @@ fn tiny_profile(c: &mut Criterion) {
         for on in [false, true] {
             if on {
                 device.profiler().enable();
+            } else {
+                device.profiler().disable();
             }
             let id = format!("{name}/{}", if on { "on" } else { "off" });
             group.bench_function(id, |b| {
