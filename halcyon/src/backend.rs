@@ -11,6 +11,8 @@
 //!   device SPI, re-exported here so a backend finds everything it implements in one place.
 //! * The completion reactor ([`crate::backend::reactor`]) and the pending-action executor
 //!   ([`crate::backend::ActionQueue`]) are public modules of their own.
+//! * [`spin_until`]: bounded spinning, for a backend whose own threads watch for work or
+//!   completions before they sleep.
 //! * [`loader_image`]: the aligned, zero-padded copy of a binary kernel image handed to a
 //!   vendor loader that takes no length.
 
@@ -25,6 +27,7 @@ pub use crate::profile::OperationTrace;
 pub use crate::queue::action::{ActionQueue, Issue};
 pub use crate::queue::ordered::{fail_in_order, failure_order};
 pub use crate::queue::read_sink::ReadSink;
+pub use crate::spin::spin_until;
 
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;

@@ -252,6 +252,14 @@ pub trait DeviceBackend: Send + Sync + 'static {
     /// How many queues the device has (at least 1).
     fn queue_count(&self) -> u32;
 
+    /// How long an awaited submission should watch for its completion before sleeping on this
+    /// device, by default ([`Device::set_completion_spin`]): worth it where work often completes
+    /// within microseconds of being awaited and nothing else needs the awaiting thread's core
+    /// meanwhile. Zero (the default) sleeps at once.
+    fn completion_spin(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Allocates `size` bytes of memory matching `params`.
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>>;
 
@@ -304,6 +312,8 @@ struct Inner {
     profiler: Profiler,
     /// Each queue's label ([`Queue::set_label`]), shared with the profiler.
     queue_labels: Arc<[crate::label::Label]>,
+    /// [`Device::completion_spin`], in nanoseconds.
+    completion_spin_ns: std::sync::atomic::AtomicU64,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -348,6 +358,7 @@ impl Device {
             limit(keys::names::MAX_WORKGROUP_COUNT_Z),
         ];
         let info = backend.info();
+        let spin = backend.completion_spin();
         let queue_labels: Arc<[crate::label::Label]> = (0..backend.queue_count().max(1))
             .map(|_| crate::label::Label::default())
             .collect();
@@ -390,6 +401,9 @@ impl Device {
                 allocator,
                 backend,
                 executables: ExecutableCache::default(),
+                completion_spin_ns: std::sync::atomic::AtomicU64::new(
+                    u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
+                ),
             }),
         }
     }
@@ -446,6 +460,34 @@ impl Device {
     /// [`keys::MAX_WORKGROUP_COUNT_X`] .. answers; `u32::MAX` where it has no limit).
     pub fn max_workgroup_count(&self) -> [u32; 3] {
         self.inner.max_workgroup_count
+    }
+
+    /// Sets how long an awaited [`Submission`](crate::Submission) of this device watches for
+    /// its completion before it sleeps (the default is the backend's: 20 µs on the CPU device's
+    /// pool, zero elsewhere until measured on each device): on its first poll, if the operation
+    /// has not completed, the future checks it in a loop for up to `budget`, then registers its
+    /// waker as usual.
+    ///
+    /// Waking a sleeping thread costs microseconds (tens on some VMs), so for operations that
+    /// complete within the budget the spin turns a sleep and a wake-up into a few loads. **The
+    /// spin runs on the thread that polls** (an async executor's thread): each submission
+    /// awaited costs that thread at most `budget` of busy waiting, once, whatever the
+    /// operation's length; `Duration::ZERO` turns it off. Submissions made before the call
+    /// keep the budget they were made with.
+    pub fn set_completion_spin(&self, budget: std::time::Duration) {
+        let ns = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .completion_spin_ns
+            .store(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long an awaited submission spins before it sleeps ([`Device::set_completion_spin`]).
+    pub fn completion_spin(&self) -> std::time::Duration {
+        let ns = self
+            .inner
+            .completion_spin_ns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_nanos(ns)
     }
 
     /// The device's profiler: off until [enabled](Profiler::enable); see

@@ -62,6 +62,7 @@ mod log;
 pub mod profile;
 pub mod queue;
 mod semaphore;
+mod spin;
 mod sync;
 
 pub use allocator::{Allocator, AllocatorStats};

@@ -646,6 +646,12 @@ impl Wait {
         self.value
     }
 
+    /// Whether the semaphore has reached the value or failed: one load, for watching it in a
+    /// loop ([`crate::spin::spin_until`]).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.resolved(self.semaphore.shared.value.load(Ordering::Acquire))
+    }
+
     /// Whether the waiter is certainly gone from the map: the value was reached or the
     /// semaphore failed, and whoever did that removed every such waiter under the lock (the
     /// payload store and the removal happen in one critical section, so seeing the payload means

@@ -10,6 +10,7 @@
 //! | executables                  | Rust kernels, or C-ABI shared libraries                  |
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use halcyon::backend::reactor::Reactor;
 use halcyon::backend::ActionQueue;
@@ -68,7 +69,11 @@ impl CpuDevice {
                     workers
                 };
                 (
-                    Some(Arc::new(Pool::new(workers, &format!("cpu{index}"))?)),
+                    Some(Arc::new(Pool::new(
+                        workers,
+                        &format!("cpu{index}"),
+                        options.worker_spin,
+                    )?)),
                     workers,
                 )
             }
@@ -130,6 +135,16 @@ impl DeviceBackend for CpuDevice {
 
     fn queue_count(&self) -> u32 {
         self.queues.len() as u32
+    }
+
+    /// A pooled dispatch completes within microseconds of its submission when the work is
+    /// small: watching for it saves the awaiting thread a wake-up. Inline work has completed
+    /// before it is awaited.
+    fn completion_spin(&self) -> Duration {
+        match self.pool {
+            Some(_) => crate::DEFAULT_COMPLETION_SPIN,
+            None => Duration::ZERO,
+        }
     }
 
     fn allocate(&self, size: u64, _params: &BufferParams) -> Result<Arc<dyn BufferMemory>> {

@@ -55,6 +55,7 @@ mod pool;
 mod rust_kernel;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, StatusCode};
 
@@ -92,12 +93,30 @@ pub struct CpuDeviceOptions {
     pub mode: ExecutionMode,
     /// Number of queues (at least 1).
     pub queue_count: u32,
+    /// How long a pool worker that runs out of work watches for more before it sleeps (one
+    /// worker at a time): a job submitted meanwhile starts without waking a thread. Costs up
+    /// to this much of one core after each burst of work; `Duration::ZERO` turns it off.
+    /// Default [`DEFAULT_WORKER_SPIN`]; no effect inline.
+    pub worker_spin: Duration,
 }
+
+/// [`CpuDeviceOptions::worker_spin`]'s default.
+pub const DEFAULT_WORKER_SPIN: Duration = Duration::from_micros(50);
+
+/// How long an awaited submission of a pool device watches for its completion before it
+/// sleeps, by default ([`halcyon::Device::set_completion_spin`] changes it per device).
+pub const DEFAULT_COMPLETION_SPIN: Duration = Duration::from_micros(20);
 
 impl CpuDeviceOptions {
     /// Sets [`CpuDeviceOptions::mode`].
     pub fn with_mode(mut self, mode: ExecutionMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Sets [`CpuDeviceOptions::worker_spin`].
+    pub fn with_worker_spin(mut self, spin: Duration) -> Self {
+        self.worker_spin = spin;
         self
     }
 
@@ -113,6 +132,7 @@ impl Default for CpuDeviceOptions {
         CpuDeviceOptions {
             mode: ExecutionMode::Pool { workers: 0 },
             queue_count: 1,
+            worker_spin: DEFAULT_WORKER_SPIN,
         }
     }
 }

@@ -7,9 +7,10 @@
 //! semaphores: waits are resolved before work reaches the pool.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use halcyon::{Error, Result, StatusCode};
 
@@ -89,6 +90,12 @@ impl Job {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// Bumped by every push, under the lock: what a spinning worker watches.
+    pushes: AtomicU64,
+    /// Whether a worker is spinning for work (at most one does; see [`Pool::new`]).
+    spinning: AtomicBool,
+    /// How long a worker that runs out of work spins before it sleeps.
+    spin: Duration,
 }
 
 struct State {
@@ -105,7 +112,11 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(workers: usize, name: &str) -> Result<Pool> {
+    /// Starts `workers` threads. A worker that runs out of work watches for more for up to
+    /// `spin` before it sleeps, one worker at a time: a job pushed meanwhile starts without a
+    /// wake-up (microseconds saved per job when submissions follow each other closely), for
+    /// at most `spin` of one core's time after each burst of work.
+    pub(crate) fn new(workers: usize, name: &str, spin: Duration) -> Result<Pool> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 jobs: VecDeque::new(),
@@ -113,6 +124,9 @@ impl Pool {
                 idle: 0,
             }),
             wake: Condvar::new(),
+            pushes: AtomicU64::new(0),
+            spinning: AtomicBool::new(false),
+            spin,
         });
         let mut pool = Pool {
             shared: shared.clone(),
@@ -140,12 +154,16 @@ impl Pool {
         self.workers
     }
 
-    /// Queues a job and wakes as many idle workers as it has tiles.
+    /// Queues a job and wakes as many idle workers as it has tiles, less the spinning one.
     pub(crate) fn push(&self, job: Arc<Job>) {
         let tiles = job.count as usize;
         let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         state.jobs.push_back(job);
-        let wake = tiles.min(state.idle);
+        self.shared.pushes.fetch_add(1, Ordering::Release);
+        // A spinner that stops before seeing the push re-checks the queue under the lock
+        // before it sleeps, so counting it here loses no job.
+        let spinning = usize::from(self.shared.spinning.load(Ordering::Acquire));
+        let wake = tiles.saturating_sub(spinning).min(state.idle);
         drop(state);
         if wake >= self.workers {
             self.shared.wake.notify_all();
@@ -176,6 +194,9 @@ impl Drop for Pool {
 
 fn worker(shared: &Shared) {
     let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    // Whether this worker, out of work, may spin before sleeping: after each job, not after a
+    // spin that found nothing.
+    let mut may_spin = true;
     loop {
         // Job handles are dropped with the lock released: the last one drops the job's
         // continuation, which may drop the last handle of this pool (whose drop takes the lock)
@@ -192,9 +213,24 @@ fn worker(shared: &Shared) {
                 drop(state);
                 job.work();
                 drop(job);
+                may_spin = true;
                 state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             None if state.shutdown => return,
+            None if may_spin
+                && !shared.spin.is_zero()
+                && !shared.spinning.swap(true, Ordering::AcqRel) =>
+            {
+                let seen = shared.pushes.load(Ordering::Relaxed); // pushes happen under the lock
+                drop(state);
+                halcyon::backend::spin_until(shared.spin, || {
+                    shared.pushes.load(Ordering::Acquire) != seen
+                });
+                shared.spinning.store(false, Ordering::Release);
+                may_spin = false;
+                // Back to the top: the queue is checked again under the lock.
+                state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            }
             None => {
                 state.idle += 1;
                 state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());

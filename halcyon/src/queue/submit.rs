@@ -50,6 +50,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytemuck::Pod;
 
@@ -220,6 +221,9 @@ pub struct Submission<T = ()> {
     /// (failed in order, see [`Queue::reject`]), whatever the signal failed with.
     rejected: Option<Error>,
     output: Option<Output<T>>,
+    /// How long the first poll watches for completion before registering its waker
+    /// ([`Device::set_completion_spin`]); zero once spent.
+    spin: Duration,
 }
 
 impl<T> fmt::Debug for Submission<T> {
@@ -239,6 +243,7 @@ impl<T> Submission<T> {
             failed: None,
             rejected: Some(error),
             output: None,
+            spin: signalled.spin,
         }
     }
 }
@@ -250,6 +255,14 @@ impl<T> Future for Submission<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let this = &mut *self;
+        if !this.spin.is_zero() {
+            // Once, on the first poll: watch the last entry (which settles last) before
+            // sleeping; the executor's thread pays at most the budget.
+            let budget = std::mem::take(&mut this.spin);
+            if let Some(last) = this.unsettled.last() {
+                crate::spin::spin_until(budget, || last.is_settled());
+            }
+        }
         // Backends settle signal entries in fence order, so the last entry settles last: wait
         // on it alone (one wake per completion, not one per entry), then collect the others,
         // which are settled by then. The earliest entry's error wins. An entry whose semaphore
@@ -440,6 +453,7 @@ impl Queue {
             failed: None,
             rejected: None,
             output: Some(output),
+            spin: self.device.completion_spin(),
         }
     }
 
