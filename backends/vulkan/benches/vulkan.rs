@@ -9,6 +9,9 @@
 //!   * `tiny/halcyon/dispatch`: `queue.dispatch` on a queue timeline, then
 //!     `futures::executor::block_on` of the `Submission`;
 //!   * `tiny/halcyon/execute`: the same with a reusable `CommandBuffer` and `queue.execute`;
+//!   * `tiny/halcyon/dispatch_spin_20us`: `dispatch` with a 20 µs completion spin
+//!     ([`Device::set_completion_spin`]; off by default on Vulkan): the awaiting thread
+//!     watches for the completion before it sleeps;
 //!   * `tiny/raw_ash`: a command buffer recorded once; `vkQueueSubmit` signalling the next value
 //!     of a timeline semaphore, then `vkWaitSemaphores` for it.
 //!   * `tiny/raw_ash_waiter_thread`: the same submissions awaited without blocking in Vulkan,
@@ -474,6 +477,19 @@ fn tiny(c: &mut Criterion, halcyon: &Halcyon, raw: &mut Raw) {
             block_on(queue.execute(timeline.next(), &cb, None)).expect("execute")
         })
     });
+    // The A/B of the completion spin (off by default here): the same dispatch, its awaiting
+    // thread watching for 20 µs before it sleeps.
+    let spin = halcyon.device.completion_spin();
+    halcyon
+        .device
+        .set_completion_spin(Duration::from_micros(20));
+    group.bench_function("halcyon/dispatch_spin_20us", |b| {
+        b.iter(|| {
+            submitted += 1;
+            block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch")
+        })
+    });
+    halcyon.device.set_completion_spin(spin);
     let raw_before = raw.first();
     let mut raw_submitted = 0u32;
     group.bench_function("raw_ash", |b| {
@@ -673,6 +689,13 @@ fn main() {
     row(
         "tiny dispatch round trip",
         "tiny/halcyon_dispatch",
+        "tiny/raw_ash",
+        1e3,
+        "us",
+    );
+    row(
+        "tiny dispatch, 20 us spin",
+        "tiny/halcyon_dispatch_spin_20us",
         "tiny/raw_ash",
         1e3,
         "us",
