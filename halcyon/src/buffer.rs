@@ -732,8 +732,14 @@ fn cast_error<T>(error: bytemuck::PodCastError) -> Error {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A host buffer of `words` 8-byte words, for unit tests elsewhere in the crate.
+    pub(crate) fn host_buffer(words_len: usize) -> Buffer {
+        let bytes = words_len as u64 * 8;
+        Buffer::from_memory(words(words_len), bytes, BufferParams::HOST).expect("host buffer")
+    }
 
     /// Host memory of a fixed size (a boxed slice of words), for mapping tests under Miri.
     struct Words(Box<[std::cell::UnsafeCell<u64>]>);

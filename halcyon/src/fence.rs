@@ -16,6 +16,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::error::{Error, Result, StatusCode};
 use crate::semaphore::{Semaphore, Wait};
 
@@ -40,7 +42,9 @@ use crate::semaphore::{Semaphore, Wait};
 /// ```
 #[derive(Clone, Default)]
 pub struct Fence {
-    entries: Vec<(Semaphore, u64)>,
+    /// Two inline: a timeline step waits on one entry and a submission signals its own
+    /// completion and one more.
+    entries: SmallVec<[(Semaphore, u64); 2]>,
 }
 
 impl Fence {
@@ -51,9 +55,9 @@ impl Fence {
 
     /// A fence with a single entry.
     pub fn at(semaphore: &Semaphore, value: u64) -> Self {
-        Fence {
-            entries: vec![(semaphore.clone(), value)],
-        }
+        let mut entries = SmallVec::new();
+        entries.push((semaphore.clone(), value));
+        Fence { entries }
     }
 
     /// Adds `semaphore >= value`; if the semaphore is already present, keeps the larger value.
@@ -184,7 +188,7 @@ impl<'a> FromIterator<(&'a Semaphore, u64)> for Fence {
 #[must_use = "futures do nothing unless awaited"]
 #[derive(Debug)]
 pub struct WaitAll {
-    pending: Vec<Wait>,
+    pending: SmallVec<[Wait; 2]>,
 }
 
 impl Future for WaitAll {

@@ -25,6 +25,8 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::kernel::PerBinding;
+
 /// What a dispatch does with an alias group's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -138,16 +140,16 @@ pub(crate) struct Access {
     id: u64,
     kind: Kind,
     /// Each binding's byte range in host addresses.
-    ranges: Vec<Range<usize>>,
+    ranges: PerBinding<Range<usize>>,
     /// Each binding's alias group (the lowest binding index in it).
-    group: Vec<usize>,
+    group: PerBinding<usize>,
     /// Each group leader's encoded [`Mode`] (0 = not fixed yet); unused for other bindings.
-    modes: Vec<AtomicU64>,
+    modes: PerBinding<AtomicU64>,
 }
 
 impl Access {
     pub(crate) fn new(kind: Kind, ptrs: &[*mut u8], lengths: &[u64]) -> Access {
-        let ranges: Vec<Range<usize>> = ptrs
+        let ranges: PerBinding<Range<usize>> = ptrs
             .iter()
             .zip(lengths)
             .map(|(&ptr, &len)| {
@@ -155,7 +157,7 @@ impl Access {
                 start..start.saturating_add(len as usize)
             })
             .collect();
-        let mut group: Vec<usize> = (0..ranges.len()).collect();
+        let mut group: PerBinding<usize> = (0..ranges.len()).collect();
         for i in 0..ranges.len() {
             for j in 0..i {
                 if overlap(&ranges[i], &ranges[j]) && group[i] != group[j] {
@@ -182,8 +184,8 @@ impl Access {
         target: (*mut u8, u64),
         source: Option<(*const u8, u64)>,
     ) -> Result<Access, String> {
-        let mut ptrs = vec![target.0];
-        let mut lengths = vec![target.1];
+        let mut ptrs: PerBinding<*mut u8> = smallvec::smallvec![target.0];
+        let mut lengths: PerBinding<u64> = smallvec::smallvec![target.1];
         if let Some((ptr, len)) = source {
             ptrs.push(ptr.cast_mut());
             lengths.push(len);
@@ -232,7 +234,7 @@ impl Access {
             // under it, so the first one to get here fixes the mode.
             let current = slot.load(Ordering::Acquire);
             if current == 0 {
-                let members: Vec<usize> = (0..self.group.len())
+                let members: PerBinding<usize> = (0..self.group.len())
                     .filter(|&i| self.group[i] == leader)
                     .collect();
                 for &member in &members {
@@ -332,7 +334,7 @@ mod tests {
             (0x2000, 8),
             (0x1004, 0),
         ]);
-        assert_eq!(a.group, [0, 0, 0, 3, 4]);
+        assert_eq!(a.group[..], [0, 0, 0, 3, 4]);
         assert_eq!(a.aliases(1), [0, 2]);
         assert!(a.aliases(3).is_empty());
     }

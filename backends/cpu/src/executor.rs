@@ -16,7 +16,7 @@ use halcyon::command_buffer::{Command, Dispatch};
 use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
 
 use crate::access::Access;
-use crate::kernel::{CpuExecutable, DispatchState, Kernel};
+use crate::kernel::{CpuExecutable, DispatchState, Kernel, PerBinding};
 use crate::pool::{Job, Pool, Tiles};
 
 /// Transfers at least this large are split into pool tiles of this size.
@@ -296,7 +296,7 @@ impl Run {
                     tiles: Box::new(chunks),
                     run: self.clone(),
                     next,
-                    what: "transfer".into(),
+                    what: What::Transfer,
                 })));
                 Ok(false)
             }
@@ -337,7 +337,7 @@ impl Run {
             .bindings
             .iter()
             .map(host)
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<PerBinding<_>>>()?;
         let state = DispatchState::new(
             dispatch.workgroups,
             entry.workgroup_size,
@@ -354,11 +354,12 @@ impl Run {
             _hosts: hosts,
             total,
             per_tile,
-            name: entry.name.clone(),
+            name: (dispatch.executable.entry_name(dispatch.entry_point))
+                .unwrap_or_else(|| Arc::from(entry.name.as_str())),
         };
         match &self.pool {
             Some(pool) => {
-                let what = format!("dispatch of '{}'", entry.name);
+                let what = What::Dispatch(tiles.name.clone());
                 pool.push(Job::new(Box::new(Continue {
                     tiles: Box::new(tiles),
                     run: self.clone(),
@@ -434,7 +435,14 @@ struct Continue {
     tiles: Box<dyn Chunked>,
     run: Arc<Run>,
     next: usize,
-    what: String,
+    what: What,
+}
+
+/// What a pooled command is, for its failure.
+enum What {
+    Transfer,
+    /// A dispatch of this entry point.
+    Dispatch(Arc<str>),
 }
 
 impl Tiles for Continue {
@@ -452,13 +460,15 @@ impl Tiles for Continue {
         match failure {
             None => self.run.clone().resume(self.next),
             // A kernel's failure is its own outcome; a transfer's can only be a bug.
-            Some(message) => self.run.end(Err(Error::new(
-                match self.what.as_str() {
-                    "transfer" => StatusCode::Internal,
-                    _ => StatusCode::KernelFailed,
-                },
-                format!("{} failed: {message}", self.what),
-            ))),
+            Some(message) => self.run.end(Err(match &self.what {
+                What::Transfer => {
+                    Error::new(StatusCode::Internal, format!("transfer failed: {message}"))
+                }
+                What::Dispatch(name) => Error::new(
+                    StatusCode::KernelFailed,
+                    format!("dispatch of '{name}' failed: {message}"),
+                ),
+            })),
         }
     }
 }
@@ -495,10 +505,10 @@ impl Tiles for HostCall {
 struct Workgroups {
     kernel: Arc<dyn Kernel>,
     state: DispatchState,
-    _hosts: Vec<Host>,
+    _hosts: PerBinding<Host>,
     total: u64,
     per_tile: u64,
-    name: String,
+    name: Arc<str>,
 }
 
 impl Chunked for Workgroups {
@@ -517,7 +527,7 @@ impl Chunked for Workgroups {
                 (linear / (x * y)) as u32,
             ];
             self.kernel.run(&self.state, id).map_err(|m| {
-                if m.contains(&self.name) {
+                if m.contains(&*self.name) {
                     m
                 } else {
                     format!("kernel '{}' workgroup {id:?}: {m}", self.name)

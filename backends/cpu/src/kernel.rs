@@ -6,6 +6,9 @@ use halcyon::EntryPoint;
 
 use crate::access::Access;
 
+/// One value per binding of a dispatch, inline for up to four bindings.
+pub type PerBinding<T> = smallvec::SmallVec<[T; 4]>;
+
 /// What one dispatch hands every workgroup: prepared once per dispatch, shared by all workers.
 pub struct DispatchState {
     /// Workgroup count in x, y, z.
@@ -15,9 +18,9 @@ pub struct DispatchState {
     /// Push constants.
     pub constants: Arc<[u32]>,
     /// Host address of each binding's first byte.
-    pub binding_ptrs: Vec<*mut u8>,
+    pub binding_ptrs: PerBinding<*mut u8>,
     /// Length of each binding in bytes.
-    pub binding_lengths: Vec<u64>,
+    pub binding_lengths: PerBinding<u64>,
     /// How Rust kernels access the bindings in this dispatch (see [`crate::access`]).
     pub(crate) access: Access,
 }
@@ -28,8 +31,8 @@ impl DispatchState {
         workgroup_count: [u32; 3],
         workgroup_size: [u32; 3],
         constants: Arc<[u32]>,
-        binding_ptrs: Vec<*mut u8>,
-        binding_lengths: Vec<u64>,
+        binding_ptrs: PerBinding<*mut u8>,
+        binding_lengths: PerBinding<u64>,
     ) -> DispatchState {
         let access = Access::new(
             crate::access::Kind::Dispatch,

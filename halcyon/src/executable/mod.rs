@@ -202,9 +202,9 @@ impl Executable {
         }
     }
 
-    /// The name of entry point `index`, shared (for profile records: no allocation per
-    /// dispatch).
-    pub(crate) fn trace_name(&self, index: u32) -> Option<std::sync::Arc<str>> {
+    /// The name of entry point `index`, shared: a clone costs no allocation (for profile
+    /// records and a backend's messages about a dispatch).
+    pub fn entry_name(&self, index: u32) -> Option<std::sync::Arc<str>> {
         let names = self.inner.trace_names.get_or_init(|| {
             self.entry_points()
                 .iter()

@@ -357,7 +357,7 @@ pub(crate) fn name(
     };
     match kind {
         OperationKind::Dispatch => text(commands.iter().find_map(|c| match c {
-            Command::Dispatch(d) => d.executable.trace_name(d.entry_point),
+            Command::Dispatch(d) => d.executable.entry_name(d.entry_point),
             _ => None,
         })),
         OperationKind::Execute => Name {

@@ -37,5 +37,6 @@ pub(crate) mod action;
 pub(crate) mod ordered;
 pub(crate) mod read_sink;
 pub(crate) mod submit;
+pub(crate) mod touched;
 
 pub use submit::{Queue, Submission, Timeline, TimelineStep, Timepoints};

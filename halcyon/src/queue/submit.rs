@@ -43,7 +43,6 @@
 //!
 //! Work already issued to the device runs to completion; halcyon cannot stop a running kernel.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +61,7 @@ use crate::executable::Launch;
 use crate::fence::Fence;
 use crate::profile::{classify, name, Header, OperationTrace, Pairs};
 use crate::queue::read_sink::ReadSink;
+use crate::queue::touched::Touched;
 use crate::semaphore::{Semaphore, Wait};
 
 /// The wait and signal fences of one queue operation.
@@ -214,8 +214,9 @@ type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 /// [`crate::Semaphore::wait`] on such a semaphore gets the failure whatever the value.
 #[must_use = "dropping a Submission does not cancel it, but its failure would go unseen"]
 pub struct Submission<T = ()> {
-    /// Waits on the signal fence's entries not yet settled.
-    unsettled: Vec<Wait>,
+    /// Waits on the signal fence's entries not yet settled (two inline: an operation's own
+    /// completion and its timeline's next value).
+    unsettled: smallvec::SmallVec<[Wait; 2]>,
     failed: Option<Error>,
     /// The error of an operation refused at submission: reported once its signal settled
     /// (failed in order, see [`Queue::reject`]), whatever the signal failed with.
@@ -324,22 +325,6 @@ impl fmt::Display for Queue {
     }
 }
 
-/// Buffers a submission touches, each with its strongest access.
-#[derive(Default)]
-struct Touched(HashMap<u64, (Buffer, Access)>);
-
-impl Touched {
-    fn add(&mut self, buffer: &Buffer, access: Access) {
-        let entry = self
-            .0
-            .entry(buffer.id())
-            .or_insert_with(|| (buffer.clone(), access));
-        if access == Access::Write {
-            entry.1 = Access::Write;
-        }
-    }
-}
-
 impl Queue {
     pub(crate) fn new(device: Device, index: u32) -> Self {
         Queue { device, index }
@@ -432,7 +417,7 @@ impl Queue {
             None => Semaphore::new(0),
         };
         let done_fence = Fence::at(&done, 1);
-        for (buffer, access) in touched.0.values() {
+        for (buffer, access) in touched.iter() {
             if let Err(error) = buffer.track(&done_fence, *access) {
                 // Settles what the buffers tracked so far; the operation is refused in order.
                 done.fail(error.clone());
