@@ -277,15 +277,22 @@ impl Semaphore {
         if let Some(native) = &self.shared.native {
             native.signal(value)?;
         }
+        self.settle_trace(None);
         self.shared.value.store(value, Ordering::Release);
         state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
-        if let Some(record) = &self.shared.trace {
-            record.0.settled(None);
-        }
         woken.wake();
         Ok(())
+    }
+
+    /// Completes the profile record this semaphore carries, if any: before the new payload is
+    /// stored, so that whoever sees the payload (a waker, or a submission spinning on it) also
+    /// finds the record complete.
+    fn settle_trace(&self, error: Option<&Error>) {
+        if let Some(record) = &self.shared.trace {
+            record.0.settled(error);
+        }
     }
 
     /// Moves the payload up to `value` if it is above the current one; never an error. Used when
@@ -300,13 +307,11 @@ impl Semaphore {
         if state.failure.is_some() || value <= current {
             return;
         }
+        self.settle_trace(None);
         self.shared.value.store(value, Ordering::Release);
         state.pending.prune(value);
         let woken = take_reached(&mut state.waiters, value);
         drop(state);
-        if let Some(record) = &self.shared.trace {
-            record.0.settled(None);
-        }
         woken.wake();
     }
 
@@ -320,14 +325,12 @@ impl Semaphore {
         state.failure = Some(error.clone());
         state.failed_at = self.shared.value.load(Ordering::Relaxed);
         state.pending.clear();
+        self.settle_trace(Some(&error));
         self.shared.value.store(FAILED, Ordering::Release);
         let woken = Woken::All(std::mem::take(&mut state.waiters));
         drop(state);
         if let Some(native) = &self.shared.native {
             native.fail(&error);
-        }
-        if let Some(record) = &self.shared.trace {
-            record.0.settled(Some(&error));
         }
         woken.wake();
     }

@@ -209,13 +209,9 @@ impl DeviceBackend for CpuDevice {
         };
         let pool = self.pool.clone();
         let inflight = self.inflight.clone();
-        actions.submit(
-            wait,
-            signal,
-            Box::new(move |signal: &Fence| {
-                executor::start(work, signal.clone(), pool, inflight.begin());
-                Ok(())
-            }),
-        );
+        actions.submit(wait, signal, move |signal: &Fence| {
+            executor::start(work, signal.clone(), pool, inflight.begin());
+            Ok(())
+        });
     }
 }

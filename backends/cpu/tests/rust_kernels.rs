@@ -379,3 +379,51 @@ fn unordered_transfers_cannot_race_a_running_dispatch() {
     assert_eq!(read_u32(&device, &input), [0x0707_0707; 4]);
     assert_eq!(read_u32(&device, &output), [0; 4]);
 }
+
+/// A launch reuses the command its first dispatch built; appending to a copy of it builds
+/// anew (here: one binding too many, refused).
+#[test]
+fn a_changed_launch_is_checked_again() {
+    let device = halcyon_cpu::create_device(
+        halcyon_cpu::CpuDeviceOptions::default().with_mode(halcyon_cpu::ExecutionMode::Inline),
+    )
+    .expect("device");
+    let kernels = halcyon_cpu::RustKernels::new().entry(
+        halcyon::EntryPoint {
+            name: "touch".into(),
+            workgroup_size: [1, 1, 1],
+            binding_count: 1,
+            constant_count: 0,
+        },
+        |ctx| {
+            ctx.chunk_mut::<u32>(0, 1)?[0] += 1;
+            Ok(())
+        },
+    );
+    let touch = (device.load_executable(&kernels.spec()))
+        .and_then(|e| e.kernel("touch"))
+        .expect("kernel");
+    let buffer = (device.allocator())
+        .allocate(4, halcyon::BufferParams::DEVICE)
+        .expect("allocate");
+    let queue = device.queue(0).expect("queue");
+    let launch = touch.launch([1, 1, 1]).binding(buffer.whole());
+    for _ in 0..3 {
+        futures::executor::block_on(queue.dispatch(halcyon::Timepoints::default(), &launch))
+            .expect("dispatch");
+    }
+    let two = launch.clone().binding(buffer.whole());
+    let error = futures::executor::block_on(queue.dispatch(halcyon::Timepoints::default(), &two))
+        .unwrap_err();
+    assert_eq!(
+        error.code(),
+        halcyon::StatusCode::InvalidArgument,
+        "{error}"
+    );
+    futures::executor::block_on(queue.dispatch(halcyon::Timepoints::default(), &launch.clone()))
+        .expect("again");
+    let read: Vec<u32> =
+        futures::executor::block_on(queue.read(halcyon::Timepoints::default(), &buffer.whole()))
+            .expect("read");
+    assert_eq!(read, [4]);
+}

@@ -844,20 +844,16 @@ impl DeviceBackend for VulkanDevice {
                 .stats
                 .host_waits
                 .fetch_add(!wait.is_empty() as u64, Ordering::Relaxed);
-            return actions.submit(
-                wait,
-                signal,
-                Box::new(move |signal: &Fence| {
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-                        .unwrap_or_else(|_| {
-                            Err(Error::new(
-                                StatusCode::Internal,
-                                "a queue host_call panicked",
-                            ))
-                        });
-                    result.and_then(|()| signal.signal())
-                }),
-            );
+            return actions.submit(wait, signal, move |signal: &Fence| {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                    .unwrap_or_else(|_| {
+                        Err(Error::new(
+                            StatusCode::Internal,
+                            "a queue host_call panicked",
+                        ))
+                    });
+                result.and_then(|()| signal.signal())
+            });
         }
         // Waits this device can honour in vkQueueSubmit: values of its own timelines that work
         // already submitted will signal. Everything else waits on the host.
@@ -892,12 +888,9 @@ impl DeviceBackend for VulkanDevice {
         let core = self.core.clone();
         let index = queue as usize;
         let order = failure_order(&wait, &signal);
-        actions.submit_parked(
-            host,
-            order,
-            signal,
-            Box::new(move |signal: &Fence| core.execute(index, native, signal.clone(), work)),
-        );
+        actions.submit_parked(host, order, signal, move |signal: &Fence| {
+            core.execute(index, native, signal.clone(), work)
+        });
     }
 }
 

@@ -600,11 +600,9 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         if let Work::HostCall(call) = work {
             let unreached = wait.iter().filter(|(s, v)| !reached(s, *v)).count();
             Stats::bump(&stats.host_waits, unreached as u64);
-            return actions.submit(
-                wait,
-                signal,
-                Box::new(move |signal: &Fence| run_host_call(call, signal)),
-            );
+            return actions.submit(wait, signal, move |signal: &Fence| {
+                run_host_call(call, signal)
+            });
         }
         // Park until every wait is reachable on the device: this device's semaphores once their
         // signal is scheduled on a stream, anything else once reached.
@@ -629,11 +627,8 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         let core = core.clone();
         let index = queue as usize;
         let order = failure_order(&wait, &signal);
-        actions.submit_parked(
-            parked,
-            order,
-            signal,
-            Box::new(move |signal: &Fence| core.issue(index, &wait, signal, work)),
-        );
+        actions.submit_parked(parked, order, signal, move |signal: &Fence| {
+            core.issue(index, &wait, signal, work)
+        });
     }
 }

@@ -2,11 +2,12 @@
 //! built up from its workgroups, push constants and bindings.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use bytemuck::Pod;
 
 use super::{EntryPoint, Executable};
-use crate::command_buffer::Binding;
+use crate::command_buffer::{Binding, Command};
 use crate::error::{Error, Result, StatusCode};
 
 /// An entry point of an [`Executable`], looked up once by name ([`Executable::kernel`]) and
@@ -83,6 +84,7 @@ impl Kernel {
             constants: Vec::new(),
             bindings: Vec::new(),
             error: None,
+            one_shot: OnceLock::new(),
         }
     }
 }
@@ -119,6 +121,10 @@ pub struct Launch {
     bindings: Vec<Binding>,
     /// The first constant of the wrong size, reported by the dispatch.
     error: Option<Error>,
+    /// The command [`crate::Queue::dispatch`] built from it, once it was dispatched: later
+    /// dispatches of the same launch reuse it (no allocation). Appending a constant or a
+    /// binding clears it.
+    one_shot: OnceLock<Arc<[Command]>>,
 }
 
 impl Launch {
@@ -126,6 +132,7 @@ impl Launch {
     /// your own), passed bit for bit. A value of another size makes the dispatch fail with
     /// `InvalidArgument` naming the size.
     pub fn constant<T: Pod>(mut self, value: T) -> Self {
+        self.one_shot = OnceLock::new();
         self.push_constant(bytemuck::bytes_of(&value));
         self
     }
@@ -133,6 +140,7 @@ impl Launch {
     /// Appends push constants: each element as [`Launch::constant`] would
     /// (`.constants(&[n, stride])`).
     pub fn constants<T: Pod>(mut self, values: &[T]) -> Self {
+        self.one_shot = OnceLock::new();
         for value in values {
             self.push_constant(bytemuck::bytes_of(value));
         }
@@ -161,12 +169,14 @@ impl Launch {
     /// Appends a buffer binding: a range known now (`BufferRef` or `&BufferRef`) or a
     /// binding-table slot ([`Binding::slot`], reusable command buffers only).
     pub fn binding(mut self, binding: impl Into<Binding>) -> Self {
+        self.one_shot = OnceLock::new();
         self.bindings.push(binding.into());
         self
     }
 
     /// Appends buffer bindings, in order.
     pub fn bindings<B: Into<Binding>>(mut self, bindings: impl IntoIterator<Item = B>) -> Self {
+        self.one_shot = OnceLock::new();
         self.bindings.extend(bindings.into_iter().map(Into::into));
         self
     }
@@ -189,6 +199,18 @@ impl Launch {
     /// The bindings so far.
     pub fn binding_list(&self) -> &[Binding] {
         &self.bindings
+    }
+
+    /// The command a queue dispatches for it: built by `build` the first time, then shared.
+    pub(crate) fn one_shot(
+        &self,
+        build: impl FnOnce() -> Result<Arc<[Command]>>,
+    ) -> Result<Arc<[Command]>> {
+        if let Some(commands) = self.one_shot.get() {
+            return Ok(commands.clone());
+        }
+        let commands = build()?;
+        Ok(self.one_shot.get_or_init(|| commands).clone())
     }
 
     /// The first constant of the wrong size, if any.

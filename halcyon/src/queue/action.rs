@@ -94,10 +94,14 @@ impl ActionQueue {
     /// Submits an action: once `wait` is reached, calls `issue(&signal)`.
     ///
     /// Never blocks. If `wait` is already reached and nothing of this queue is pending, `issue`
-    /// runs now on this thread; otherwise the action is parked on the reactor. Failures go to
+    /// runs now on this thread (and is never boxed: no allocation); otherwise the action is
+    /// parked on the reactor, boxed as an [`Issue`]. Failures go to
     /// `signal` (see the [module docs](super)), after the entries of `wait` on semaphores that
     /// `signal` also signals have settled; this call itself cannot fail.
-    pub fn submit(&self, wait: Fence, signal: Fence, issue: Issue) {
+    pub fn submit<F>(&self, wait: Fence, signal: Fence, issue: F)
+    where
+        F: FnOnce(&Fence) -> Result<()> + Send + 'static,
+    {
         let order = failure_order(&wait, &signal);
         self.submit_parked(wait, order, signal, issue)
     }
@@ -109,7 +113,10 @@ impl ActionQueue {
     /// entries of `order` on its semaphore have settled (see [`fail_in_order`]). Pass
     /// [`failure_order`] of the operation's own wait and signal fences, so that the failure
     /// never overtakes the work before it on those timelines.
-    pub fn submit_parked(&self, park: Fence, order: Fence, signal: Fence, issue: Issue) {
+    pub fn submit_parked<F>(&self, park: Fence, order: Fence, signal: Fence, issue: F)
+    where
+        F: FnOnce(&Fence) -> Result<()> + Send + 'static,
+    {
         let mut pending = lock(&self.pending);
         if pending.actions.is_empty() && pending.releasing == 0 {
             match park.query() {
@@ -134,7 +141,7 @@ impl ActionQueue {
                 wait: park,
                 order,
                 signal,
-                issue,
+                issue: Box::new(issue),
             },
         );
         drop(pending);
@@ -169,7 +176,12 @@ impl fmt::Debug for ActionQueue {
     }
 }
 
-fn issue_now(reactor: &ReactorHandle, issue: Issue, order: &Fence, signal: Fence) {
+fn issue_now(
+    reactor: &ReactorHandle,
+    issue: impl FnOnce(&Fence) -> Result<()>,
+    order: &Fence,
+    signal: Fence,
+) {
     if let Some(trace) = OperationTrace::of(&signal) {
         trace.issued();
     }

@@ -634,6 +634,8 @@ impl Queue {
     /// refused launch never reaches the device and fails the submission and the signal fence
     /// in order (see [`crate::queue`]). The submission holds the launch's buffers and
     /// executable until it completes; a kernel that fails on the device fails it likewise.
+    /// Dispatching the same launch again reuses the command built the first time: keep a
+    /// launch that runs in a loop, and its dispatches allocate nothing for it.
     ///
     /// ```
     /// use halcyon::{Buffer, Kernel, Queue, Timepoints};
@@ -647,7 +649,16 @@ impl Queue {
     /// }
     /// ```
     pub fn dispatch(&self, timepoints: impl Into<Timepoints>, launch: &Launch) -> Submission {
-        self.one(timepoints.into(), |b| b.dispatch(launch).map(drop))
+        let timepoints = timepoints.into();
+        let built = launch.one_shot(|| {
+            let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+            builder.dispatch(launch)?;
+            builder.finish().resolve(None)
+        });
+        match built {
+            Ok(commands) => self.commands(timepoints, commands),
+            Err(error) => self.reject(timepoints, error),
+        }
     }
 
     /// Writes the elements of `data` into `target`, which must be exactly as many bytes long
