@@ -45,18 +45,22 @@ use crate::timestamps::{QueueStamps, Stamp, Stamped};
 /// safety net; wakes come from the control semaphore, never from this timeout).
 const PARK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A submission's few semaphores, handles and flags, inline up to four: no allocation for the
+/// usual one wait and two signals.
+pub(crate) type Few<T> = smallvec::SmallVec<[T; 4]>;
+
 /// A submission the GPU has not finished.
 pub(crate) struct InFlight {
     /// The queue timeline value its `vkQueueSubmit` signals.
     value: u64,
     signal: Fence,
     /// Per entry of `signal`: whether the submission signals it on the device.
-    device_signalled: Vec<bool>,
+    device_signalled: Few<bool>,
     /// Native semaphores it signals (their `in_flight` counts it).
-    natives: Vec<Arc<SemInner>>,
+    natives: Few<Arc<SemInner>>,
     /// Semaphores waited on in `vkQueueSubmit`, with the values: if one failed before reaching
     /// its value, the submission fails.
-    waited: Vec<(Semaphore, u64)>,
+    waited: Few<(Semaphore, u64)>,
     /// What it recorded (command pool, staging, descriptor pool, retained resources), and what
     /// runs on completion before the fence is signalled (a read's copy-out).
     recording: Recording,
@@ -77,8 +81,8 @@ struct Retired {
     recording: Recording,
     stamp: Option<Stamp>,
     _signal: Fence,
-    _natives: Vec<Arc<SemInner>>,
-    _waited: Vec<(Semaphore, u64)>,
+    _natives: Few<Arc<SemInner>>,
+    _waited: Few<(Semaphore, u64)>,
 }
 
 struct QueueState {
@@ -136,7 +140,7 @@ impl Core {
     fn execute(
         self: &Arc<Self>,
         index: usize,
-        native_waits: Vec<(Semaphore, u64)>,
+        native_waits: Few<(Semaphore, u64)>,
         signal: Fence,
         work: Work,
     ) -> Result<()> {
@@ -152,9 +156,9 @@ impl Core {
                 .stamps
                 .take(&self.context.device, queue.family, &self.context.stats)
         });
-        let mut wait_handles = Vec::new();
-        let mut wait_values = Vec::new();
-        let mut keep_natives = Vec::new();
+        let mut wait_handles = Few::new();
+        let mut wait_values = Few::new();
+        let mut keep_natives = Few::new();
         for (semaphore, value) in &native_waits {
             if let Some(native) = self.own_native(semaphore) {
                 wait_handles.push(native.handle);
@@ -162,10 +166,10 @@ impl Core {
                 keep_natives.push(native.clone());
             }
         }
-        let mut signal_handles = Vec::new();
-        let mut signal_values = Vec::new();
-        let mut device_signalled = Vec::new();
-        let mut natives = Vec::new();
+        let mut signal_handles = Few::new();
+        let mut signal_values = Few::new();
+        let mut device_signalled = Few::new();
+        let mut natives = Few::new();
         // A kernel that can fail its dispatch is checked on the host before anything it
         // signals moves: then every signal is a host signal, made after the check.
         let on_device = !recording.reports_status();
@@ -188,7 +192,8 @@ impl Core {
                 n.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
         };
-        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_handles.len()];
+        let stages: Few<_> =
+            smallvec::smallvec![vk::PipelineStageFlags::ALL_COMMANDS; wait_handles.len()];
         let mut state = lock(&queue.state);
         let value = state.submitted + 1;
         signal_handles.push(queue.timeline);
@@ -858,7 +863,7 @@ impl DeviceBackend for VulkanDevice {
         // Waits this device can honour in vkQueueSubmit: values of its own timelines that work
         // already submitted will signal. Everything else waits on the host.
         let mut host = Fence::new();
-        let mut native = Vec::new();
+        let mut native = Few::new();
         for (semaphore, value) in wait.iter() {
             match semaphore.query() {
                 Ok(current) if current >= value => continue,

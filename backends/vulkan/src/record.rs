@@ -322,12 +322,12 @@ impl Recording {
         Ok(rec)
     }
 
-    pub(crate) fn command_buffers(&self) -> Vec<vk::CommandBuffer> {
-        if self.slot.command_buffer == vk::CommandBuffer::null() {
-            Vec::new()
-        } else {
-            vec![self.slot.command_buffer]
+    pub(crate) fn command_buffers(&self) -> crate::device::Few<vk::CommandBuffer> {
+        let mut buffers = crate::device::Few::new();
+        if self.slot.command_buffer != vk::CommandBuffer::null() {
+            buffers.push(self.slot.command_buffer);
         }
+        buffers
     }
 
     /// The GPU finished: caches the recording of a command list that is still alive (its
