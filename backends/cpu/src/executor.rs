@@ -150,10 +150,10 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
             drop(issued);
         }
         Work::HostCall(call) => match pool {
-            Some(pool) => pool.push(Job::new(Box::new(HostCall {
+            Some(pool) => pool.push(Job::new(HostCall {
                 call: Mutex::new(Some((call, issued))),
                 signal,
-            }))),
+            })),
             None => {
                 started(&signal, true);
                 let result = catch(call);
@@ -292,12 +292,12 @@ impl Run {
         let chunks = Claimed { chunks, access };
         match &self.pool {
             Some(pool) if bytes >= 2 * SPLIT_BYTES => {
-                pool.push(Job::new(Box::new(Continue {
-                    tiles: Box::new(chunks),
+                pool.push(Job::new(Continue {
+                    tiles: chunks,
                     run: self.clone(),
                     next,
                     what: What::Transfer,
-                })));
+                }));
                 Ok(false)
             }
             _ => {
@@ -360,12 +360,12 @@ impl Run {
         match &self.pool {
             Some(pool) => {
                 let what = What::Dispatch(tiles.name.clone());
-                pool.push(Job::new(Box::new(Continue {
-                    tiles: Box::new(tiles),
+                pool.push(Job::new(Continue {
+                    tiles,
                     run: self.clone(),
                     next,
                     what,
-                })));
+                }));
                 Ok(false)
             }
             None => {
@@ -431,8 +431,8 @@ impl Chunked for Claimed {
 }
 
 /// A pool job that continues its run when its last tile is done.
-struct Continue {
-    tiles: Box<dyn Chunked>,
+struct Continue<C> {
+    tiles: C,
     run: Arc<Run>,
     next: usize,
     what: What,
@@ -445,7 +445,7 @@ enum What {
     Dispatch(Arc<str>),
 }
 
-impl Tiles for Continue {
+impl<C: Chunked> Tiles for Continue<C> {
     fn count(&self) -> u32 {
         self.tiles.count()
     }

@@ -24,23 +24,25 @@ pub(crate) trait Tiles: Send + Sync + 'static {
     fn done(&self, failure: Option<String>);
 }
 
-pub(crate) struct Job {
-    tiles: Box<dyn Tiles>,
+/// A job and its tiles in one allocation: `Job<T>` for the concrete tiles, handled as
+/// `Job` (`Job<dyn Tiles>`).
+pub(crate) struct Job<T: ?Sized + Tiles = dyn Tiles> {
     count: u32,
     next: AtomicU32,
     remaining: AtomicU32,
     failure: Mutex<Option<String>>,
+    tiles: T,
 }
 
 impl Job {
-    pub(crate) fn new(tiles: Box<dyn Tiles>) -> Arc<Job> {
+    pub(crate) fn new<T: Tiles>(tiles: T) -> Arc<Job> {
         let count = tiles.count();
         Arc::new(Job {
-            tiles,
             count,
             next: AtomicU32::new(0),
             remaining: AtomicU32::new(count),
             failure: Mutex::new(None),
+            tiles,
         })
     }
 

@@ -121,8 +121,8 @@ fn allocations_per_steady_state_submission() {
     for (what, count, limit) in [
         ("inline execute", inline_execute, 2.0),
         ("inline dispatch", inline_dispatch, 2.0),
-        ("pool execute", pool_execute, 5.0),
-        ("pool dispatch", pool_dispatch, 5.0),
+        ("pool execute", pool_execute, 3.0),
+        ("pool dispatch", pool_dispatch, 3.0),
     ] {
         assert!(
             count <= limit,
