@@ -314,6 +314,8 @@ struct Inner {
     queue_labels: Arc<[crate::label::Label]>,
     /// [`Device::completion_spin`], in nanoseconds.
     completion_spin_ns: std::sync::atomic::AtomicU64,
+    /// Each queue's recycled completion semaphores.
+    completions: Box<[crate::queue::completion::Completions]>,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -359,6 +361,7 @@ impl Device {
         ];
         let info = backend.info();
         let spin = backend.completion_spin();
+        let queue_count = backend.queue_count().max(1);
         let queue_labels: Arc<[crate::label::Label]> = (0..backend.queue_count().max(1))
             .map(|_| crate::label::Label::default())
             .collect();
@@ -404,6 +407,9 @@ impl Device {
                 completion_spin_ns: std::sync::atomic::AtomicU64::new(
                     u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
                 ),
+                completions: (0..queue_count)
+                    .map(|_| crate::queue::completion::Completions::new())
+                    .collect(),
             }),
         }
     }
@@ -494,6 +500,11 @@ impl Device {
     /// [`crate::profile`].
     pub fn profiler(&self) -> &Profiler {
         &self.inner.profiler
+    }
+
+    /// Queue `index`'s recycled completion semaphores.
+    pub(crate) fn completions(&self, index: u32) -> Option<&crate::queue::completion::Completions> {
+        self.inner.completions.get(index as usize)
     }
 
     /// Queue `index`'s label slot.

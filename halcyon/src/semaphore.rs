@@ -101,6 +101,34 @@ struct Shared {
     label: crate::label::Label,
 }
 
+impl Shared {
+    fn new(
+        initial_value: u64,
+        native: Option<Box<dyn NativeSemaphore>>,
+        trace: Option<crate::profile::OperationTrace>,
+    ) -> Self {
+        Shared {
+            handles: AtomicU64::new(1),
+            value: AtomicU64::new(initial_value.min(Semaphore::MAX_VALUE)),
+            state: Mutex::new(State {
+                failure: None,
+                failed_at: 0,
+                waiters: BTreeMap::new(),
+                next_waiter: 0,
+                pending: PendingSignals::default(),
+            }),
+            native,
+            id: std::sync::atomic::AtomicU64::new(0),
+            trace,
+            label: crate::label::Label::default(),
+        }
+    }
+}
+
+/// A semaphore's allocation kept for reuse ([`Semaphore::spent`], [`Semaphore::reuse`]): not
+/// a handle, so it neither signals nor keeps the semaphore from being abandoned.
+pub(crate) struct Spent(Arc<Shared>);
+
 /// The next [`Semaphore::id`] (plain std: ids take no part in any synchronisation loom checks).
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -150,22 +178,34 @@ impl Semaphore {
     ) -> Self {
         Semaphore {
             counted: true,
-            shared: Arc::new(Shared {
-                handles: AtomicU64::new(1),
-                value: AtomicU64::new(initial_value.min(Self::MAX_VALUE)),
-                state: Mutex::new(State {
-                    failure: None,
-                    failed_at: 0,
-                    waiters: BTreeMap::new(),
-                    next_waiter: 0,
-                    pending: PendingSignals::default(),
-                }),
-                native,
-                id: std::sync::atomic::AtomicU64::new(0),
-                trace,
-                label: crate::label::Label::default(),
-            }),
+            shared: Arc::new(Shared::new(initial_value, native, trace)),
         }
+    }
+
+    /// A host semaphore at 0 carrying `trace` (as [`Semaphore::traced`] or `new(0)`), built in
+    /// `spent`'s allocation when nothing else holds it any more; `trace` back when something
+    /// does. The queue's completion semaphores are recycled this way (`queue::completion`).
+    pub(crate) fn reuse(
+        spent: &mut Spent,
+        trace: Option<crate::profile::OperationTrace>,
+    ) -> std::result::Result<Semaphore, Option<crate::profile::OperationTrace>> {
+        // Unique: no handle, wait or clone of the old semaphore is left anywhere, so nobody
+        // can observe it being replaced.
+        let Some(shared) = Arc::get_mut(&mut spent.0) else {
+            return Err(trace);
+        };
+        *shared = Shared::new(0, None, trace);
+        Ok(Semaphore {
+            shared: spent.0.clone(),
+            counted: true,
+        })
+    }
+
+    /// An uncounted reference to this semaphore's allocation, for [`Semaphore::reuse`] once
+    /// every handle is gone. Holding it keeps no waiter from learning that the semaphore was
+    /// abandoned.
+    pub(crate) fn spent(&self) -> Spent {
+        Spent(self.shared.clone())
     }
 
     /// A number that names this semaphore in traces ([`crate::profile::Operation::waits`]):

@@ -119,10 +119,10 @@ fn allocations_per_steady_state_submission() {
          {inline_dispatch:.2}; pool execute {pool_execute:.2}, dispatch {pool_dispatch:.2}"
     );
     for (what, count, limit) in [
-        ("inline execute", inline_execute, 2.0),
-        ("inline dispatch", inline_dispatch, 2.0),
-        ("pool execute", pool_execute, 3.0),
-        ("pool dispatch", pool_dispatch, 3.0),
+        ("inline execute", inline_execute, 1.0),
+        ("inline dispatch", inline_dispatch, 1.0),
+        ("pool execute", pool_execute, 2.0),
+        ("pool dispatch", pool_dispatch, 2.0),
     ] {
         assert!(
             count <= limit,

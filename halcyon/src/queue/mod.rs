@@ -34,6 +34,7 @@
 //!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
 
 pub(crate) mod action;
+pub(crate) mod completion;
 pub(crate) mod ordered;
 pub(crate) mod read_sink;
 pub(crate) mod submit;

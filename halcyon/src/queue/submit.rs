@@ -412,9 +412,13 @@ impl Queue {
                     semaphore_labels: (!labels.is_empty()).then(|| labels.into_boxed_slice()),
                 }
             });
-        let done = match record {
-            Some(record) => Semaphore::traced(OperationTrace(record)),
-            None => Semaphore::new(0),
+        let trace = record.map(OperationTrace);
+        let done = match self.device.completions(self.index) {
+            Some(completions) => completions.next(trace),
+            None => match trace {
+                Some(trace) => Semaphore::traced(trace),
+                None => Semaphore::new(0),
+            },
         };
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.iter() {
