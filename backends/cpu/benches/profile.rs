@@ -21,10 +21,12 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use futures::executor::block_on;
-use halcyon::{BufferParams, EntryPoint};
-use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels};
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode};
 
-const TINY: usize = 256;
+#[path = "../tests/common/tiny_add.rs"]
+mod tiny_add;
+
+use tiny_add::tiny_add;
 
 fn tiny_profile(c: &mut Criterion) {
     let mut group = c.benchmark_group("tiny_profile");
@@ -38,37 +40,7 @@ fn tiny_profile(c: &mut Criterion) {
     ] {
         let device = halcyon_cpu::create_device(CpuDeviceOptions::default().with_mode(mode))
             .expect("device");
-        let kernels = RustKernels::new().entry(
-            EntryPoint {
-                name: "add".into(),
-                workgroup_size: [TINY as u32, 1, 1],
-                binding_count: 3,
-                constant_count: 0,
-            },
-            |ctx| {
-                let (a, b) = (ctx.binding::<f32>(0)?, ctx.binding::<f32>(1)?);
-                for ((c, a), b) in ctx.chunk_mut::<f32>(2, TINY)?.iter_mut().zip(a).zip(b) {
-                    *c = a + b;
-                }
-                Ok(())
-            },
-        );
-        let add = device
-            .load_executable(&kernels.spec())
-            .expect("load")
-            .kernel("add")
-            .expect("kernel");
-        let buffers: Vec<_> = (0..3)
-            .map(|_| {
-                device
-                    .allocator()
-                    .allocate((TINY * 4) as u64, BufferParams::DEVICE)
-                    .expect("allocate")
-            })
-            .collect();
-        let launch = add
-            .launch([1, 1, 1])
-            .bindings(buffers.iter().map(|b| b.whole()));
+        let (launch, _buffers) = tiny_add(&device);
         let queue = device.queue(0).expect("queue");
         let timeline = queue.timeline().expect("timeline");
         device.profiler().set_limit(4096);

@@ -19,10 +19,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use futures::executor::block_on;
-use halcyon::{BufferParams, EntryPoint, Timepoints};
-use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels};
+use halcyon::Timepoints;
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode};
 
-const TINY: usize = 256;
+#[path = "../tests/common/tiny_add.rs"]
+mod tiny_add;
+
+use tiny_add::tiny_add;
 const WORKER: [(&str, Duration); 2] = [("0", Duration::ZERO), ("50us", Duration::from_micros(50))];
 const AWAIT: [(&str, Duration); 2] = [("0", Duration::ZERO), ("20us", Duration::from_micros(20))];
 
@@ -41,39 +44,9 @@ fn tiny_spin(c: &mut Criterion) {
         .sample_size(40)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    let spec = RustKernels::new().entry(
-        EntryPoint {
-            name: "add".into(),
-            workgroup_size: [TINY as u32, 1, 1],
-            binding_count: 3,
-            constant_count: 0,
-        },
-        |ctx| {
-            let (a, b) = (ctx.binding::<f32>(0)?, ctx.binding::<f32>(1)?);
-            for ((c, a), b) in ctx.chunk_mut::<f32>(2, TINY)?.iter_mut().zip(a).zip(b) {
-                *c = a + b;
-            }
-            Ok(())
-        },
-    );
-    let spec = spec.spec();
     for (worker_name, worker_spin) in WORKER {
         let device = device(worker_spin);
-        let add = device
-            .load_executable(&spec)
-            .expect("load")
-            .kernel("add")
-            .expect("kernel");
-        let buffers: Vec<_> = (0..3)
-            .map(|_| {
-                (device.allocator())
-                    .allocate((TINY * 4) as u64, BufferParams::DEVICE)
-                    .expect("allocate")
-            })
-            .collect();
-        let launch = add
-            .launch([1, 1, 1])
-            .bindings(buffers.iter().map(|b| b.whole()));
+        let (launch, _buffers) = tiny_add(&device);
         let queue = device.queue(0).expect("queue");
         let timeline = queue.timeline().expect("timeline");
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -7,45 +7,19 @@
 //! The limits are what the code does today, lowered as allocations are removed (issue 28's goal
 //! is zero): a change that adds one fails here.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use futures::executor::block_on;
-use halcyon::{BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPoint};
-use halcyon_cpu::{CpuDeviceOptions, ExecutionMode, RustKernels};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments, which
-// meet its contract because they meet `GlobalAlloc`'s.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use halcyon::{CommandBuffer, CommandBufferMode, Device};
+use halcyon_cpu::{CpuDeviceOptions, ExecutionMode};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: halcyon_conformance::allocations::Counting =
+    halcyon_conformance::allocations::Counting;
 
-const TINY: usize = 256;
+#[path = "common/tiny_add.rs"]
+mod tiny_add;
+
+use tiny_add::tiny_add;
+
 const WARM_UP: u64 = 200;
 const ROUNDS: u64 = 1_000;
 
@@ -54,48 +28,14 @@ fn device(mode: ExecutionMode) -> Device {
 }
 
 /// Allocations per call of `round_trip`, after a warm-up.
-fn per_round_trip(mut round_trip: impl FnMut()) -> f64 {
-    for _ in 0..WARM_UP {
-        round_trip();
-    }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..ROUNDS {
-        round_trip();
-    }
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64
+fn per_round_trip(round_trip: impl FnMut()) -> f64 {
+    halcyon_conformance::allocations::per_call(WARM_UP, ROUNDS, round_trip)
 }
 
 /// The allocations of a reusable one-dispatch command buffer executed, and of the same launch
 /// dispatched, on `device`'s queue timeline.
 fn counts(device: &Device) -> (f64, f64) {
-    let kernels = RustKernels::new().entry(
-        EntryPoint {
-            name: "add".into(),
-            workgroup_size: [TINY as u32, 1, 1],
-            binding_count: 3,
-            constant_count: 0,
-        },
-        |ctx| {
-            let (a, b) = (ctx.binding::<f32>(0)?, ctx.binding::<f32>(1)?);
-            for ((c, a), b) in ctx.chunk_mut::<f32>(2, TINY)?.iter_mut().zip(a).zip(b) {
-                *c = a + b;
-            }
-            Ok(())
-        },
-    );
-    let add = (device.load_executable(&kernels.spec()))
-        .and_then(|e| e.kernel("add"))
-        .expect("kernel");
-    let buffers: Vec<_> = (0..3)
-        .map(|_| {
-            (device.allocator())
-                .allocate((TINY * 4) as u64, BufferParams::DEVICE)
-                .expect("allocate")
-        })
-        .collect();
-    let launch = add
-        .launch([1, 1, 1])
-        .bindings(buffers.iter().map(|b| b.whole()));
+    let (launch, _buffers) = tiny_add(device);
     let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
     builder.dispatch(&launch).expect("record");
     let command_buffer = builder.finish();

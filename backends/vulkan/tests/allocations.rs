@@ -9,56 +9,19 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use futures::executor::block_on;
 use halcyon::{BufferParams, CommandBuffer, CommandBufferMode};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments, which
-// meet its contract because they meet `GlobalAlloc`'s.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: halcyon_conformance::allocations::Counting =
+    halcyon_conformance::allocations::Counting;
 
 const WARM_UP: u64 = 100;
 const ROUNDS: u64 = 500;
 
 /// Allocations per call of `round_trip`, after a warm-up.
-fn per_round_trip(mut round_trip: impl FnMut()) -> f64 {
-    for _ in 0..WARM_UP {
-        round_trip();
-    }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..ROUNDS {
-        round_trip();
-    }
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64
+fn per_round_trip(round_trip: impl FnMut()) -> f64 {
+    halcyon_conformance::allocations::per_call(WARM_UP, ROUNDS, round_trip)
 }
 
 /// One test, so no other test's threads allocate while it counts.

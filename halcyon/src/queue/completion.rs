@@ -76,7 +76,11 @@ mod tests {
         drop(second);
         // Now the oldest is free: reused in place.
         let third = completions.next(None);
-        assert_eq!(completions.kept.lock().unwrap().len(), 2, "no new allocation");
+        assert_eq!(
+            completions.kept.lock().unwrap().len(),
+            2,
+            "no new allocation"
+        );
         assert_eq!(third.query().expect("not failed"), 0);
         assert_eq!(third.label(), None);
         assert_ne!(third.id(), first_id);

@@ -42,6 +42,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allocations;
 pub mod cases;
 pub mod harness;
 pub mod kernels;
