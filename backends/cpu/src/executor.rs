@@ -135,13 +135,20 @@ fn host(range: &BufferRef) -> Result<Host> {
 /// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
 pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: Issued) {
     match work {
-        Work::Commands(commands) => Arc::new(Run {
-            commands,
-            signal,
-            pool,
-            issued: Mutex::new(Some(issued)),
-        })
-        .resume(0),
+        Work::Commands(commands) => {
+            let run = Run {
+                commands,
+                signal,
+                pool,
+                issued: Mutex::new(Some(issued)),
+            };
+            match run.pool {
+                // Shared with the pool jobs that continue it.
+                Some(_) => Arc::new(run).resume(0),
+                // Walked here to the end: nothing to share, nothing to allocate.
+                None => run.walk(0, None),
+            }
+        }
         Work::Read { source, sink } => {
             started(&signal, true);
             let result = read(&source, &sink);
@@ -221,10 +228,16 @@ impl Run {
 
     /// Executes commands from `index` on until one goes to the pool (whose last tile resumes
     /// the walk) or the end.
-    fn resume(self: Arc<Self>, mut index: usize) {
+    fn resume(self: Arc<Self>, index: usize) {
+        self.walk(index, Some(&self));
+    }
+
+    /// [`Run::resume`]'s walk; `shared` is the run's `Arc` when it has a pool (what a pool job
+    /// continues), `None` for a run without one, which never hands a command over.
+    fn walk(&self, mut index: usize, shared: Option<&Arc<Run>>) {
         while let Some(command) = self.commands.get(index) {
             index += 1;
-            match self.step(command, index) {
+            match self.step(command, index, shared) {
                 Ok(true) => {}
                 Ok(false) => return, // handed to the pool
                 Err(error) => return self.end(Err(error)),
@@ -243,7 +256,7 @@ impl Run {
     }
 
     /// Runs one command here (`Ok(true)`) or hands it to the pool (`Ok(false)`).
-    fn step(self: &Arc<Self>, command: &Command, next: usize) -> Result<bool> {
+    fn step(&self, command: &Command, next: usize, shared: Option<&Arc<Run>>) -> Result<bool> {
         match command {
             Command::Barrier => Ok(true),
             Command::Update { target, data } => {
@@ -251,7 +264,7 @@ impl Run {
                     source: Source::Bytes(data.clone()),
                     target: host(target)?,
                 };
-                self.transfer(Box::new(update), target.len(), next)
+                self.transfer(Box::new(update), target.len(), next, shared)
             }
             Command::Fill {
                 target,
@@ -263,16 +276,16 @@ impl Run {
                     pattern: *pattern,
                     pattern_len: *pattern_len as usize,
                 };
-                self.transfer(Box::new(fill), target.len(), next)
+                self.transfer(Box::new(fill), target.len(), next, shared)
             }
             Command::Copy { source, target } => {
                 let copy = Copy {
                     source: Source::Buffer(host(source)?),
                     target: host(target)?,
                 };
-                self.transfer(Box::new(copy), target.len(), next)
+                self.transfer(Box::new(copy), target.len(), next, shared)
             }
-            Command::Dispatch(dispatch) => self.dispatch(dispatch, next),
+            Command::Dispatch(dispatch) => self.dispatch(dispatch, next, shared),
         }
     }
 
@@ -281,20 +294,21 @@ impl Run {
     /// orders against a running dispatch or transfer over the same bytes is refused with
     /// `FailedPrecondition` instead of racing it.
     fn transfer(
-        self: &Arc<Self>,
+        &self,
         chunks: Box<dyn Transfer>,
         bytes: u64,
         next: usize,
+        shared: Option<&Arc<Run>>,
     ) -> Result<bool> {
         let (target, source) = chunks.ranges();
         let access = Access::transfer(target, source)
             .map_err(|m| Error::new(StatusCode::FailedPrecondition, m))?;
         let chunks = Claimed { chunks, access };
-        match &self.pool {
-            Some(pool) if bytes >= 2 * SPLIT_BYTES => {
+        match (&self.pool, shared) {
+            (Some(pool), Some(run)) if bytes >= 2 * SPLIT_BYTES => {
                 pool.push(Job::new(Continue {
                     tiles: chunks,
-                    run: self.clone(),
+                    run: run.clone(),
                     next,
                     what: What::Transfer,
                 }));
@@ -310,7 +324,12 @@ impl Run {
         }
     }
 
-    fn dispatch(self: &Arc<Self>, dispatch: &Dispatch<BufferRef>, next: usize) -> Result<bool> {
+    fn dispatch(
+        &self,
+        dispatch: &Dispatch<BufferRef>,
+        next: usize,
+        shared: Option<&Arc<Run>>,
+    ) -> Result<bool> {
         let total: u64 = dispatch.workgroups.iter().map(|&n| n as u64).product();
         if total == 0 {
             return Ok(true);
@@ -357,18 +376,18 @@ impl Run {
             name: (dispatch.executable.entry_name(dispatch.entry_point))
                 .unwrap_or_else(|| Arc::from(entry.name.as_str())),
         };
-        match &self.pool {
-            Some(pool) => {
+        match (&self.pool, shared) {
+            (Some(pool), Some(run)) => {
                 let what = What::Dispatch(tiles.name.clone());
                 pool.push(Job::new(Continue {
                     tiles,
-                    run: self.clone(),
+                    run: run.clone(),
                     next,
                     what,
                 }));
                 Ok(false)
             }
-            None => {
+            _ => {
                 self.started();
                 let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
                 tiles.finished();
