@@ -362,7 +362,7 @@ impl Device {
         let info = backend.info();
         let spin = backend.completion_spin();
         let queue_count = backend.queue_count().max(1);
-        let queue_labels: Arc<[crate::label::Label]> = (0..backend.queue_count().max(1))
+        let queue_labels: Arc<[crate::label::Label]> = (0..queue_count)
             .map(|_| crate::label::Label::default())
             .collect();
         let allocator = Allocator::new(backend.clone());

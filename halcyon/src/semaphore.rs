@@ -165,10 +165,10 @@ impl Semaphore {
         Self::build_traced(initial_value, native, None)
     }
 
-    /// A host semaphore at 0 that tells `record` when it is signalled or fails: the completion
-    /// marker of a profiled operation.
-    pub(crate) fn traced(trace: crate::profile::OperationTrace) -> Self {
-        Self::build_traced(0, None, Some(trace))
+    /// A host semaphore at 0 marking one queue operation's completion, telling `trace` (the
+    /// operation's profile record, if it is profiled) when it is signalled or fails.
+    pub(crate) fn completion(trace: Option<crate::profile::OperationTrace>) -> Self {
+        Self::build_traced(0, None, trace)
     }
 
     fn build_traced(
@@ -182,9 +182,9 @@ impl Semaphore {
         }
     }
 
-    /// A host semaphore at 0 carrying `trace` (as [`Semaphore::traced`] or `new(0)`), built in
-    /// `spent`'s allocation when nothing else holds it any more; `trace` back when something
-    /// does. The queue's completion semaphores are recycled this way (`queue::completion`).
+    /// [`Semaphore::completion`] of `trace`, built in `spent`'s allocation when nothing else
+    /// holds it any more; `trace` back when something does. The queue's completion semaphores
+    /// are recycled this way (`queue::completion`).
     pub(crate) fn reuse(
         spent: &mut Spent,
         trace: Option<crate::profile::OperationTrace>,

@@ -174,6 +174,7 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
 
 /// The device (this host) starts the work of `signal`'s operation; nothing if it is not
 /// profiled ([`OperationTrace`]).
+///
 /// Work run on the thread that issued it started at its issue (one clock read for both); a
 /// pool worker's tile reads the clock, unless an earlier tile recorded the start already.
 fn started(signal: &Fence, on_issuing_thread: bool) {

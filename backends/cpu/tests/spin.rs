@@ -45,7 +45,10 @@ fn every_submission_completes(worker_spin: Duration, completion_spin: Duration) 
     finished
         .recv_timeout(Duration::from_secs(10))
         .unwrap_or_else(|_| {
-            panic!("a submission never completed (worker spin {worker_spin:?}, completion spin {completion_spin:?})")
+            panic!(
+                "a submission never completed (worker spin {worker_spin:?}, completion spin \
+                 {completion_spin:?})"
+            )
         });
     worker.join().expect("submitting thread");
 }

@@ -12,8 +12,9 @@ use super::{DeviceProfile, QueueCounters};
 use crate::label::Label;
 
 /// The records a profiler keeps by default before it drops the oldest: 65,536, about 14 MiB
-/// (a record and its place in the queue are about 220 bytes), so a profiler left on stays bounded. Raise it with
-/// [`Profiler::set_limit`] for longer windows, or take records regularly ([`Profiler::take`]).
+/// (a record and its place in the queue are about 220 bytes), so a profiler left on stays
+/// bounded. Raise it with [`Profiler::set_limit`] for longer windows, or take records
+/// regularly ([`Profiler::take`]).
 pub const DEFAULT_RECORD_LIMIT: usize = 1 << 16;
 
 /// One queue's counters (its submissions are the sum of its kinds'), two relaxed increments

@@ -42,10 +42,7 @@ impl Completions {
             },
             None => trace,
         };
-        let fresh = match trace {
-            Some(trace) => Semaphore::traced(trace),
-            None => Semaphore::new(0),
-        };
+        let fresh = Semaphore::completion(trace);
         if kept.len() >= KEPT {
             kept.pop_front(); // still in use: it is freed by its last holder instead
         }

@@ -415,10 +415,7 @@ impl Queue {
         let trace = record.map(OperationTrace);
         let done = match self.device.completions(self.index) {
             Some(completions) => completions.next(trace),
-            None => match trace {
-                Some(trace) => Semaphore::traced(trace),
-                None => Semaphore::new(0),
-            },
+            None => Semaphore::completion(trace),
         };
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.iter() {
