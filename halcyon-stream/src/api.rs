@@ -111,6 +111,11 @@ bitflags::bitflags! {
         /// [`EventFlags::DISABLE_TIMING`] (`cuEventElapsedTime`, `hipEventElapsedTime`): the
         /// stream layer then gives profiled operations device times (`device/timing.rs`).
         const EVENT_TIMING = 1 << 3;
+        /// [`StreamApi::write_value32`] works (`cuStreamWriteValue32`,
+        /// `hipStreamWriteValue32`): the stream layer can then observe completions by words
+        /// the device writes ([`crate::CompletionStrategy::FlagWrite`]). Needs
+        /// [`MemoryPlacement::Pinned`] memory too.
+        const WRITE_VALUE = 1 << 4;
     }
 }
 
@@ -436,6 +441,18 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
         len: u64,
         stream: StreamHandle,
     ) -> Result<()>;
+
+    /// Enqueues a write of `value` into the 4 bytes at `ptr`, made once the work enqueued on
+    /// `stream` before it completed and visible to the host after that work's own writes
+    /// (`cuStreamWriteValue32` with its default flags, whose memory barrier orders the work's
+    /// writes before it; `hipStreamWriteValue32`). `ptr` must be 4-aligned and lie within a
+    /// live allocation of this API (`InvalidArgument` otherwise); the stream layer writes only
+    /// into its own [`MemoryPlacement::Pinned`] memory, which the host reads while the device
+    /// writes. Optional ([`Capabilities::WRITE_VALUE`]).
+    fn write_value32(&self, stream: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
+        let _ = (stream, ptr, value);
+        Err(unimplemented(&self.info().driver, "stream memory writes"))
+    }
 
     // ---------------------------------------------------------------- modules and kernels
 

@@ -62,6 +62,7 @@ pub mod api;
 pub mod arguments;
 pub mod device;
 pub mod event_pool;
+pub mod flags;
 pub mod handoff;
 pub mod out_of_memory;
 pub mod registry;

@@ -1,6 +1,6 @@
 //! The one switch between `std` and [loom](https://docs.rs/loom) synchronisation primitives for
 //! the stream layer's model-checked parts (timelines, the event pool, the completion handoff,
-//! the allocation table), following the core's own switch (which stays private to the core).
+//! the completion flags, the allocation table), following the core's own switch (which stays private to the core).
 //!
 //! Building with `RUSTFLAGS="--cfg loom"` swaps these for loom's, so the loom models
 //! (`testing/loom/tests/stream.rs`) explore every interleaving of that code. The rest of the
@@ -8,13 +8,13 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
     pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 }
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 }
 

@@ -1,6 +1,6 @@
 //! How a stream device learns that submissions completed, and the fault probe.
 //!
-//! Two strategies, chosen by [`crate::CompletionStrategy`]:
+//! Three strategies, chosen by [`crate::CompletionStrategy`]:
 //!
 //! * **Host callbacks.** After a submission's completion event, the queue's dedicated callback
 //!   stream waits on that event and runs a host function. The host function only posts a
@@ -16,9 +16,17 @@
 //!   (`query_event`) before it sleeps: an OS wake-up (an interrupt, a futex wake of a sleeping
 //!   thread) costs microseconds that a short poll saves when work completes quickly, and a
 //!   bounded budget caps what the poll costs when it does not.
+//! * **Device-written flags.** After each submission's completion event, its stream writes the
+//!   submission's value into the queue's word of pinned memory, and one scanner thread per
+//!   device reads the words with plain loads and settles what they reached ([`crate::flags`]
+//!   holds the protocol, `flag_words.rs` the words). The scanner settles through
+//!   [`Core::complete`] without a known status, so the event is queried once: an API that
+//!   reports a stream's error at its next record (the host stream API) still fails the
+//!   submission.
 //!
-//! **The fault probe.** After a sticky device error host functions never run, so with host
-//! callbacks a fault would leave every fence in flight unsettled. The reactor therefore sleeps in
+//! **The fault probe.** After a sticky device error host functions never run and flags are
+//! never written, so with host callbacks or flags a fault would leave every fence in flight
+//! unsettled. The reactor therefore sleeps in
 //! a [`ProbeParker`]: while submissions are in flight (or were recently), its sleep has a
 //! timeout, and at most once per probe interval it queries the event of every submission in
 //! flight ([`super::core::Core::probe`]), settling those that completed and failing those whose
@@ -126,7 +134,7 @@ pub(crate) struct ProbeParker<A: StreamApi> {
 impl<A: StreamApi> ProbeParker<A> {
     pub(crate) fn new(core: Arc<Core<A>>) -> Self {
         ProbeParker {
-            probing: core.strategy == CompletionStrategy::HostCallback,
+            probing: core.strategy != CompletionStrategy::CompletionThread,
             core,
             seen_epoch: 0,
             last_probe: Instant::now(),

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::api::{Capabilities, StreamApi, StreamHandle};
 use crate::device::completion::{Fifo, ParkSignal};
+use crate::device::flag_words::DeviceFlags;
 use crate::device::graphs::GraphCache;
 use crate::device::memory::StreamOrder;
 use crate::device::pinned::PinnedMemory;
@@ -44,6 +45,7 @@ pub(crate) struct Stats {
     pub(crate) failed: AtomicU64,
     pub(crate) callback_completions: AtomicU64,
     pub(crate) thread_completions: AtomicU64,
+    pub(crate) flag_completions: AtomicU64,
     pub(crate) probe_completions: AtomicU64,
     pub(crate) probe_failures: AtomicU64,
     pub(crate) probes: AtomicU64,
@@ -67,6 +69,7 @@ impl Stats {
 pub(crate) enum Via {
     Callback,
     Thread,
+    Flag,
     Probe,
     Shutdown,
 }
@@ -128,6 +131,8 @@ pub(crate) struct Core<A: StreamApi> {
     next_id: AtomicU64,
     pub(crate) reactor: OnceLock<ReactorHandle>,
     pub(crate) strategy: CompletionStrategy,
+    /// With [`CompletionStrategy::FlagWrite`]: the words and the scanner's protocol.
+    pub(crate) flags: Option<DeviceFlags>,
     pub(crate) park: Arc<ParkSignal>,
     pub(crate) probe_interval: Duration,
     pub(crate) stats: Arc<Stats>,
@@ -143,6 +148,7 @@ impl<A: StreamApi> Core<A> {
         events: EventPool,
         timing: Option<Timing>,
         strategy: CompletionStrategy,
+        flags: Option<DeviceFlags>,
         probe_interval: Duration,
     ) -> Self {
         let capabilities = api.info().capabilities;
@@ -169,6 +175,7 @@ impl<A: StreamApi> Core<A> {
             next_id: AtomicU64::new(1),
             reactor: OnceLock::new(),
             strategy,
+            flags,
             park: Arc::new(ParkSignal::default()),
             probe_interval,
             stats: Arc::default(),
@@ -268,6 +275,9 @@ impl<A: StreamApi> Drop for Core<A> {
             }
         }
         self.pinned.free_all(&*self.api, finished);
+        if let Some(flags) = &self.flags {
+            flags.free(&*self.api, finished);
+        }
     }
 }
 

@@ -695,6 +695,17 @@ impl<A: StreamApi> Core<A> {
                     fifo.push((id, event));
                 }
             }
+            CompletionStrategy::FlagWrite => {
+                if let Some(flags) = &self.flags {
+                    // Under the queue's issue lock, after the completion event's record: the
+                    // word reaches the value once the stream got past the event. On failure
+                    // the submission stays in flight, where the probe finds it.
+                    let word = flags.word(index);
+                    let _ = flags.flags.register(index, id, |value| {
+                        self.api.write_value32(queue.stream, word, value)
+                    });
+                }
+            }
         }
     }
 }

@@ -25,6 +25,8 @@ pub const FAILED: Key<u64> = Key::new(names::FAILED);
 pub const CALLBACK_COMPLETIONS: Key<u64> = Key::new(names::CALLBACK_COMPLETIONS);
 /// Settled by a completion thread.
 pub const THREAD_COMPLETIONS: Key<u64> = Key::new(names::THREAD_COMPLETIONS);
+/// Settled by the flag-write scanner ([`crate::CompletionStrategy::FlagWrite`]).
+pub const FLAG_COMPLETIONS: Key<u64> = Key::new(names::FLAG_COMPLETIONS);
 /// Settled (successfully) by the probe because their callback had not come.
 pub const PROBE_COMPLETIONS: Key<u64> = Key::new(names::PROBE_COMPLETIONS);
 /// Failed by the probe because their event reported an error (a device fault).
@@ -129,6 +131,8 @@ pub mod names {
     pub const CALLBACK_COMPLETIONS: &str = "stream.callback_completions";
     /// The name of [`THREAD_COMPLETIONS`](super::THREAD_COMPLETIONS).
     pub const THREAD_COMPLETIONS: &str = "stream.thread_completions";
+    /// The name of [`FLAG_COMPLETIONS`](super::FLAG_COMPLETIONS).
+    pub const FLAG_COMPLETIONS: &str = "stream.flag_completions";
     /// The name of [`PROBE_COMPLETIONS`](super::PROBE_COMPLETIONS).
     pub const PROBE_COMPLETIONS: &str = "stream.probe_completions";
     /// The name of [`PROBE_FAILURES`](super::PROBE_FAILURES).

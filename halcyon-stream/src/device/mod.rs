@@ -38,6 +38,7 @@ mod calibration;
 mod completion;
 pub(crate) mod core;
 mod executable;
+mod flag_words;
 mod graphs;
 mod issue;
 pub mod keys;
@@ -66,7 +67,7 @@ use halcyon::{Error, Result, StatusCode};
 
 use self::calibration::Calibrator;
 use self::completion::{completion_thread, Fifo, ProbeParker};
-use self::core::{Core, QueueStreams, Stats};
+use self::core::{Core, QueueStreams, Stats, Via};
 use self::executable::StreamExecutable;
 use self::memory::StreamMemory;
 use self::reclaim::Reclaimed;
@@ -89,6 +90,27 @@ pub enum CompletionStrategy {
     /// A thread per queue blocks on each submission's blocking-sync event in turn.
     #[default]
     CompletionThread,
+    /// After each submission its stream writes a value into a word of pinned host memory
+    /// (`cuStreamWriteValue32`, `hipStreamWriteValue32`), and one scanner thread per device reads
+    /// the words with plain loads ([`crate::flags`]): no driver call and no OS wake-up between
+    /// the device finishing and the host seeing it, while the scanner is scanning. It scans
+    /// continuously for [`StreamDeviceOptions::completion_spin`] after its last progress, then
+    /// every [`StreamDeviceOptions::completion_poll`] while work is pending, and sleeps when
+    /// none is; only a submission that finds the device idle wakes it. The fault probe covers
+    /// a device that faulted and will never write. Needs [`Capabilities::WRITE_VALUE`] and
+    /// pinned memory.
+    FlagWrite,
+}
+
+impl CompletionStrategy {
+    /// The strategy's name, as device descriptions and bench ids use it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompletionStrategy::HostCallback => "host-callback",
+            CompletionStrategy::CompletionThread => "completion-thread",
+            CompletionStrategy::FlagWrite => "flag-write",
+        }
+    }
 }
 
 /// How to create a [`StreamDevice`].
@@ -112,6 +134,11 @@ pub struct StreamDeviceOptions {
     /// their synchronisation spins (CUDA's default `CU_CTX_SCHED_AUTO`). Ignored with host
     /// callbacks.
     pub completion_spin: Duration,
+    /// With [`CompletionStrategy::FlagWrite`]: how often the scanner reads the words while
+    /// work is pending and its spin budget ([`StreamDeviceOptions::completion_spin`]) has run
+    /// out since its last progress (default 50 µs, about the OS's shortest sleep with the
+    /// default timer slack). A completion is seen at most this late, plus the sleep's overrun.
+    pub completion_poll: Duration,
     /// Where the API has [`Capabilities::EVENT_TIMING`]: how old the reference that places
     /// the device's timestamps on the host clock may get before a profiled operation asks the
     /// device's clock thread for a new one (default 1 s; see `calibration.rs`). Shorter
@@ -152,6 +179,12 @@ impl StreamDeviceOptions {
         self
     }
 
+    /// Sets [`StreamDeviceOptions::completion_poll`].
+    pub fn with_completion_poll(mut self, completion_poll: Duration) -> Self {
+        self.completion_poll = completion_poll;
+        self
+    }
+
     /// Sets [`StreamDeviceOptions::timestamp_recalibration`].
     pub fn with_timestamp_recalibration(mut self, interval: Duration) -> Self {
         self.timestamp_recalibration = interval;
@@ -167,6 +200,7 @@ impl Default for StreamDeviceOptions {
             completion: CompletionStrategy::default(),
             probe_interval: Duration::from_millis(10),
             completion_spin: Duration::ZERO,
+            completion_poll: Duration::from_micros(50),
             timestamp_recalibration: Duration::from_secs(1),
         }
     }
@@ -240,6 +274,19 @@ impl<A: StreamApi> StreamDevice<A> {
                 ),
             ));
         }
+        if strategy == CompletionStrategy::FlagWrite
+            && !api_info.capabilities.contains(Capabilities::WRITE_VALUE)
+        {
+            return Err(Error::new(
+                StatusCode::Unimplemented,
+                format!(
+                    "{id}: the {} stream API cannot write values from a stream, so completions \
+                     cannot come from device-written flags; use \
+                     CompletionStrategy::CompletionThread",
+                    api_info.driver
+                ),
+            ));
+        }
         if options.probe_interval.is_zero() {
             return Err(Error::new(
                 StatusCode::InvalidArgument,
@@ -257,7 +304,7 @@ impl<A: StreamApi> StreamDevice<A> {
                         return Err(error);
                     }
                 },
-                CompletionStrategy::CompletionThread => None,
+                CompletionStrategy::CompletionThread | CompletionStrategy::FlagWrite => None,
             };
             queues.push(QueueStreams {
                 stream,
@@ -293,6 +340,20 @@ impl<A: StreamApi> StreamDevice<A> {
             }),
             _ => None,
         };
+        let flags = match (&created, strategy) {
+            (Ok(()), CompletionStrategy::FlagWrite) => Some(flag_words::DeviceFlags::new(
+                &*api,
+                queues.len(),
+                options.completion_spin,
+                options.completion_poll,
+            )),
+            _ => None,
+        };
+        let (flags, flags_failed) = match flags {
+            Some(Ok(flags)) => (Some(flags), None),
+            Some(Err(error)) => (None, Some(error)),
+            None => (None, None),
+        };
         // From here on, dropping the core destroys the streams created so far.
         let core = Arc::new(Core::new(
             api,
@@ -302,9 +363,13 @@ impl<A: StreamApi> StreamDevice<A> {
             events,
             timing,
             strategy,
+            flags,
             options.probe_interval,
         ));
         created?;
+        if let Some(error) = flags_failed {
+            return Err(error.context(format!("{id}: cannot set up flag-write completion")));
+        }
         let reactor = Reactor::with_parker(
             format!("{}{}", api_info.driver, options.index),
             Box::new(ProbeParker::new(core.clone())),
@@ -330,6 +395,7 @@ impl<A: StreamApi> StreamDevice<A> {
                     match strategy {
                         CompletionStrategy::HostCallback => "host-callback completion",
                         CompletionStrategy::CompletionThread => "completion threads",
+                        CompletionStrategy::FlagWrite => "flag-write completion",
                     }
                 ),
                 api_info.driver.clone(),
@@ -406,6 +472,31 @@ impl<A: StreamApi> StreamDevice<A> {
                 // On an error above, dropping `device` stops and joins the threads so far.
                 device.completers.push(spawned);
             }
+        }
+        if let Some(flags) = &core.flags {
+            let thread_core = core.clone();
+            let (spin, poll) = (flags.spin, flags.poll);
+            let spawned = std::thread::Builder::new()
+                .name(format!(
+                    "halcyon-{}{}-flags",
+                    api_info.driver, options.index
+                ))
+                .spawn(move || {
+                    thread_core.api.adopt_thread();
+                    if let Some(flags) = &thread_core.flags {
+                        flags
+                            .flags
+                            .run(spin, poll, |id| thread_core.complete(id, None, Via::Flag));
+                    }
+                })
+                .map_err(|e| {
+                    Error::with_source(
+                        StatusCode::ResourceExhausted,
+                        format!("{id}: cannot spawn the flag scanner thread"),
+                        e,
+                    )
+                })?;
+            device.completers.push(spawned);
         }
         Ok(device)
     }
@@ -495,6 +586,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::names::FAILED => stat(&stats.failed),
             keys::names::CALLBACK_COMPLETIONS => stat(&stats.callback_completions),
             keys::names::THREAD_COMPLETIONS => stat(&stats.thread_completions),
+            keys::names::FLAG_COMPLETIONS => stat(&stats.flag_completions),
             keys::names::PROBE_COMPLETIONS => stat(&stats.probe_completions),
             keys::names::PROBE_FAILURES => stat(&stats.probe_failures),
             keys::names::PROBES => stat(&stats.probes),

@@ -135,6 +135,7 @@ impl<A: StreamApi> Core<A> {
         let by = match via {
             Via::Callback => Some(&self.stats.callback_completions),
             Via::Thread => Some(&self.stats.thread_completions),
+            Via::Flag => Some(&self.stats.flag_completions),
             Via::Probe if result.is_ok() => Some(&self.stats.probe_completions),
             Via::Probe => Some(&self.stats.probe_failures),
             Via::Shutdown => None,
@@ -258,8 +259,9 @@ impl<A: StreamApi> Core<A> {
         }
     }
 
-    /// After the reactor stopped: waits for every stream, stops the completion threads (their
-    /// handles are joined by the caller) and settles whatever is still in flight.
+    /// After the reactor stopped: waits for every stream and stops the completion threads or
+    /// the flag scanner (their handles are joined by the caller; what they leave in flight is
+    /// settled by [`Core::settle_leftovers`]).
     pub(crate) fn drain(&self) {
         let mut finished = true;
         for queue in &self.queues {
@@ -273,6 +275,9 @@ impl<A: StreamApi> Core<A> {
             if let Some(fifo) = &queue.fifo {
                 fifo.stop();
             }
+        }
+        if let Some(flags) = &self.flags {
+            flags.flags.stop();
         }
     }
 

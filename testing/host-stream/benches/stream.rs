@@ -110,13 +110,24 @@ fn round_trip(c: &mut Criterion) {
         api.destroy_stream(stream).expect("destroy stream");
     }
 
-    for (name, completion) in [
-        ("host_callback", CompletionStrategy::HostCallback),
-        ("completion_thread", CompletionStrategy::CompletionThread),
+    for (name, completion, spin) in [
+        (
+            "host_callback",
+            CompletionStrategy::HostCallback,
+            Duration::ZERO,
+        ),
+        (
+            "completion_thread",
+            CompletionStrategy::CompletionThread,
+            Duration::ZERO,
+        ),
+        ("flag_write", CompletionStrategy::FlagWrite, SPIN),
     ] {
         let device = create_device(
             HostStreamApi::new(),
-            StreamDeviceOptions::default().with_completion(completion),
+            StreamDeviceOptions::default()
+                .with_completion(completion)
+                .with_completion_spin(spin),
         )
         .expect("device");
         let queue = device.queue(0).expect("queue");
@@ -148,7 +159,13 @@ struct DeviceLoop {
 }
 
 impl DeviceLoop {
-    fn new(completion: CompletionStrategy, completion_spin: Duration) -> DeviceLoop {
+    /// `completion_spin` is the stream device's (completion thread or flag scanner);
+    /// `await_spin` the awaiting future's ([`Device::set_completion_spin`]).
+    fn new(
+        completion: CompletionStrategy,
+        completion_spin: Duration,
+        await_spin: Duration,
+    ) -> DeviceLoop {
         let device = create_device(
             HostStreamApi::new(),
             StreamDeviceOptions::default()
@@ -156,6 +173,7 @@ impl DeviceLoop {
                 .with_completion_spin(completion_spin),
         )
         .expect("device");
+        device.set_completion_spin(await_spin);
         let queue = device.queue(0).expect("queue");
         let executable = device
             .load_executable(&empty_module().spec())
@@ -191,6 +209,8 @@ fn median(mut samples: Vec<Duration>) -> f64 {
 /// The interleaved comparison (see the module docs); prints its medians.
 fn paired(_: &mut Criterion) {
     const ROUNDS: usize = 3000;
+    const BLOCK: usize = 60;
+    const SETTLE: usize = 10;
     let api = HostStreamApi::new();
     let stream = api.create_stream().expect("stream");
     let event = api
@@ -226,38 +246,64 @@ fn paired(_: &mut Criterion) {
         }
         start.elapsed()
     };
-    let callback = DeviceLoop::new(CompletionStrategy::HostCallback, Duration::ZERO);
-    let thread = DeviceLoop::new(CompletionStrategy::CompletionThread, Duration::ZERO);
-    let spinning = DeviceLoop::new(CompletionStrategy::CompletionThread, SPIN);
-    let mut samples: [Vec<Duration>; 5] = Default::default();
-    for round in 0..ROUNDS + 300 {
-        let round_trips = [
-            raw(),
-            raw_spin(),
-            callback.round_trip(),
-            thread.round_trip(),
-            spinning.round_trip(),
-        ];
-        if round >= 300 {
-            // The first rounds are warm-up.
-            for (samples, sample) in samples.iter_mut().zip(round_trips) {
-                samples.push(sample);
+    let zero = Duration::ZERO;
+    let callback = DeviceLoop::new(CompletionStrategy::HostCallback, zero, zero);
+    let thread = DeviceLoop::new(CompletionStrategy::CompletionThread, zero, zero);
+    let spinning = DeviceLoop::new(CompletionStrategy::CompletionThread, SPIN, zero);
+    let flags = DeviceLoop::new(CompletionStrategy::FlagWrite, SPIN, zero);
+    let flags_await = DeviceLoop::new(CompletionStrategy::FlagWrite, SPIN, AWAIT_SPIN);
+    let thread_await = DeviceLoop::new(CompletionStrategy::CompletionThread, SPIN, AWAIT_SPIN);
+    let loops: [&dyn Fn() -> Duration; 8] = [
+        &raw,
+        &raw_spin,
+        &|| callback.round_trip(),
+        &|| thread.round_trip(),
+        &|| spinning.round_trip(),
+        &|| flags.round_trip(),
+        &|| flags_await.round_trip(),
+        &|| thread_await.round_trip(),
+    ];
+    let mut samples: [Vec<Duration>; 8] = Default::default();
+    // Blocks of BLOCK round trips per loop, loops taken in turn: a device whose threads spin
+    // after its last round trip would take a CPU from the next one's first round trips (this
+    // machine has two), so the first SETTLE of each block are not counted.
+    for round in 0..ROUNDS / BLOCK + 2 {
+        for (samples, round_trip) in samples.iter_mut().zip(loops) {
+            for i in 0..BLOCK {
+                let sample = round_trip();
+                // The first two rounds are warm-up.
+                if round >= 2 && i >= SETTLE {
+                    samples.push(sample);
+                }
             }
         }
     }
-    let [r, rs, c, t, ts] = samples.map(median);
+    let [r, rs, c, t, ts, f, fa, ta] = samples.map(median);
     println!(
-        "stream_round_trip/paired ({ROUNDS} interleaved rounds), medians: raw {r:.1} µs, \
+        "stream_round_trip/paired ({ROUNDS} round trips each, interleaved in blocks of \
+         {BLOCK}), medians: raw {r:.1} µs, \
          raw polling {rs:.1} µs; host_callback {c:.1} µs ({:.2}x raw), completion_thread \
          {t:.1} µs ({:.2}x raw), completion_thread with a {} µs spin {ts:.1} µs ({:.2}x raw, \
-         {:.2}x raw polling)",
+         {:.2}x raw polling), flag_write (the same scanner spin) {f:.1} µs ({:.2}x raw, {:.2}x \
+         raw polling); with a {} µs await spin: flag_write {fa:.1} µs ({:.2}x raw, {:.2}x raw \
+         polling), completion_thread {ta:.1} µs ({:.2}x raw, {:.2}x raw polling)",
         c / r,
         t / r,
         SPIN.as_micros(),
         ts / r,
         ts / rs,
+        f / r,
+        f / rs,
+        AWAIT_SPIN.as_micros(),
+        fa / r,
+        fa / rs,
+        ta / r,
+        ta / rs,
     );
 }
+
+/// The awaiting future's spin budget of the `paired` comparison's devices that have one.
+const AWAIT_SPIN: Duration = Duration::from_micros(20);
 
 /// The completion-thread spin budget of the `paired` comparison's spinning device.
 const SPIN: Duration = Duration::from_micros(50);

@@ -30,7 +30,8 @@ unsafe impl StreamApi for HostStreamApi {
             capabilities: Capabilities::HOST_FUNC
                 | Capabilities::STREAM_ORDERED_ALLOC
                 | Capabilities::GRAPHS
-                | Capabilities::EVENT_TIMING,
+                | Capabilities::EVENT_TIMING
+                | Capabilities::WRITE_VALUE,
             binding_alignment: 4,
             concurrency: 1,
             memory_bytes: None,
@@ -312,6 +313,26 @@ unsafe impl StreamApi for HostStreamApi {
                 for chunk in bytes.chunks_exact_mut(pattern_len as usize) {
                     chunk.copy_from_slice(&pattern[..pattern_len as usize]);
                 }
+                Ok(())
+            }),
+        )
+    }
+
+    fn write_value32(&self, stream: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
+        self.shared().control.check()?;
+        if !ptr.0.is_multiple_of(4) {
+            return Err(invalid(format!(
+                "write_value32 at {ptr:?}: the address must be 4-byte aligned"
+            )));
+        }
+        let word = self.shared().memory.resolve(ptr, 4)?;
+        self.exec(
+            stream,
+            Arc::new(move || {
+                // SAFETY: 4 aligned bytes of a live allocation (resolved and held), which the
+                // host may read concurrently: only ever accessed atomically while both do.
+                let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(word.ptr().cast()) };
+                word.store(value, std::sync::atomic::Ordering::Release);
                 Ok(())
             }),
         )

@@ -20,9 +20,10 @@ use halcyon_conformance::harness::{
 use halcyon_host_stream::{HostModule, HostStreamApi, LaunchArgs};
 use halcyon_stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
 
-const STRATEGIES: [CompletionStrategy; 2] = [
+const STRATEGIES: [CompletionStrategy; 3] = [
     CompletionStrategy::HostCallback,
     CompletionStrategy::CompletionThread,
+    CompletionStrategy::FlagWrite,
 ];
 
 fn device(api: &HostStreamApi, completion: CompletionStrategy) -> Result<Device> {
@@ -191,7 +192,7 @@ fn fault_probe_fails_every_affected_fence() -> Result<()> {
             host_funcs,
             "a host function ran after the fault"
         );
-        if strategy == CompletionStrategy::HostCallback {
+        if strategy != CompletionStrategy::CompletionThread {
             assert_eq!(
                 stat(&device, keys::PROBE_FAILURES),
                 2,
@@ -399,8 +400,9 @@ fn dropping_the_device_settles_work_in_flight() -> Result<()> {
     Ok(())
 }
 
-/// While work is in flight, the reactor of a host-callback device runs the fault probe every
-/// probe interval; a completion-thread device has no probe (its threads see faults themselves)
+/// While work is in flight, the reactor of a host-callback or flag-write device runs the fault
+/// probe every probe interval (a faulted device never runs host functions nor writes flags); a
+/// completion-thread device has no probe (its threads see faults themselves)
 /// and its reactor is not woken for it.
 #[test]
 fn only_host_callback_devices_probe() -> Result<()> {
@@ -412,7 +414,7 @@ fn only_host_callback_devices_probe() -> Result<()> {
         let (hold, polls) = (api.hold(), stat(&device, keys::REACTOR_POLLS));
         let fill = queue.fill(Timepoints::default(), 1u8, &buffer.whole());
         match strategy {
-            CompletionStrategy::HostCallback => {
+            CompletionStrategy::HostCallback | CompletionStrategy::FlagWrite => {
                 wait_until("the probe runs", || stat(&device, keys::PROBES) >= 3)?;
             }
             CompletionStrategy::CompletionThread => {
@@ -437,7 +439,8 @@ fn only_host_callback_devices_probe() -> Result<()> {
 }
 
 /// Host callbacks run on the callback stream and only post: with that strategy completions are
-/// counted as callback completions; with the other, as thread completions.
+/// counted as callback completions; with completion threads as thread completions; with
+/// device-written flags as flag completions, and no host function runs.
 #[test]
 fn completions_come_from_the_chosen_strategy() -> Result<()> {
     for strategy in STRATEGIES {
@@ -452,20 +455,27 @@ fn completions_come_from_the_chosen_strategy() -> Result<()> {
             }
             Ok(())
         })?;
-        let (callbacks, threads) = (
+        let (callbacks, threads, flags) = (
             stat(&device, keys::CALLBACK_COMPLETIONS),
             stat(&device, keys::THREAD_COMPLETIONS),
+            stat(&device, keys::FLAG_COMPLETIONS),
         );
         let probed = stat(&device, keys::PROBE_COMPLETIONS);
         match strategy {
             CompletionStrategy::HostCallback => {
-                assert_eq!(threads, 0);
+                assert_eq!(threads + flags, 0);
                 assert_eq!(callbacks + probed, 10);
                 assert!(api.stats().host_funcs >= 10);
             }
             CompletionStrategy::CompletionThread => {
-                assert_eq!(callbacks, 0);
+                assert_eq!(callbacks + flags, 0);
                 assert_eq!(threads + probed, 10);
+                assert_eq!(api.stats().host_funcs, 0);
+            }
+            CompletionStrategy::FlagWrite => {
+                assert_eq!(callbacks + threads, 0);
+                assert_eq!(flags + probed, 10);
+                assert!(flags > 0, "no completion came from the flags");
                 assert_eq!(api.stats().host_funcs, 0);
             }
         }

@@ -1,5 +1,5 @@
 //! The conformance suite on the generic stream device over the host stream API, once per
-//! completion strategy, with the standard kernels written as host kernels; and the failure
+//! completion strategy (flag-write with and without a spin budget), with the standard kernels written as host kernels; and the failure
 //! case once more per strategy with a `fail` kernel that fails through a status word, as a GPU
 //! kernel does, instead of returning an error from its launch. The multi-device cases run on two
 //! such devices (each over its own host stream API), for both completion strategies, and their
@@ -129,8 +129,34 @@ mod completion_thread_spin {
     );
 }
 
-/// The failure case with the `fail` kernel failing through its status word, in both completion
-/// strategies (the rest of the suite does not dispatch `fail`).
+/// Completions through words the streams write into pinned memory, read by one scanner thread
+/// (`CompletionStrategy::FlagWrite`), which spins for 20 µs after its last progress.
+mod flag_write {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device(
+            HostStreamApi::new(),
+            options(CompletionStrategy::FlagWrite).with_completion_spin(Duration::from_micros(20))
+        ),
+        HostKernels(Fail::LaunchError)
+    );
+}
+
+/// The same without a spin budget: the scanner reads the words every poll interval while work
+/// is pending and sleeps when none is, so every submission of the suite's sequential chains
+/// wakes it from idle.
+mod flag_write_no_spin {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device(HostStreamApi::new(), options(CompletionStrategy::FlagWrite)),
+        HostKernels(Fail::LaunchError)
+    );
+}
+
+/// The failure case with the `fail` kernel failing through its status word, in every completion
+/// strategy (the rest of the suite does not dispatch `fail`).
 mod status_word {
     use super::*;
 
@@ -152,6 +178,11 @@ mod status_word {
     fn failing_dispatch_fails_the_chain_completion_thread() {
         failing_dispatch_fails_the_chain(CompletionStrategy::CompletionThread);
     }
+
+    #[test]
+    fn failing_dispatch_fails_the_chain_flag_write() {
+        failing_dispatch_fails_the_chain(CompletionStrategy::FlagWrite);
+    }
 }
 
 /// Two devices, each over its own host stream API, with the given completion strategy.
@@ -168,6 +199,16 @@ mod host_callback_pair {
 
     halcyon_conformance::multi_device_tests!(
         || pair(CompletionStrategy::HostCallback),
+        HostKernels(Fail::LaunchError)
+    );
+}
+
+/// The multi-device cases with flag-write completion on both devices.
+mod flag_write_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || pair(CompletionStrategy::FlagWrite),
         HostKernels(Fail::LaunchError)
     );
 }
@@ -204,5 +245,10 @@ mod status_word_pair {
     #[test]
     fn cross_device_failure_propagates_completion_thread() {
         cross_device_failure_propagates(CompletionStrategy::CompletionThread);
+    }
+
+    #[test]
+    fn cross_device_failure_propagates_flag_write() {
+        cross_device_failure_propagates(CompletionStrategy::FlagWrite);
     }
 }

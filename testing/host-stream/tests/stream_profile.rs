@@ -23,9 +23,10 @@ use halcyon_conformance::harness::{block_on, done, eventually};
 use halcyon_host_stream::{HostModule, HostStreamApi};
 use halcyon_stream::{create_device, keys, CompletionStrategy, StreamDeviceOptions};
 
-const STRATEGIES: [CompletionStrategy; 2] = [
+const STRATEGIES: [CompletionStrategy; 3] = [
     CompletionStrategy::HostCallback,
     CompletionStrategy::CompletionThread,
+    CompletionStrategy::FlagWrite,
 ];
 
 /// What the checks allow beyond the calibration error (see the module docs).

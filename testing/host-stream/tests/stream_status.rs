@@ -27,9 +27,10 @@ use halcyon_stream::{
     MemoryPlacement, StreamApi, StreamDeviceOptions,
 };
 
-const STRATEGIES: [CompletionStrategy; 2] = [
+const STRATEGIES: [CompletionStrategy; 3] = [
     CompletionStrategy::HostCallback,
     CompletionStrategy::CompletionThread,
+    CompletionStrategy::FlagWrite,
 ];
 
 /// Entry point indices of [`Kernels::load`]'s executable.

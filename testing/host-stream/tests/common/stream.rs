@@ -6,10 +6,11 @@ use halcyon::{Device, Result};
 use halcyon_host_stream::HostStreamApi;
 use halcyon_stream::{create_device, CompletionStrategy, StreamDeviceOptions};
 
-/// Both completion strategies, for tests that run under each.
-pub const STRATEGIES: [CompletionStrategy; 2] = [
+/// Every completion strategy, for tests that run under each.
+pub const STRATEGIES: [CompletionStrategy; 3] = [
     CompletionStrategy::HostCallback,
     CompletionStrategy::CompletionThread,
+    CompletionStrategy::FlagWrite,
 ];
 
 /// A one-queue device over `api` with `completion` (and a short probe interval).
