@@ -26,8 +26,15 @@
 //!   before it sleeps ([`CudaDeviceOptions::completion_spin`]), or a `cuLaunchHostFunc`
 //!   callback on a callback stream posting to the reactor, which wakes it).
 //!
-//! `cuda_round_trip/paired` (printed): the five round trips above interleaved, one of each per
-//! round for 5000 rounds, with medians and ratios to both raw forms; compare these, not
+//! * `flag_write/execute_block_on`: the same with [`CompletionStrategy::FlagWrite`]: the
+//!   stream writes a word of pinned memory with `cuStreamWriteValue32` after the kernel, and
+//!   the device's scanner thread (spinning 20 µs after its last progress) sees it with a plain
+//!   load and wakes the awaiting thread.
+//!
+//! `cuda_round_trip/paired` (printed): the six round trips above interleaved, plus flag-write
+//! and the spinning completion thread with a 20 µs spin in the awaiting future
+//! ([`halcyon::Device::set_completion_spin`]: the executor thread watches for the completion
+//! instead of sleeping), one of each per round for 5000 rounds, with medians and ratios to both raw forms; compare these, not
 //! figures from separate criterion groups taken minutes apart.
 //!
 //! Group `cuda_replay_100` (100 empty kernels per iteration; divide by 100 for the cost per
@@ -468,6 +475,17 @@ fn spinning() -> CudaDeviceOptions {
     options(CompletionStrategy::CompletionThread, false).with_completion_spin(SPIN)
 }
 
+/// The scanner's spin budget of the `flag_write` variants.
+const FLAG_SPIN: Duration = Duration::from_micros(20);
+
+/// The awaiting future's spin budget of the variants with one
+/// ([`halcyon::Device::set_completion_spin`]).
+const AWAIT_SPIN: Duration = Duration::from_micros(20);
+
+fn flag_write() -> CudaDeviceOptions {
+    options(CompletionStrategy::FlagWrite, false).with_completion_spin(FLAG_SPIN)
+}
+
 fn round_trip(c: &mut Criterion, raw: &Raw) {
     let mut group = c.benchmark_group("cuda_round_trip");
     group
@@ -496,6 +514,7 @@ fn round_trip(c: &mut Criterion, raw: &Raw) {
             "host_callback",
             options(CompletionStrategy::HostCallback, false),
         ),
+        ("flag_write", flag_write()),
     ] {
         let device = DeviceLoop::new(options, 1);
         group.bench_function(format!("{name}/execute_block_on"), |b| {
@@ -523,7 +542,12 @@ fn paired(raw: &Raw) {
     let thread = DeviceLoop::new(options(CompletionStrategy::CompletionThread, false), 1);
     let spin = DeviceLoop::new(spinning(), 1);
     let callback = DeviceLoop::new(options(CompletionStrategy::HostCallback, false), 1);
-    let rounds: [(&str, &dyn Fn()); 5] = [
+    let flags = DeviceLoop::new(flag_write(), 1);
+    let flags_await = DeviceLoop::new(flag_write(), 1);
+    flags_await._device.set_completion_spin(AWAIT_SPIN);
+    let spin_await = DeviceLoop::new(spinning(), 1);
+    spin_await._device.set_completion_spin(AWAIT_SPIN);
+    let rounds: [(&str, &dyn Fn()); 8] = [
         ("raw launch + cuStreamSynchronize", &|| {
             raw.launch();
             raw.stream_sync();
@@ -535,6 +559,9 @@ fn paired(raw: &Raw) {
         ("completion thread", &|| thread.run()),
         ("completion thread, 50 µs spin", &|| spin.run()),
         ("host callback", &|| callback.run()),
+        ("flag write, 20 µs scanner spin", &|| flags.run()),
+        ("flag write + 20 µs await spin", &|| flags_await.run()),
+        ("completion thread spin + await spin", &|| spin_await.run()),
     ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); rounds.len()];
     for round in 0..ROUNDS + 500 {

@@ -149,6 +149,11 @@ pub struct CudaDeviceOptions {
     /// microseconds per callback, and a callback blocks the stream it runs on, hence the extra
     /// callback stream per queue). Host callbacks cost no thread per queue; select them for
     /// devices with many queues, or compare both with this crate's benchmark.
+    /// [`CompletionStrategy::FlagWrite`] has each stream write a word of pinned memory with
+    /// `cuStreamWriteValue32` after each submission and one scanner thread per device read the
+    /// words (spinning [`CudaDeviceOptions::completion_spin`] after its last progress, then
+    /// polling every [`CudaDeviceOptions::completion_poll`]): no driver wake-up on the
+    /// completion path, for a thread that polls while the device is busy.
     pub completion: CompletionStrategy,
     /// With host callbacks: how often, at most, the fault probe queries the events in flight
     /// while the device is busy (a sticky fault stops host callbacks; the probe turns it into
@@ -162,10 +167,15 @@ pub struct CudaDeviceOptions {
     /// keeps a pinned copy as long as its graph (see [`CudaApi::enable_graphs`]).
     pub graphs: bool,
     /// With completion threads: how long a queue's thread polls (for the next submission,
-    /// then `cuEventQuery` on its event) before it sleeps in the driver. Default zero (never
-    /// polls; an idle device uses no CPU). See
+    /// then `cuEventQuery` on its event) before it sleeps in the driver; with flag-write
+    /// completion, how long the scanner reads the words after its last progress. Default zero
+    /// (never polls; an idle device uses no CPU). See
     /// [`halcyon_stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
+    /// With flag-write completion: how often the scanner reads the words while work is pending
+    /// beyond its spin. Default 50 µs. See
+    /// [`halcyon_stream::StreamDeviceOptions::completion_poll`].
+    pub completion_poll: Duration,
     /// Bytes of freed stream-ordered (`alloca`) memory the device's memory pool keeps for reuse
     /// (see [`CudaApi::set_pool_release_threshold`]). Default `u64::MAX`: all of it, given back
     /// only when a plain allocation runs out of memory.
@@ -208,6 +218,12 @@ impl CudaDeviceOptions {
         self
     }
 
+    /// Sets [`CudaDeviceOptions::completion_poll`].
+    pub fn with_completion_poll(mut self, completion_poll: Duration) -> Self {
+        self.completion_poll = completion_poll;
+        self
+    }
+
     /// Sets [`CudaDeviceOptions::pool_release_threshold`].
     pub fn with_pool_release_threshold(mut self, pool_release_threshold: u64) -> Self {
         self.pool_release_threshold = pool_release_threshold;
@@ -229,6 +245,7 @@ impl Default for CudaDeviceOptions {
             probe_interval: Duration::from_millis(10),
             graphs: true,
             completion_spin: Duration::ZERO,
+            completion_poll: Duration::from_micros(50),
             pool_release_threshold: u64::MAX,
             timestamp_recalibration: Duration::from_secs(1),
         }
@@ -307,6 +324,7 @@ pub fn create_device_with(index: u32, options: CudaDeviceOptions) -> Result<halc
             .with_completion(options.completion)
             .with_probe_interval(options.probe_interval)
             .with_completion_spin(options.completion_spin)
+            .with_completion_poll(options.completion_poll)
             .with_timestamp_recalibration(options.timestamp_recalibration),
     )
 }

@@ -231,6 +231,14 @@ unsafe fn resolve<F: Copy>(name: &'static str) -> Option<Option<F>> {
     Some(unsafe { library.get::<F>(name.as_bytes()).ok().map(|s| *s) })
 }
 
+/// Whether the library the probe opened exports `name` (NUL-terminated): for optional calls
+/// whose absence turns a capability off instead of failing later.
+pub fn exports(name: &'static str) -> bool {
+    // SAFETY: the symbol is looked up as an untyped function pointer and never called.
+    let found = unsafe { resolve::<unsafe extern "C" fn()>(name) };
+    matches!(found, Some(Some(_)))
+}
+
 /// Declares each driver function with cudarc's parameter types and a [`Code`] result.
 macro_rules! driver_calls {
     ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?); )*) => {$(
@@ -366,6 +374,9 @@ driver_calls! {
     fn cuMemsetD16Async(dst: CUdeviceptr, value: c_ushort, count: usize, stream: CUstream);
     /// `cuMemsetD32Async`.
     fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, count: usize, stream: CUstream);
+    /// `cuStreamWriteValue32` (`_v2`, the stream memory operations available by default since
+    /// CUDA 11.7).
+    fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint);
     /// `cuModuleLoadData`.
     fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
     /// `cuModuleLoadDataEx`.

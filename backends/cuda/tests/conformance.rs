@@ -68,6 +68,20 @@ mod host_callback {
     );
 }
 
+/// `cuStreamWriteValue32` into pinned words read by one scanner thread, which spins 20 µs
+/// after its last progress ([`CompletionStrategy::FlagWrite`]).
+mod flag_write {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || create_device_with(
+            0,
+            options(CompletionStrategy::FlagWrite).with_completion_spin(Duration::from_micros(20))
+        ),
+        CudaKernels
+    );
+}
+
 /// The default strategy with reusable command lists replayed as CUDA graphs (opt-in).
 mod graphs {
     use super::*;

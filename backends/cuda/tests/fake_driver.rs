@@ -5,8 +5,8 @@
 //! resource leaked into the context's destruction; see the crate's docs). It is loaded before
 //! anything opens libcuda, so every driver call in this process reaches it.
 //!
-//! On it run, unchanged: the conformance suite under the four configurations
-//! `tests/conformance.rs` uses on a GPU, and the direct translation-table and device tests of
+//! On it run, unchanged: the conformance suite under the configurations `tests/conformance.rs`
+//! uses on a GPU (flag-write completion included), and the direct translation-table and device tests of
 //! `tests/gpu/mod.rs`. That executes every line of `CudaApi` that does not depend on a real
 //! GPU's behaviour, in CI. What it cannot show: that CUDA itself behaves as the fake models it
 //! (the GPU run still decides that), or anything about speed.
@@ -81,6 +81,18 @@ mod host_callback {
     );
 }
 
+/// `cuStreamWriteValue32` into pinned words, read by one scanner thread (spinning 20 µs).
+mod flag_write {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || fake_device(
+            options(CompletionStrategy::FlagWrite).with_completion_spin(Duration::from_micros(20))
+        ),
+        CudaKernels
+    );
+}
+
 /// Reusable command lists replayed as CUDA graphs.
 mod graphs {
     use super::*;
@@ -105,6 +117,16 @@ mod completion_thread_pair {
 
     halcyon_conformance::multi_device_tests!(
         || fake_devices(options(CompletionStrategy::CompletionThread)),
+        CudaKernels
+    );
+}
+
+/// The multi-device cases on `cuda://0` and `cuda://1` with flag-write completion.
+mod flag_write_pair {
+    use super::*;
+
+    halcyon_conformance::multi_device_tests!(
+        || fake_devices(options(CompletionStrategy::FlagWrite)),
         CudaKernels
     );
 }
@@ -394,4 +416,52 @@ fn kernels_taking_more_parameters_than_declared_are_refused() {
     let e = device.load_executable(&cubin.spec()).unwrap_err();
     assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
     assert!(e.message().contains("takes 4 parameters"), "{e}");
+}
+
+/// With flag-write completion every submission is settled by the scanner from the word its
+/// stream wrote (`cuStreamWriteValue32`), not by a host function or a completion thread, and
+/// the words' pinned slab goes with the device.
+#[test]
+fn flag_write_completions_come_from_the_words() {
+    use halcyon::BufferParams;
+    use halcyon_conformance::harness::block_on;
+    use halcyon_stream::keys;
+
+    let fake = match prepare_driver() {
+        Ok(fake) => fake,
+        Err(e) => return eprintln!("skipped: {e}"),
+    };
+    let device = fake_device(options(CompletionStrategy::FlagWrite)).unwrap();
+    assert!(
+        device.info().name.contains("flag-write"),
+        "{}",
+        device.info().name
+    );
+    let queue = device.queue(1).unwrap();
+    let buffer = device
+        .allocator()
+        .allocate(256, BufferParams::DEVICE)
+        .unwrap();
+    let timeline = queue.timeline().unwrap();
+    let before = fake.stats();
+    block_on(async {
+        for value in 0..20u8 {
+            queue.fill(timeline.next(), value, &buffer.whole()).await?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let stat = |key| device.query(key).unwrap();
+    assert_eq!(
+        stat(keys::FLAG_COMPLETIONS) + stat(keys::PROBE_COMPLETIONS),
+        20
+    );
+    assert!(stat(keys::FLAG_COMPLETIONS) > 0);
+    assert_eq!(
+        stat(keys::THREAD_COMPLETIONS) + stat(keys::CALLBACK_COMPLETIONS),
+        0
+    );
+    assert_eq!(fake.stats().host_funcs_run, before.host_funcs_run);
+    // (A contract violation, such as a word written after its slab was freed, would have
+    // aborted the process.)
 }

@@ -53,9 +53,9 @@ fn wait_for_context_release(fake: &Fake) {
     assert_eq!(fake.sticky_error(), 0);
 }
 
-/// Under both completion strategies: the faulting dispatch fails with the driver's error (the
+/// Under every completion strategy: the faulting dispatch fails with the driver's error (the
 /// completion thread's event wait returns it; with host callbacks, which CUDA drops after a
-/// fault, the fault probe finds it), so does everything submitted after it, nothing hangs,
+/// fault, and with flags, which a faulted device never writes, the fault probe finds it), so does everything submitted after it, nothing hangs,
 /// and once the device is dropped a new one works.
 #[test]
 fn a_device_fault_fails_the_work_in_flight_and_after_it() {
@@ -66,6 +66,7 @@ fn a_device_fault_fails_the_work_in_flight_and_after_it() {
     for completion in [
         CompletionStrategy::CompletionThread,
         CompletionStrategy::HostCallback,
+        CompletionStrategy::FlagWrite,
     ] {
         let device = create_device_with(0, options(completion)).unwrap();
         let executable = device
@@ -156,6 +157,7 @@ fn a_fault_on_one_device_leaves_the_other_working() {
     for completion in [
         CompletionStrategy::CompletionThread,
         CompletionStrategy::HostCallback,
+        CompletionStrategy::FlagWrite,
     ] {
         let devices = [0, 1].map(|index| create_device_with(index, options(completion)).unwrap());
         let add_one = devices.each_ref().map(|device| {

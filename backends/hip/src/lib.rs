@@ -250,7 +250,9 @@ pub struct HipDeviceOptions {
     /// stream callbacks (`hipStreamAddCallback`, all HIP 5.2 has) at up to about 100 µs,
     /// against about 2 µs for an event record; a stream callback also blocks the stream it is
     /// on until it returns. [`CompletionStrategy::HostCallback`] (IREE's design, callbacks on a
-    /// dedicated stream) is available for comparison.
+    /// dedicated stream) is available for comparison, and so is
+    /// [`CompletionStrategy::FlagWrite`] (`hipStreamWriteValue32` into pinned words read by one
+    /// scanner thread; see [`HipDeviceOptions::completion_poll`]).
     pub completion: CompletionStrategy,
     /// With host callbacks: how often, at most, the fault probe queries the events in flight
     /// while the device is busy (completion threads need no probe). Defensive on ROCm, which
@@ -259,10 +261,15 @@ pub struct HipDeviceOptions {
     /// The allocator of host-visible buffers.
     pub host_visible_memory: HostVisibleMemory,
     /// With completion threads: how long a queue's thread polls (for the next submission,
-    /// then `hipEventQuery` on its event) before it sleeps in the driver. Default zero (never
-    /// polls; an idle device uses no CPU). See
+    /// then `hipEventQuery` on its event) before it sleeps in the driver; with flag-write
+    /// completion, how long the scanner reads the words after its last progress. Default zero
+    /// (never polls; an idle device uses no CPU). See
     /// [`halcyon_stream::StreamDeviceOptions::completion_spin`] for the trade.
     pub completion_spin: Duration,
+    /// With flag-write completion: how often the scanner reads the words while work is pending
+    /// beyond its spin. Default 50 µs. See
+    /// [`halcyon_stream::StreamDeviceOptions::completion_poll`].
+    pub completion_poll: Duration,
     /// Bytes of freed stream-ordered (`alloca`) memory the device's own memory pool keeps for
     /// reuse (see [`HipStreamApi::set_pool_release_threshold`]). Default `u64::MAX`: as much
     /// as the runtime lets it keep (ROCm 6.2+ still gives everything back once the pool's free
@@ -318,6 +325,12 @@ impl HipDeviceOptions {
         self
     }
 
+    /// Sets [`HipDeviceOptions::completion_poll`].
+    pub fn with_completion_poll(mut self, completion_poll: Duration) -> Self {
+        self.completion_poll = completion_poll;
+        self
+    }
+
     /// Sets [`HipDeviceOptions::pool_release_threshold`].
     pub fn with_pool_release_threshold(mut self, pool_release_threshold: u64) -> Self {
         self.pool_release_threshold = pool_release_threshold;
@@ -349,6 +362,7 @@ impl Default for HipDeviceOptions {
             probe_interval: Duration::from_millis(10),
             host_visible_memory: HostVisibleMemory::Auto,
             completion_spin: Duration::ZERO,
+            completion_poll: Duration::from_micros(50),
             pool_release_threshold: u64::MAX,
             blocking_sync: true,
             timestamp_recalibration: Duration::from_secs(1),
@@ -391,6 +405,7 @@ impl HipDriver {
                 .with_completion(options.completion)
                 .with_probe_interval(options.probe_interval)
                 .with_completion_spin(options.completion_spin)
+                .with_completion_poll(options.completion_poll)
                 .with_timestamp_recalibration(options.timestamp_recalibration),
         )
     }

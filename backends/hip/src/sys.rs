@@ -592,6 +592,14 @@ hip_api! {
             function: hipHostFn_t,
             user_data: *mut c_void,
         ) -> hipError_t;
+        /// `hipError_t hipStreamWriteValue32(hipStream_t, void* ptr, uint32_t value, unsigned
+        /// flags)`.
+        fn hipStreamWriteValue32(
+            stream: hipStream_t,
+            ptr: *mut c_void,
+            value: u32,
+            flags: c_uint,
+        ) -> hipError_t;
         /// `hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream)`.
         fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t;
         /// `hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream)`.

@@ -198,3 +198,10 @@ mod host_callback {
         HipKernels
     );
 }
+
+/// Completions through `hipStreamWriteValue32` into pinned words read by one scanner thread.
+mod flag_write {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(|| device(CompletionStrategy::FlagWrite), HipKernels);
+}

@@ -74,6 +74,23 @@ mod host_callback {
     );
 }
 
+/// `hipStreamWriteValue32` into pinned words read by one scanner thread (spinning 20 µs).
+mod flag_write {
+    use super::*;
+
+    halcyon_conformance::conformance_tests!(
+        || HipDriver::with_hip(hip()).create_device_with(
+            0,
+            &HipDeviceOptions::default()
+                .with_queue_count(2)
+                .with_completion(CompletionStrategy::FlagWrite)
+                .with_completion_spin(Duration::from_micros(20))
+                .with_probe_interval(Duration::from_millis(10)),
+        ),
+        FakeKernels
+    );
+}
+
 /// As on HIP 5.2: host functions (staging returns, completions) through
 /// `hipStreamAddCallback`.
 mod stream_callbacks {

@@ -235,4 +235,26 @@ impl CudaApi {
             format!("{call}({dst:?}, {pattern:#x}, {count} elements, {s:?})")
         })
     }
+
+    /// `cuStreamWriteValue32` of `value` at `ptr` (4-aligned, within a live allocation), with
+    /// the default flags: the write waits for the stream's earlier work and a memory barrier
+    /// orders that work's writes before it.
+    pub(super) fn write_value32(&self, s: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
+        if !ptr.0.is_multiple_of(4) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!("cuStreamWriteValue32 at {ptr:?}: the address must be 4-byte aligned"),
+            ));
+        }
+        // Held live until the write is enqueued (a free meanwhile waits).
+        let _word = self.memory.check(ptr, 4, "stream write")?;
+        let _bound = self.bind()?;
+        let live = self.enqueue_stream(s)?;
+        // SAFETY: a live stream, held for the call; 4 aligned bytes within a live allocation
+        // (both checked above); flags 0 is the documented default.
+        let r = unsafe { sys::cuStreamWriteValue32_v2(live.raw(), ptr.0, value, 0) };
+        check(r, || {
+            format!("cuStreamWriteValue32({s:?}, {ptr:?}, {value})")
+        })
+    }
 }

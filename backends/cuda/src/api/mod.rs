@@ -247,6 +247,9 @@ impl CudaApi {
         };
         // GRAPHS only on request (enable_graphs).
         let mut capabilities = Capabilities::HOST_FUNC | Capabilities::EVENT_TIMING;
+        if sys::exports("cuStreamWriteValue32_v2\0") {
+            capabilities |= Capabilities::WRITE_VALUE;
+        }
         if attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) == 1 {
             capabilities |= Capabilities::STREAM_ORDERED_ALLOC;
         }
@@ -541,6 +544,10 @@ unsafe impl StreamApi for CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         CudaApi::memset_async(self, dst, pattern, pattern_len, len, s)
+    }
+
+    fn write_value32(&self, s: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
+        CudaApi::write_value32(self, s, ptr, value)
     }
 
     // ------------------------------------------------ modules and kernels (modules.rs, launch.rs)

@@ -10,7 +10,7 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use halcyon::Result;
+use halcyon::{Error, Result, StatusCode};
 use halcyon_stream::arguments::{fill_elements, host_len};
 use halcyon_stream::staging::{
     stage_from_device, stage_to_device, staging_len, Lease, PinnedBuffer,
@@ -238,6 +238,31 @@ impl HipStreamApi {
                     .memset_d16_async(ptr, pattern as u16, count, stream.raw),
                 _ => self.hip.memset_d32_async(ptr, pattern, count, stream.raw),
             }
+        }
+    }
+
+    /// `hipStreamWriteValue32` of `value` at `ptr` (4-aligned, within a live allocation).
+    pub(super) fn write_value32(
+        &self,
+        stream: StreamHandle,
+        ptr: DevicePtr,
+        value: u32,
+    ) -> Result<()> {
+        if !ptr.0.is_multiple_of(4) {
+            return Err(Error::new(
+                StatusCode::InvalidArgument,
+                format!("hipStreamWriteValue32 at {ptr:?}: the address must be 4-byte aligned"),
+            ));
+        }
+        // Held live until the write is enqueued (a free meanwhile waits).
+        let _word = self.memory.check(ptr, 4, "stream write")?;
+        let stream = self.stream(stream)?;
+        let _bound = self.bind()?;
+        // SAFETY: 4 aligned bytes within a live allocation (checked above); the stream is
+        // live and held.
+        unsafe {
+            self.hip
+                .stream_write_value32(stream.raw, ptr.0 as usize as *mut c_void, value)
         }
     }
 }

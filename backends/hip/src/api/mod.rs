@@ -284,6 +284,9 @@ impl HipStreamApi {
         };
         // HIP 5.2 has no hipLaunchHostFunc, but hipStreamAddCallback is always there.
         let mut capabilities = Capabilities::HOST_FUNC | Capabilities::EVENT_TIMING;
+        if hip.has_stream_write_value() {
+            capabilities |= Capabilities::WRITE_VALUE;
+        }
         if hip.has_stream_ordered_alloc()
             && attribute(sys::hipDeviceAttributeMemoryPoolsSupported) == Some(1)
         {
@@ -500,6 +503,10 @@ unsafe impl StreamApi for HipStreamApi {
         stream: StreamHandle,
     ) -> Result<()> {
         HipStreamApi::memset_async(self, dst, pattern, pattern_len, len, stream)
+    }
+
+    fn write_value32(&self, stream: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
+        HipStreamApi::write_value32(self, stream, ptr, value)
     }
 
     fn module_formats(&self) -> Vec<String> {

@@ -102,6 +102,29 @@ impl Hip {
         self.check(e, || "hipLaunchHostFunc".into())
     }
 
+    /// Whether `hipStreamWriteValue32` is available.
+    pub fn has_stream_write_value(self) -> bool {
+        self.api.hipStreamWriteValue32.is_some()
+    }
+
+    /// `hipStreamWriteValue32` with no flags: writes `value` at `ptr` once the work on `stream`
+    /// before it completed.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this runtime; `ptr` is 4-aligned memory the device can
+    /// write, valid until the write completed.
+    pub unsafe fn stream_write_value32(
+        self,
+        stream: sys::hipStream_t,
+        ptr: *mut c_void,
+        value: u32,
+    ) -> Result<()> {
+        let f = self.optional(self.api.hipStreamWriteValue32, "hipStreamWriteValue32")?;
+        // SAFETY: guaranteed by the caller; 0 is the documented default flags.
+        let e = unsafe { f(stream, ptr, value, 0) };
+        self.check(e, || format!("hipStreamWriteValue32({value})"))
+    }
+
     // ---- events ----
 
     /// `hipEventCreateWithFlags` (`sys::hipEventDisableTiming`, ...).

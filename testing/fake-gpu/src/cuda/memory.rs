@@ -12,7 +12,7 @@ use crate::model::alloc::{
     mapped_device_pointer, pool, set_pool_attribute,
 };
 use crate::model::contract::{current_device, sticky, Needs, Ret};
-use crate::model::copy::{enqueue_copy, host_bytes, memset_async, reachable};
+use crate::model::copy::{enqueue_copy, host_bytes, memset_async, reachable, write_value_async};
 use crate::model::memory::{memory, Kind};
 use crate::model::ops::Source;
 use crate::model::stream::Stream;
@@ -476,6 +476,27 @@ pub unsafe extern "C" fn cuMemsetD16Async(
     s: *mut c_void,
 ) -> CUresult {
     memset(dst, u32::from(value), 2, count, s, "cuMemsetD16Async")
+}
+
+/// `cuStreamWriteValue32_v2`: writes `value` at `addr` (4-aligned, reachable by the stream's
+/// device) once the stream's earlier work completed. Only the default flags (0) are taken.
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWriteValue32_v2(
+    s: *mut c_void,
+    addr: CUdeviceptr,
+    value: c_uint,
+    flags: c_uint,
+) -> CUresult {
+    call("cuStreamWriteValue32", Needs::Context, || {
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let stream = cuda_stream(s, "cuStreamWriteValue32")?;
+        write_value_async(addr, value, &stream, "cuStreamWriteValue32")
+    })
 }
 
 /// `cuMemsetD32Async` (the address 4-aligned).

@@ -12,7 +12,9 @@ use crate::model::alloc::{
     mapped_device_pointer, pool, set_pool_attribute,
 };
 use crate::model::contract::{current_device, violation, HipNeeds, Ret};
-use crate::model::copy::{allocated, enqueue_copy, host_bytes, memset_async, reachable};
+use crate::model::copy::{
+    allocated, enqueue_copy, host_bytes, memset_async, reachable, write_value_async,
+};
 use crate::model::memory::{memory, Kind};
 use crate::model::ops::Source;
 use crate::model::stream::{find_stream, synchronize_all};
@@ -248,6 +250,27 @@ pub unsafe extern "C" fn hipMemsetD16Async(
     s: *mut c_void,
 ) -> hipError_t {
     memset(dst, u32::from(value), 2, count, s, "hipMemsetD16Async")
+}
+
+/// `hipStreamWriteValue32`: writes `value` at `ptr` (4-aligned, reachable by the stream's
+/// device) once the stream's earlier work completed. Only the default flags (0) are taken.
+///
+/// # Safety
+/// HIP's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamWriteValue32(
+    s: *mut c_void,
+    ptr: *mut c_void,
+    value: u32,
+    flags: c_uint,
+) -> hipError_t {
+    call("hipStreamWriteValue32", HipNeeds::Nothing, || {
+        if flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let stream = find_stream(handle(s), "hipStreamWriteValue32")?;
+        write_value_async(handle(ptr), value, &stream, "hipStreamWriteValue32")
+    })
 }
 
 /// `hipMemsetD32Async` (the address 4-aligned).

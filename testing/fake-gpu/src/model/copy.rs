@@ -66,6 +66,17 @@ pub(crate) fn enqueue_copy(
 
 /// Enqueues a memset of `count` elements of `width` bytes at `dst` on `stream` (checked now,
 /// and again when the device gets to it): the address must be `width`-aligned.
+/// A stream memory write of `value` at `dst` (4-aligned, device-reachable), checked now and
+/// again when the stream gets to it.
+pub(crate) fn write_value_async(dst: u64, value: u32, stream: &Stream, call: &'static str) -> Ret {
+    if !dst.is_multiple_of(4) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    reachable(dst, 4, stream.device, call)?;
+    stream.enqueue(Op::WriteValue { dst, value, call });
+    Ok(())
+}
+
 pub(crate) fn memset_async(
     dst: u64,
     value: u32,

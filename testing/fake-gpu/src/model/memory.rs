@@ -308,6 +308,16 @@ impl Memory {
         }
     }
 
+    /// Stores `value` into the 4-aligned word at `dst` as one atomic release store, as a
+    /// stream memory operation writes it: the host may read the word meanwhile.
+    pub(crate) fn write_word(&mut self, dst: u64, value: u32) {
+        // SAFETY: the caller checked that the 4 bytes at `dst` lie in a live allocation, which
+        // this guard keeps from being freed, and that `dst` is 4-aligned; whoever reads the
+        // word while the stream writes it reads it atomically.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(dst as usize as *mut u32) }
+            .store(value, std::sync::atomic::Ordering::Release);
+    }
+
     /// Copies `len` bytes between two ranges the caller checked (or host memory the caller
     /// vouches for); they may overlap.
     ///

@@ -60,6 +60,13 @@ pub(crate) enum Op {
         width: usize,
         count: usize,
     },
+    /// Write the 32-bit `value` at `dst` (a stream memory operation: `cuStreamWriteValue32`,
+    /// `hipStreamWriteValue32`).
+    WriteValue {
+        dst: u64,
+        value: u32,
+        call: &'static str,
+    },
     /// A host function.
     Host {
         func: unsafe extern "C" fn(*mut c_void),
@@ -148,6 +155,21 @@ impl Op {
                     return;
                 }
                 memory.fill(*dst, *value, *width, *count);
+            }
+            Op::WriteValue { dst, value, call } => {
+                let mut memory = memory();
+                if sticky(device).is_some() {
+                    return; // a faulted device writes nothing more
+                }
+                if let Err(why) = memory.check_on(*dst, 4, device) {
+                    drop(memory);
+                    let why =
+                        format!("{call} on stream {stream:#x}, when the device got to it: {why}");
+                    violation(why.clone());
+                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+                    return;
+                }
+                memory.write_word(*dst, *value);
             }
             Op::Host { func, data } => {
                 HOST_FUNCS_RUN.fetch_add(1, Ordering::Relaxed);
