@@ -21,12 +21,19 @@
 //!     and wakes the bench thread: three wakes (stream, completion thread, bench thread).
 //! * `{host_callback,completion_thread}/dispatch_block_on`: the same with `queue.dispatch`, which
 //!   records, validates and resolves a one-shot command list inside the call.
+//! * `flag_write/{execute,dispatch}_block_on`: the same with flag-write completion: the stream
+//!   writes a word of pinned memory after the kernel, and the device's scanner thread (spinning
+//!   50 µs after its last progress) sees it and settles the fence.
 //!
 //! * `paired` (printed, not a criterion measurement): the round trips above
-//!   (`raw/launch_record_sync` and both strategies' `execute_block_on`), plus the raw loop
-//!   polling `query_event` instead of sleeping and a completion-thread device with a 50 µs
-//!   spin budget (`StreamDeviceOptions::completion_spin`), interleaved, one of each per round
-//!   for 3000 rounds, with the median of each and the ratios to raw. On a shared 2-core
+//!   (`raw/launch_record_sync` and each strategy's `execute_block_on`), plus the raw loop
+//!   polling `query_event` instead of sleeping, a completion-thread device with a 50 µs spin
+//!   budget (`StreamDeviceOptions::completion_spin`), and flag-write and the spinning
+//!   completion thread with a 20 µs spin in the awaiting future too
+//!   (`Device::set_completion_spin`), 3000 round trips each in interleaved blocks of 60 (the
+//!   first 10 of each block not counted: a device whose threads spin after its last round trip
+//!   would take a CPU from the next one's first), with the median of each and the ratios to
+//!   raw. On a shared 2-core
 //!   VM the cost of a cross-thread wake swings between about 2 µs and tens of µs depending on
 //!   whether the woken thread's CPU was idle (other load changes that from minute to minute), so
 //!   only measurements taken in the same time window compare; this one is. Pinning the process
