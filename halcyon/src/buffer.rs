@@ -74,6 +74,13 @@ impl BufferParams {
     };
 
     /// Host-visible, coherent memory usable for everything, mappable: the simplest choice.
+    ///
+    /// Without [`MemoryType::DEVICE_LOCAL`] it is system memory the device reaches over the
+    /// bus, as in Vulkan: on CUDA and HIP pinned (page-locked) host memory, so a
+    /// [`Queue::copy`](crate::Queue::copy) between it and device memory is one DMA at the bus's
+    /// speed, with no staging. Kernels that read it heavily are better served by device memory,
+    /// or by `HOST_VISIBLE | DEVICE_LOCAL` where the device offers it (managed memory on
+    /// CUDA).
     pub const HOST: BufferParams = BufferParams {
         memory: MemoryType::HOST_VISIBLE.union(MemoryType::HOST_COHERENT),
         usage: BufferUsage::all(),

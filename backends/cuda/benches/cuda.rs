@@ -58,6 +58,10 @@
 //!   `futures::executor::block_on`: the device copies into the submission's lease of the stream
 //!   layer's pinned memory (no staging, no host function), and the bytes are copied out to the
 //!   returned `Vec` on completion.
+//! * `completion_thread/copy_to_host_buffer_block_on`: `queue.copy` into a buffer allocated
+//!   with `BufferParams::HOST` (pinned host memory, `cuMemHostAlloc`), where the bytes stay:
+//!   what a program that keeps its host data in pinned memory does, and the counterpart of the
+//!   raw pinned copy.
 //!
 //! Group `cuda_read_64m`: the same three for 64 MiB, where halcyon's read goes through the API's
 //! pinned staging in 8 MiB chunks, a host function copying each out
@@ -71,7 +75,9 @@
 //! `raw/pageable_sync` (`cuMemcpyHtoD` from the `Vec`) and `completion_thread/write_block_on`
 //! (`queue.write`: the first chunk copied into staging at submission, the rest by host
 //! functions between the chunks' copies), and `completion_thread/write_shared_block_on`
-//! (`queue.write_shared` of one `Arc<[u8]>`: no copy of the bytes at submission).
+//! (`queue.write_shared` of one `Arc<[u8]>`: no copy of the bytes at submission), and
+//! `completion_thread/copy_from_host_buffer_block_on` (`queue.copy` from a `BufferParams::HOST`
+//! buffer holding the bytes: one DMA from pinned memory, as the raw floor does).
 
 use std::ffi::{c_uint, CString};
 use std::time::{Duration, Instant};
@@ -372,6 +378,17 @@ fn read(c: &mut Criterion, raw: &Raw, name: &str, bytes: usize, samples: usize) 
             assert_eq!(read[bytes - 1], 7);
         })
     });
+    // Into a pinned host buffer (`BufferParams::HOST`), the data left where the device put it:
+    // the counterpart of the raw pinned copy.
+    let pinned = device
+        .allocator()
+        .allocate(bytes as u64, halcyon::BufferParams::HOST)
+        .expect("host buffer");
+    group.bench_function("completion_thread/copy_to_host_buffer_block_on", |b| {
+        b.iter(|| {
+            block_on(queue.copy(timeline.next(), &buffer.whole(), &pinned.whole())).expect("copy")
+        })
+    });
     let mut reused = Some(Vec::new());
     group.bench_function("completion_thread/read_into_block_on", |b| {
         b.iter(|| {
@@ -408,7 +425,24 @@ fn write(c: &mut Criterion, raw: &Raw) {
     group.bench_function("raw/pageable_sync", |b| {
         b.iter(|| raw_write.write_pageable(&data))
     });
-    let (_device, queue, timeline, buffer) = transfer_queue(BYTES);
+    let (device, queue, timeline, buffer) = transfer_queue(BYTES);
+    // From a pinned host buffer (`BufferParams::HOST`) the data was written into: the
+    // counterpart of the raw pinned copy.
+    let pinned = device
+        .allocator()
+        .allocate(BYTES as u64, halcyon::BufferParams::HOST)
+        .expect("host buffer");
+    pinned
+        .map_write(..)
+        .expect("map")
+        .as_mut_slice::<u8>()
+        .expect("bytes")
+        .copy_from_slice(&data);
+    group.bench_function("completion_thread/copy_from_host_buffer_block_on", |b| {
+        b.iter(|| {
+            block_on(queue.copy(timeline.next(), &pinned.whole(), &buffer.whole())).expect("copy")
+        })
+    });
     group.bench_function("completion_thread/write_block_on", |b| {
         b.iter(|| block_on(queue.write(timeline.next(), &data, &buffer.whole())).expect("write"))
     });

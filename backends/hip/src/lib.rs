@@ -258,7 +258,9 @@ pub struct HipDeviceOptions {
     /// while the device is busy (completion threads need no probe). Defensive on ROCm, which
     /// aborts the process on a device fault (see [`api`], "Device faults").
     pub probe_interval: Duration,
-    /// The allocator of host-visible buffers.
+    /// The allocator of host-visible device-local buffers (`HOST_VISIBLE | DEVICE_LOCAL`);
+    /// host-visible buffers without `DEVICE_LOCAL` (`BufferParams::HOST`) are pinned host
+    /// memory (`hipHostMalloc`) whatever this says.
     pub host_visible_memory: HostVisibleMemory,
     /// With completion threads: how long a queue's thread polls (for the next submission,
     /// then `hipEventQuery` on its event) before it sleeps in the driver; with flag-write

@@ -13,10 +13,22 @@
 //! reference to a buffer) that memory is available to its next allocation, at the price of a
 //! blocking wait on this rare path, as a GPU allocator's own out-of-memory path has.
 //!
-//! Host-visible buffers are allocated [`MemoryPlacement::HostVisible`] and mapped through the
-//! address [`StreamApi::host_pointer`] reports; an API that cannot give one refuses host-visible
-//! buffers instead of pretending. Device-local buffers have no host mapping even where the API
-//! could provide one, so the mapping rules cannot depend on the backend.
+//! Host-visible buffers are mapped through the address [`StreamApi::host_pointer`] reports; an
+//! API that cannot give one refuses host-visible buffers instead of pretending. Where they live
+//! follows the memory type, as Vulkan's memory types do:
+//!
+//! * `HOST_VISIBLE` without `DEVICE_LOCAL` ([`halcyon::BufferParams::HOST`]) is system memory:
+//!   [`MemoryPlacement::Pinned`], page-locked and mapped into the device's address space
+//!   (`cuMemHostAlloc`, `hipHostMalloc`). A copy between it and device memory is a plain DMA at
+//!   the bus's speed, with no staging and no host function, so a buffer of it is the way to
+//!   move data at pinned bandwidth: write through its mapping, then `Queue::copy`. Kernels
+//!   reach it over the bus. An API without pinned memory places it as `HOST_VISIBLE |
+//!   DEVICE_LOCAL` instead.
+//! * `HOST_VISIBLE | DEVICE_LOCAL` is [`MemoryPlacement::HostVisible`]: memory the API keeps
+//!   near the device and lets the host address (managed memory on CUDA).
+//!
+//! Device-local buffers have no host mapping even where the API could provide one, so the
+//! mapping rules cannot depend on the backend.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -176,12 +188,25 @@ impl<A: StreamApi> StreamMemory<A> {
     pub(crate) fn allocate(core: &Core<A>, size: u64, params: &BufferParams) -> Result<Self> {
         let api = &core.api;
         let host_visible = params.memory.contains(MemoryType::HOST_VISIBLE);
-        let placement = if host_visible {
-            MemoryPlacement::HostVisible
-        } else {
-            MemoryPlacement::Device
+        let placement = match (
+            host_visible,
+            params.memory.contains(MemoryType::DEVICE_LOCAL),
+        ) {
+            (false, _) => MemoryPlacement::Device,
+            (true, true) => MemoryPlacement::HostVisible,
+            (true, false) => MemoryPlacement::Pinned,
         };
-        let ptr = core.retry_out_of_memory(|| api.allocate(size, placement))?;
+        let ptr = match core.retry_out_of_memory(|| api.allocate(size, placement)) {
+            // An API without pinned memory still has host-visible buffers, in its
+            // host-visible memory.
+            Err(error)
+                if placement == MemoryPlacement::Pinned
+                    && error.code() == StatusCode::Unimplemented =>
+            {
+                core.retry_out_of_memory(|| api.allocate(size, MemoryPlacement::HostVisible))?
+            }
+            result => result?,
+        };
         let host = if host_visible {
             match api.host_pointer(ptr) {
                 Some(host) => Some(host),

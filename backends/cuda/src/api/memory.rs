@@ -194,10 +194,11 @@ impl CudaApi {
                     return Err(Error::new(
                         StatusCode::Unavailable,
                         format!(
-                            "{}: host-visible buffers are managed memory, which this device \
-                             cannot share with the host while kernels run (no \
-                             CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS); allocate device \
-                             memory and use queue reads and writes",
+                            "{}: host-visible device-local buffers are managed memory, which \
+                             this device cannot share with the host while kernels run (no \
+                             CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS); allocate \
+                             host-visible memory without DEVICE_LOCAL (pinned host memory, \
+                             BufferParams::HOST) or device memory and queue reads and writes",
                             self.info.name
                         ),
                     ));

@@ -152,7 +152,7 @@ pub struct CudaApi {
     alive: Arc<()>,
     info: ApiInfo,
     /// `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS`: the host may touch managed memory while
-    /// kernels run, so host-visible (managed) buffers can be offered.
+    /// kernels run, so host-visible device-local (managed) buffers can be offered.
     concurrent_managed: bool,
     /// The most shared memory a block may have, static and dynamic together
     /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, else the 48 KiB every kernel

@@ -19,7 +19,8 @@ use super::{invalid, null_from, HipStreamApi};
 use crate::result::Hip;
 use crate::sys;
 
-/// How [`MemoryPlacement::HostVisible`] allocations are made (see the module docs).
+/// How [`MemoryPlacement::HostVisible`] allocations (the stream layer's host-visible
+/// device-local buffers) are made (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HostVisibleMemory {
     /// [`HostVisibleMemory::Managed`] where the device reports managed-memory support, else
