@@ -94,6 +94,9 @@ struct QueueState {
     stop: bool,
     /// Completed submissions whose objects are not released yet (see [`Retired`]).
     retired: Vec<Retired>,
+    /// An empty vector with capacity, swapped with `retired` when that is released, so that
+    /// retiring allocates nothing.
+    spare: Vec<Retired>,
     /// Submissions failed by a device loss: released only when the device is dropped.
     lost: Vec<InFlight>,
 }
@@ -330,6 +333,16 @@ impl Core {
             ..
         } = done;
         let mut recording = recording;
+        // What the previous completion retired is entirely finished now that a later batch
+        // completed (see [`Retired`]): released before anything is signalled, so that the
+        // submission a signal below wakes finds its list's recording back in the cache instead
+        // of recording (and allocating) afresh.
+        let older = {
+            let mut state = lock(&queue.state);
+            let spare = std::mem::take(&mut state.spare);
+            std::mem::replace(&mut state.retired, spare)
+        };
+        self.release(queue, older);
         // Device times before anything is signalled: the core records completion then.
         if let Some(stamped) = &stamped {
             queue.stamps.report(
@@ -383,29 +396,28 @@ impl Core {
             native.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
         recording.release_resources();
-        let older = {
-            let mut state = lock(&queue.state);
-            let older = std::mem::take(&mut state.retired);
-            state.retired.push(Retired {
-                recording,
-                stamp: stamped.map(|s| s.stamp),
-                _signal: signal,
-                _natives: natives,
-                _waited: waited,
-            });
-            older
-        };
-        self.release(queue, older);
+        lock(&queue.state).retired.push(Retired {
+            recording,
+            stamp: stamped.map(|s| s.stamp),
+            _signal: signal,
+            _natives: natives,
+            _waited: waited,
+        });
     }
 
-    /// Recycles or destroys what retired submissions held.
-    fn release(&self, queue: &VkQueue, retired: Vec<Retired>) {
-        for retired in retired {
+    /// Recycles or destroys what retired submissions held, then keeps the emptied vector as
+    /// the queue's spare.
+    fn release(&self, queue: &VkQueue, mut retired: Vec<Retired>) {
+        for retired in retired.drain(..) {
             let (keep, _after) = retired.recording.finish(queue);
             drop(keep);
             if let Some(stamp) = retired.stamp {
                 queue.stamps.give_back(&self.context.device, stamp);
             }
+        }
+        let mut state = lock(&queue.state);
+        if state.spare.capacity() < retired.capacity() {
+            state.spare = retired;
         }
     }
 
@@ -657,6 +669,7 @@ impl VulkanDevice {
                     in_flight: VecDeque::new(),
                     stop: false,
                     retired: Vec::new(),
+                    spare: Vec::new(),
                     lost: Vec::new(),
                 }),
                 work: Condvar::new(),

@@ -19,7 +19,7 @@ use halcyon::command_buffer::{Command, Dispatch};
 use halcyon::{BufferRef, Error, Result, StatusCode};
 
 use crate::context::Context;
-use crate::device::{Core, VkQueue};
+use crate::device::{Core, Few, VkQueue};
 use crate::executable::{Pipeline, VulkanExecutable};
 use crate::instance::vk_fail;
 use crate::memory::VulkanMemory;
@@ -202,6 +202,12 @@ impl Recycler {
 pub(crate) struct Recording {
     context: Arc<Context>,
     slot: Slot,
+    /// The command list, kept (with what it holds) until the GPU finished it.
+    commands: Option<Arc<[Command]>>,
+    /// The memory of the buffers a reused recording addresses (a resubmission allocates
+    /// nothing for them: up to four inline).
+    memories: Few<Arc<dyn BufferMemory>>,
+    /// Anything else kept until the GPU finished (a fresh recording's resources).
     keep: Vec<Box<dyn Any + Send>>,
     staging: Vec<VulkanMemory>,
     /// The command list recorded (to cache the recording on completion if it is reused).
@@ -227,6 +233,8 @@ impl Recording {
         let mut rec = Recording {
             context: core.context.clone(),
             slot: Slot::NULL,
+            commands: None,
+            memories: Few::new(),
             keep: Vec::new(),
             staging: Vec::new(),
             list: None,
@@ -244,11 +252,10 @@ impl Recording {
                 if let Some(cached) = queue.recycler.take(&commands) {
                     // The recording stays valid while every buffer it uses still has its memory:
                     // a buffer's memory never changes, it can only be released (queue dealloca).
-                    let mut memories = Vec::new();
                     let mut released = false;
                     for command in commands.iter() {
                         command.for_each_binding(|range, _| match range.buffer().memory() {
-                            Ok(memory) => memories.push(memory),
+                            Ok(memory) => rec.memories.push(memory),
                             Err(_) => released = true,
                         });
                     }
@@ -259,14 +266,14 @@ impl Recording {
                         rec.slot = cached.slot;
                         rec.staging = cached.staging;
                         rec.status = cached.status;
-                        rec.keep.push(Box::new(memories));
-                        rec.keep.push(Box::new(commands));
+                        rec.commands = Some(commands);
                         core.context
                             .stats
                             .recording_reuses
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Ok(rec);
                     }
+                    rec.memories.clear();
                     queue.recycler.recycle(&core.context.device, cached.slot);
                 }
                 rec.begin(queue)?;
@@ -274,7 +281,7 @@ impl Recording {
                 for command in commands.iter() {
                     rec.command(command)?;
                 }
-                rec.keep.push(Box::new(commands));
+                rec.commands = Some(commands);
             }
             Work::Read { source, sink } => {
                 rec.begin(queue)?;
@@ -375,6 +382,8 @@ impl Recording {
     /// objects wait for [`Recording::finish`]. Remembers whether the list's owner still holds it.
     pub(crate) fn release_resources(&mut self) {
         self.reusable = self.list.as_ref().is_some_and(|key| key.strong_count() > 1);
+        self.commands = None;
+        self.memories.clear();
         self.keep.clear();
     }
 
