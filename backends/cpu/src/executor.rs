@@ -7,6 +7,10 @@
 //! (or simply following each other) never overlap. In inline mode everything runs on the thread
 //! that issued the submission. When the walk ends the signal fence is signalled (or failed), and
 //! the run, which holds every buffer, executable and command list of the submission, is dropped.
+//!
+//! A run is a value, not shared: it moves into the pool job that continues it, and the job's
+//! last tile takes it out to go on walking, so at any time exactly one thread owns it and a
+//! pooled submission allocates nothing for it beyond its job.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -31,7 +35,16 @@ pub(crate) struct Run {
     signal: Fence,
     pool: Option<Arc<Pool>>,
     /// Released right after the signal fence is signalled or failed.
-    issued: Mutex<Option<Issued>>,
+    issued: Option<Issued>,
+}
+
+/// A command [`Run::step`] handed to the pool instead of running it: its tiles.
+// Moved once per pooled command into its job's allocation; boxing the large variant would
+// allocate per dispatch.
+#[allow(clippy::large_enum_variant)]
+enum Pooled {
+    Transfer(Claimed),
+    Dispatch(Workgroups),
 }
 
 /// Counts the work a device issued that has not reported its outcome yet, and keeps the
@@ -140,14 +153,9 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
                 commands,
                 signal,
                 pool,
-                issued: Mutex::new(Some(issued)),
+                issued: Some(issued),
             };
-            match run.pool {
-                // Shared with the pool jobs that continue it.
-                Some(_) => Arc::new(run).resume(0),
-                // Walked here to the end: nothing to share, nothing to allocate.
-                None => run.walk(0, None),
-            }
+            run.walk(0);
         }
         Work::Read { source, sink } => {
             started(&signal, true);
@@ -227,45 +235,73 @@ impl Run {
         started(&self.signal, self.pool.is_none());
     }
 
-    /// Executes commands from `index` on until one goes to the pool (whose last tile resumes
-    /// the walk) or the end.
-    fn resume(self: Arc<Self>, index: usize) {
-        self.walk(index, Some(&self));
-    }
-
-    /// [`Run::resume`]'s walk; `shared` is the run's `Arc` when it has a pool (what a pool job
-    /// continues), `None` for a run without one, which never hands a command over.
-    fn walk(&self, mut index: usize, shared: Option<&Arc<Run>>) {
-        while let Some(command) = self.commands.get(index) {
+    /// Executes commands from `index` on until one goes to the pool (whose last tile walks on
+    /// from the next one) or the end.
+    fn walk(self, mut index: usize) {
+        // The list is shared, the run moves: iterate over a handle of its own.
+        let commands = self.commands.clone();
+        while let Some(command) = commands.get(index) {
             index += 1;
-            match self.step(command, index, shared) {
-                Ok(true) => {}
-                Ok(false) => return, // handed to the pool
+            match self.step(command) {
+                Ok(None) => {}
+                Ok(Some(pooled)) => return self.hand_over(pooled, index),
                 Err(error) => return self.end(Err(error)),
             }
         }
         self.end(Ok(()));
     }
 
+    /// Moves the run into a pool job of `pooled`'s tiles, which walks on from command `next`.
+    fn hand_over(self, pooled: Pooled, next: usize) {
+        let Some(pool) = self.pool.clone() else {
+            // `step` pools nothing without a pool.
+            return self.end(Err(Error::new(
+                StatusCode::Internal,
+                "a command was handed to the pool of a device without one",
+            )));
+        };
+        // The tiles start the device range (the first start recorded wins).
+        let trace = OperationTrace::of(&self.signal).cloned();
+        let run = Mutex::new(Some(self));
+        match pooled {
+            Pooled::Transfer(tiles) => pool.push(Job::new(Continue {
+                tiles,
+                trace,
+                run,
+                next,
+                what: What::Transfer,
+            })),
+            Pooled::Dispatch(tiles) => {
+                let what = What::Dispatch(tiles.name.clone());
+                pool.push(Job::new(Continue {
+                    tiles,
+                    trace,
+                    run,
+                    next,
+                    what,
+                }))
+            }
+        }
+    }
+
     /// Reports the run's outcome, then stops counting it as issued work.
-    fn end(&self, result: Result<()>) {
+    fn end(mut self, result: Result<()>) {
         self.started(); // a run of barriers only starts and ends here
         ended(&self.signal);
         finish(&self.signal, result);
-        let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(issued);
+        drop(self.issued.take());
     }
 
-    /// Runs one command here (`Ok(true)`) or hands it to the pool (`Ok(false)`).
-    fn step(&self, command: &Command, next: usize, shared: Option<&Arc<Run>>) -> Result<bool> {
+    /// Runs one command here (`Ok(None)`) or returns the tiles to hand to the pool.
+    fn step(&self, command: &Command) -> Result<Option<Pooled>> {
         match command {
-            Command::Barrier => Ok(true),
+            Command::Barrier => Ok(None),
             Command::Update { target, data } => {
                 let update = Copy {
                     source: Source::Bytes(data.clone()),
                     target: host(target)?,
                 };
-                self.transfer(Box::new(update), target.len(), next, shared)
+                self.transfer(Box::new(update), target.len())
             }
             Command::Fill {
                 target,
@@ -277,63 +313,42 @@ impl Run {
                     pattern: *pattern,
                     pattern_len: *pattern_len as usize,
                 };
-                self.transfer(Box::new(fill), target.len(), next, shared)
+                self.transfer(Box::new(fill), target.len())
             }
             Command::Copy { source, target } => {
                 let copy = Copy {
                     source: Source::Buffer(host(source)?),
                     target: host(target)?,
                 };
-                self.transfer(Box::new(copy), target.len(), next, shared)
+                self.transfer(Box::new(copy), target.len())
             }
-            Command::Dispatch(dispatch) => self.dispatch(dispatch, next, shared),
+            Command::Dispatch(dispatch) => self.dispatch(dispatch),
         }
     }
 
-    /// Runs a transfer here if small (or inline mode), else splits it over the pool. First
-    /// registers its ranges with the access table ([`Access::transfer`]): one that nothing
-    /// orders against a running dispatch or transfer over the same bytes is refused with
-    /// `FailedPrecondition` instead of racing it.
-    fn transfer(
-        &self,
-        chunks: Box<dyn Transfer>,
-        bytes: u64,
-        next: usize,
-        shared: Option<&Arc<Run>>,
-    ) -> Result<bool> {
+    /// Runs a transfer here if small (or inline mode), else returns it split for the pool.
+    /// First registers its ranges with the access table ([`Access::transfer`]): one that
+    /// nothing orders against a running dispatch or transfer over the same bytes is refused
+    /// with `FailedPrecondition` instead of racing it.
+    fn transfer(&self, chunks: Box<dyn Transfer>, bytes: u64) -> Result<Option<Pooled>> {
         let (target, source) = chunks.ranges();
         let access = Access::transfer(target, source)
             .map_err(|m| Error::new(StatusCode::FailedPrecondition, m))?;
         let chunks = Claimed { chunks, access };
-        match (&self.pool, shared) {
-            (Some(pool), Some(run)) if bytes >= 2 * SPLIT_BYTES => {
-                pool.push(Job::new(Continue {
-                    tiles: chunks,
-                    run: run.clone(),
-                    next,
-                    what: What::Transfer,
-                }));
-                Ok(false)
-            }
-            _ => {
-                self.started();
-                let outcome = (0..chunks.count()).try_for_each(|i| chunks.run(i));
-                chunks.finished();
-                outcome.map_err(|m| Error::new(StatusCode::Internal, m))?;
-                Ok(true)
-            }
+        if self.pool.is_some() && bytes >= 2 * SPLIT_BYTES {
+            return Ok(Some(Pooled::Transfer(chunks)));
         }
+        self.started();
+        let outcome = (0..chunks.count()).try_for_each(|i| chunks.run(i));
+        chunks.finished();
+        outcome.map_err(|m| Error::new(StatusCode::Internal, m))?;
+        Ok(None)
     }
 
-    fn dispatch(
-        &self,
-        dispatch: &Dispatch<BufferRef>,
-        next: usize,
-        shared: Option<&Arc<Run>>,
-    ) -> Result<bool> {
+    fn dispatch(&self, dispatch: &Dispatch<BufferRef>) -> Result<Option<Pooled>> {
         let total: u64 = dispatch.workgroups.iter().map(|&n| n as u64).product();
         if total == 0 {
-            return Ok(true);
+            return Ok(None);
         }
         let executable = dispatch
             .executable
@@ -377,30 +392,19 @@ impl Run {
             name: (dispatch.executable.entry_name(dispatch.entry_point))
                 .unwrap_or_else(|| Arc::from(entry.name.as_str())),
         };
-        match (&self.pool, shared) {
-            (Some(pool), Some(run)) => {
-                let what = What::Dispatch(tiles.name.clone());
-                pool.push(Job::new(Continue {
-                    tiles,
-                    run: run.clone(),
-                    next,
-                    what,
-                }));
-                Ok(false)
-            }
-            _ => {
-                self.started();
-                let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
-                tiles.finished();
-                outcome.map_err(|m| {
-                    Error::new(
-                        StatusCode::KernelFailed,
-                        format!("dispatch of '{}' failed: {m}", entry.name),
-                    )
-                })?;
-                Ok(true)
-            }
+        if self.pool.is_some() {
+            return Ok(Some(Pooled::Dispatch(tiles)));
         }
+        self.started();
+        let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
+        tiles.finished();
+        outcome.map_err(|m| {
+            Error::new(
+                StatusCode::KernelFailed,
+                format!("dispatch of '{}' failed: {m}", entry.name),
+            )
+        })?;
+        Ok(None)
     }
 }
 
@@ -451,9 +455,13 @@ impl Chunked for Claimed {
 }
 
 /// A pool job that continues its run when its last tile is done.
+/// A pooled command's tiles, and the run that its last tile walks on (from command `next`).
 struct Continue<C> {
     tiles: C,
-    run: Arc<Run>,
+    /// The operation's profile record while its device profiles: tiles start its device range.
+    trace: Option<OperationTrace>,
+    /// Taken once, by the thread that finishes the last tile.
+    run: Mutex<Option<Run>>,
     next: usize,
     what: What,
 }
@@ -472,15 +480,21 @@ impl<C: Chunked> Tiles for Continue<C> {
     fn run(&self, index: u32) -> std::result::Result<(), String> {
         // The first tile of the run's first pooled command starts its device range (the first
         // start recorded wins).
-        started(&self.run.signal, false);
+        if let Some(trace) = &self.trace {
+            trace.device_starting();
+        }
         self.tiles.run(index)
     }
     fn done(&self, failure: Option<String>) {
         self.tiles.finished();
+        let run = self.run.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(run) = run else {
+            return; // `done` is called once
+        };
         match failure {
-            None => self.run.clone().resume(self.next),
+            None => run.walk(self.next),
             // A kernel's failure is its own outcome; a transfer's can only be a bug.
-            Some(message) => self.run.end(Err(match &self.what {
+            Some(message) => run.end(Err(match &self.what {
                 What::Transfer => {
                     Error::new(StatusCode::Internal, format!("transfer failed: {message}"))
                 }
