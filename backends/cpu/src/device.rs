@@ -22,6 +22,7 @@ use halcyon::{
 };
 
 use crate::executor::Inflight;
+use crate::executor::Workers;
 use crate::memory::{HostMemory, ALIGNMENT};
 use crate::pool::Pool;
 use crate::{c_abi, executor, rust_kernel, CpuDeviceOptions, ExecutionMode};
@@ -32,7 +33,7 @@ pub(crate) struct CpuDevice {
     inflight: Arc<Inflight>,
     info: DeviceInfo,
     queues: Vec<ActionQueue>,
-    pool: Option<Arc<Pool>>,
+    pool: Option<Arc<Workers>>,
     concurrency: usize,
 }
 
@@ -42,7 +43,7 @@ pub(crate) struct CpuDevice {
 /// reactor thread while a worker waits for that thread to end.
 struct Teardown {
     _reactor: Reactor,
-    _pool: Option<Arc<Pool>>,
+    _pool: Option<Arc<Workers>>,
 }
 
 impl Drop for CpuDevice {
@@ -69,11 +70,11 @@ impl CpuDevice {
                     workers
                 };
                 (
-                    Some(Arc::new(Pool::new(
+                    Some(Arc::new(Workers::new(Pool::new(
                         workers,
                         &format!("cpu{index}"),
                         options.worker_spin,
-                    )?)),
+                    )?))),
                     workers,
                 )
             }

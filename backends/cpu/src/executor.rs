@@ -9,9 +9,26 @@
 //! the run, which holds every buffer, executable and command list of the submission, is dropped.
 //!
 //! A run is a value, not shared: it moves into the pool job that continues it, and the job's
-//! last tile takes it out to go on walking, so at any time exactly one thread owns it and a
-//! pooled submission allocates nothing for it beyond its job.
+//! last tile takes it out to go on walking, so at any time exactly one thread owns it. A
+//! dispatch's job is built in the allocation of an earlier one that is idle ([`KeptJobs`]), so
+//! a pooled dispatch allocates nothing once a few have run.
 
+/// The device's pool, and the dispatch jobs it keeps for reuse.
+pub(crate) struct Workers {
+    pool: Pool,
+    dispatches: KeptJobs<Continue<Workgroups>>,
+}
+
+impl Workers {
+    pub(crate) fn new(pool: Pool) -> Workers {
+        Workers {
+            pool,
+            dispatches: KeptJobs::new(),
+        }
+    }
+}
+
+use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +38,7 @@ use halcyon::{BufferRef, Error, Fence, Result, StatusCode};
 
 use crate::access::Access;
 use crate::kernel::{CpuExecutable, DispatchState, Kernel, PerBinding};
-use crate::pool::{Job, Pool, Tiles};
+use crate::pool::{Job, KeptJobs, Pool, Tiles};
 
 /// Transfers at least this large are split into pool tiles of this size.
 pub(crate) const SPLIT_BYTES: u64 = 256 * 1024;
@@ -33,7 +50,7 @@ pub(crate) struct Run {
     /// ([`OperationTrace::of`]): the run's first command or tile starts its device range, the
     /// end of the walk ends it.
     signal: Fence,
-    pool: Option<Arc<Pool>>,
+    pool: Option<Arc<Workers>>,
     /// Released right after the signal fence is signalled or failed.
     issued: Option<Issued>,
 }
@@ -146,7 +163,7 @@ fn host(range: &BufferRef) -> Result<Host> {
 }
 
 /// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
-pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: Issued) {
+pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Workers>>, issued: Issued) {
     match work {
         Work::Commands(commands) => {
             let run = Run {
@@ -165,7 +182,7 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Pool>>, issued: 
             drop(issued);
         }
         Work::HostCall(call) => match pool {
-            Some(pool) => pool.push(Job::new(HostCall {
+            Some(workers) => workers.pool.push(Job::new(HostCall {
                 call: Mutex::new(Some((call, issued))),
                 signal,
             })),
@@ -264,22 +281,17 @@ impl Run {
         let trace = OperationTrace::of(&self.signal).cloned();
         let run = Mutex::new(Some(self));
         match pooled {
-            Pooled::Transfer(tiles) => pool.push(Job::new(Continue {
+            Pooled::Transfer(tiles) => pool.pool.push(Job::new(Continue::new(
                 tiles,
                 trace,
+                What::Transfer,
                 run,
                 next,
-                what: What::Transfer,
-            })),
+            ))),
             Pooled::Dispatch(tiles) => {
                 let what = What::Dispatch(tiles.name.clone());
-                pool.push(Job::new(Continue {
-                    tiles,
-                    trace,
-                    run,
-                    next,
-                    what,
-                }))
+                let job = Continue::new(tiles, trace, what, run, next);
+                pool.pool.push(pool.dispatches.job(job))
             }
         }
     }
@@ -380,7 +392,7 @@ impl Run {
             hosts.iter().map(|h| h.ptr.as_ptr()).collect(),
             hosts.iter().map(|h| h.len as u64).collect(),
         );
-        let workers = self.pool.as_ref().map_or(1, |p| p.workers()) as u64;
+        let workers = self.pool.as_ref().map_or(1, |p| p.pool.workers()) as u64;
         // A few tiles per worker balances uneven workgroups without many claims.
         let per_tile = total.div_ceil(workers * 4).max(1);
         let tiles = Workgroups {
@@ -456,14 +468,51 @@ impl Chunked for Claimed {
 
 /// A pool job that continues its run when its last tile is done.
 /// A pooled command's tiles, and the run that its last tile walks on (from command `next`).
+///
+/// What the tiles use (buffers, the kernel, the profile record) is taken out and dropped by
+/// [`Tiles::done`], so a job kept for reuse ([`KeptJobs`]) holds nothing of its submission.
 struct Continue<C> {
-    tiles: C,
-    /// The operation's profile record while its device profiles: tiles start its device range.
-    trace: Option<OperationTrace>,
+    /// Read by the tiles while they run, taken by `done` once they all returned: see the
+    /// `Sync` impl.
+    payload: UnsafeCell<Option<Payload<C>>>,
     /// Taken once, by the thread that finishes the last tile.
     run: Mutex<Option<Run>>,
     next: usize,
+}
+
+struct Payload<C> {
+    tiles: C,
+    /// The operation's profile record while its device profiles: tiles start its device range.
+    trace: Option<OperationTrace>,
     what: What,
+}
+
+// SAFETY: the payload is only read (`&`) by `Tiles::run`, from any number of workers, and taken
+// (`&mut`) only by `Tiles::done`, which `Job::work` calls once, on the thread whose decrement of
+// the job's remaining tiles reached zero (acquire-release), so after every `run` returned and
+// before none can start (every tile index was claimed). `C` is `Send + Sync` (`Chunked`).
+unsafe impl<C: Chunked> Sync for Continue<C> {}
+
+impl<C: Chunked> Continue<C> {
+    fn new(
+        tiles: C,
+        trace: Option<OperationTrace>,
+        what: What,
+        run: Mutex<Option<Run>>,
+        next: usize,
+    ) -> Self {
+        Continue {
+            payload: UnsafeCell::new(Some(Payload { tiles, trace, what })),
+            run,
+            next,
+        }
+    }
+
+    /// The payload, while tiles run.
+    fn payload(&self) -> Option<&Payload<C>> {
+        // SAFETY: see the `Sync` impl: shared reads only until `done` takes it.
+        unsafe { (*self.payload.get()).as_ref() }
+    }
 }
 
 /// What a pooled command is, for its failure.
@@ -475,18 +524,28 @@ enum What {
 
 impl<C: Chunked> Tiles for Continue<C> {
     fn count(&self) -> u32 {
-        self.tiles.count()
+        self.payload().map_or(0, |p| p.tiles.count())
     }
     fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let Some(payload) = self.payload() else {
+            return Err("a tile ran after its job was done".into());
+        };
         // The first tile of the run's first pooled command starts its device range (the first
         // start recorded wins).
-        if let Some(trace) = &self.trace {
+        if let Some(trace) = &payload.trace {
             trace.device_starting();
         }
-        self.tiles.run(index)
+        payload.tiles.run(index)
     }
     fn done(&self, failure: Option<String>) {
-        self.tiles.finished();
+        // SAFETY: see the `Sync` impl: every tile returned, and `done` runs once.
+        let Some(payload) = (unsafe { (*self.payload.get()).take() }) else {
+            return;
+        };
+        payload.tiles.finished();
+        let what = payload.what;
+        drop(payload.trace);
+        drop(payload.tiles); // the buffers and kernel, before the walk goes on
         let run = self.run.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(run) = run else {
             return; // `done` is called once
@@ -494,7 +553,7 @@ impl<C: Chunked> Tiles for Continue<C> {
         match failure {
             None => run.walk(self.next),
             // A kernel's failure is its own outcome; a transfer's can only be a bug.
-            Some(message) => run.end(Err(match &self.what {
+            Some(message) => run.end(Err(match &what {
                 What::Transfer => {
                     Error::new(StatusCode::Internal, format!("transfer failed: {message}"))
                 }

@@ -34,16 +34,22 @@ pub(crate) struct Job<T: ?Sized + Tiles = dyn Tiles> {
     tiles: T,
 }
 
-impl Job {
-    pub(crate) fn new<T: Tiles>(tiles: T) -> Arc<Job> {
+impl<T: Tiles> Job<T> {
+    fn fresh(tiles: T) -> Job<T> {
         let count = tiles.count();
-        Arc::new(Job {
+        Job {
             count,
             next: AtomicU32::new(0),
             remaining: AtomicU32::new(count),
             failure: Mutex::new(None),
             tiles,
-        })
+        }
+    }
+}
+
+impl Job {
+    pub(crate) fn new<T: Tiles>(tiles: T) -> Arc<Job> {
+        Arc::new(Job::fresh(tiles))
     }
 
     fn exhausted(&self) -> bool {
@@ -86,6 +92,42 @@ impl Job {
                 .take();
             self.tiles.done(failure);
         }
+    }
+}
+
+/// Job allocations kept for reuse, of one tile type: at most this many.
+const KEPT_JOBS: usize = 8;
+
+/// Jobs of one tile type built in the allocation of an earlier one that nothing holds any
+/// more (no worker, no queue entry: `Arc::get_mut`), so that a steady stream of them allocates
+/// nothing once a few exist. A kept job lives until it is reused or its `KeptJobs` is dropped,
+/// so its tiles must let go of what they hold (buffers, the submission) in
+/// [`Tiles::done`], which runs before the job is idle.
+pub(crate) struct KeptJobs<T: Tiles> {
+    jobs: Mutex<Vec<Arc<Job<T>>>>,
+}
+
+impl<T: Tiles> KeptJobs<T> {
+    pub(crate) fn new() -> Self {
+        KeptJobs {
+            jobs: Mutex::new(Vec::with_capacity(KEPT_JOBS)),
+        }
+    }
+
+    /// A job of `tiles`, in a kept allocation if one is idle.
+    pub(crate) fn job(&self, tiles: T) -> Arc<Job> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kept) = jobs.iter_mut().find(|j| Arc::strong_count(j) == 1) {
+            if let Some(job) = Arc::get_mut(kept) {
+                *job = Job::fresh(tiles);
+                return kept.clone();
+            }
+        }
+        let job = Arc::new(Job::fresh(tiles));
+        if jobs.len() < KEPT_JOBS {
+            jobs.push(job.clone());
+        }
+        job
     }
 }
 

@@ -427,3 +427,51 @@ fn a_changed_launch_is_checked_again() {
             .expect("read");
     assert_eq!(read, [4]);
 }
+
+/// Pooled dispatches reuse their jobs' allocations (`pool::KeptJobs`), but a kept job holds
+/// nothing of its submission: once every dispatch completed and the buffers are dropped, their
+/// memory is freed, and a kernel failure still fails its dispatch after many reuses. Under
+/// Miri this also checks the tiles' shared reads against `done` taking them.
+#[test]
+fn reused_dispatch_jobs_let_go_of_their_buffers() {
+    let device = device(2);
+    let allocator = device.allocator();
+    let kernels = RustKernels::new()
+        .entry(entry("inc", 1), |ctx| {
+            for x in ctx.chunk_mut::<u32>(0, 1)? {
+                *x += 1;
+            }
+            Ok(())
+        })
+        .entry(entry("fail", 1), |_| Err("fails on purpose".into()));
+    let executable = device.load_executable(&kernels.spec()).unwrap();
+    let queue = device.queue(0).unwrap();
+    let rounds = if cfg!(miri) { 12 } else { 40 };
+    for round in 0..rounds {
+        let buffer = allocator.allocate(4 * 4, BufferParams::DEVICE).unwrap();
+        let kernel = executable.kernel_at(round % 2).unwrap();
+        let outcome = futures::executor::block_on(queue.dispatch(
+            Timepoints::default(),
+            &kernel.launch([4, 1, 1]).binding(buffer.whole()),
+        ));
+        if round % 2 == 0 {
+            outcome.unwrap();
+            assert_eq!(read_u32(&device, &buffer), [1; 4], "round {round}");
+        } else {
+            let error = outcome.unwrap_err();
+            assert_eq!(error.code(), StatusCode::KernelFailed, "{error}");
+            assert!(error.message().contains("fails on purpose"), "{error}");
+        }
+    }
+    // Every buffer was dropped: their memory goes once the runs holding them ended (just
+    // after their signals, so allow a moment).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while allocator.stats().bytes_in_use > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes still in use: a kept job holds a buffer",
+            allocator.stats().bytes_in_use
+        );
+        std::thread::yield_now();
+    }
+}
