@@ -405,10 +405,27 @@ impl<A: StreamApi> StreamDevice<A> {
                 None => DeviceFeatures::empty(),
             }),
         };
+        // Named `halcyon-{driver}{index}-{suffix}`; an error names `what` the thread does.
+        let spawn = |suffix: String, what: &str, run: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(format!(
+                    "halcyon-{}{}-{suffix}",
+                    api_info.driver, options.index
+                ))
+                .spawn(run)
+                .map_err(|e| {
+                    Error::with_source(
+                        StatusCode::ResourceExhausted,
+                        format!("{id}: cannot spawn the thread that {what}"),
+                        e,
+                    )
+                })
+        };
         let (api, reclaim) = (core.api.clone(), core.reclaim.clone());
-        let reclaimer = std::thread::Builder::new()
-            .name(format!("halcyon-{}{}-free", api_info.driver, options.index))
-            .spawn(move || {
+        device.reclaimer = Some(spawn(
+            "free".into(),
+            "frees buffer memory",
+            Box::new(move || {
                 api.adopt_thread();
                 reclaim.run(|item| {
                     let _ = match item {
@@ -416,15 +433,8 @@ impl<A: StreamApi> StreamDevice<A> {
                         Reclaimed::Module(module) => api.unload_module(module),
                     };
                 })
-            })
-            .map_err(|e| {
-                Error::with_source(
-                    StatusCode::ResourceExhausted,
-                    format!("{id}: cannot spawn the thread that frees buffer memory"),
-                    e,
-                )
-            })?;
-        device.reclaimer = Some(reclaimer);
+            }),
+        )?);
         if let Some(timing) = &core.timing {
             // The first reference, here (device creation is no hot path), so the first
             // profiled operations find one. Failing, the first profiled one asks again.
@@ -432,71 +442,44 @@ impl<A: StreamApi> StreamDevice<A> {
                 .calibrator
                 .calibrate(&*core.api, &timing.events, timing.stream);
             let thread_core = core.clone();
-            let clock = std::thread::Builder::new()
-                .name(format!(
-                    "halcyon-{}{}-clock",
-                    api_info.driver, options.index
-                ))
-                .spawn(move || {
+            device.clock = Some(spawn(
+                "clock".into(),
+                "calibrates its clock",
+                Box::new(move || {
                     thread_core.api.adopt_thread();
                     if let Some(timing) = &thread_core.timing {
                         let api = &*thread_core.api;
                         timing.calibrator.run(api, &timing.events, timing.stream);
                     }
-                })
-                .map_err(|e| {
-                    Error::with_source(
-                        StatusCode::ResourceExhausted,
-                        format!("{id}: cannot spawn the thread that calibrates its clock"),
-                        e,
-                    )
-                })?;
-            device.clock = Some(clock);
+                }),
+            )?);
         }
+        // On an error below, dropping `device` stops and joins the threads so far.
         if strategy == CompletionStrategy::CompletionThread {
             for index in 0..core.queues.len() {
                 let thread_core = core.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!(
-                        "halcyon-{}{}-q{index}",
-                        api_info.driver, options.index
-                    ))
-                    .spawn(move || completion_thread(thread_core, index))
-                    .map_err(|e| {
-                        Error::with_source(
-                            StatusCode::ResourceExhausted,
-                            format!("{id}: cannot spawn the completion thread of queue {index}"),
-                            e,
-                        )
-                    })?;
-                // On an error above, dropping `device` stops and joins the threads so far.
-                device.completers.push(spawned);
+                device.completers.push(spawn(
+                    format!("q{index}"),
+                    &format!("completes queue {index}'s submissions"),
+                    Box::new(move || completion_thread(thread_core, index)),
+                )?);
             }
         }
         if let Some(flags) = &core.flags {
             let thread_core = core.clone();
             let (spin, poll) = (flags.spin, flags.poll);
-            let spawned = std::thread::Builder::new()
-                .name(format!(
-                    "halcyon-{}{}-flags",
-                    api_info.driver, options.index
-                ))
-                .spawn(move || {
+            device.completers.push(spawn(
+                "flags".into(),
+                "scans the completion flags",
+                Box::new(move || {
                     thread_core.api.adopt_thread();
                     if let Some(flags) = &thread_core.flags {
                         flags
                             .flags
                             .run(spin, poll, |id| thread_core.complete(id, None, Via::Flag));
                     }
-                })
-                .map_err(|e| {
-                    Error::with_source(
-                        StatusCode::ResourceExhausted,
-                        format!("{id}: cannot spawn the flag scanner thread"),
-                        e,
-                    )
-                })?;
-            device.completers.push(spawned);
+                }),
+            )?);
         }
         Ok(device)
     }

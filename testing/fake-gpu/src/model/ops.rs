@@ -82,6 +82,14 @@ pub(crate) enum Op {
     FreeAsync { ptr: u64, call: &'static str },
 }
 
+/// An operation's device-side check failed (`why`): a contract violation, and the device
+/// faults as a GPU does on an illegal address.
+fn illegal_address(device: u32, stream: u64, what: &str, why: String) {
+    let why = format!("{what} on stream {stream:#x}, when the device got to it: {why}");
+    violation(why.clone());
+    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
+}
+
 impl Op {
     /// Runs the operation on `stream`, a stream of device `device`.
     pub(crate) fn run(&self, stream: u64, device: u32) {
@@ -121,11 +129,7 @@ impl Op {
                 }
                 if let Err(why) = checked {
                     drop(memory);
-                    let why =
-                        format!("{call} on stream {stream:#x}, when the device got to it: {why}");
-                    violation(why.clone());
-                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
-                    return;
+                    return illegal_address(device, stream, call, why);
                 }
                 let from = match src {
                     Source::Checked(src) => *src,
@@ -148,11 +152,7 @@ impl Op {
                 let len = width * count;
                 if let Err(why) = memory.check_on(*dst, len, device) {
                     drop(memory);
-                    let why =
-                        format!("a memset on stream {stream:#x}, when the device got to it: {why}");
-                    violation(why.clone());
-                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
-                    return;
+                    return illegal_address(device, stream, "a memset", why);
                 }
                 memory.fill(*dst, *value, *width, *count);
             }
@@ -163,11 +163,7 @@ impl Op {
                 }
                 if let Err(why) = memory.check_on(*dst, 4, device) {
                     drop(memory);
-                    let why =
-                        format!("{call} on stream {stream:#x}, when the device got to it: {why}");
-                    violation(why.clone());
-                    fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
-                    return;
+                    return illegal_address(device, stream, call, why);
                 }
                 memory.write_word(*dst, *value);
             }
