@@ -24,6 +24,7 @@ use bytemuck::Pod;
 
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
+use crate::semaphore::Semaphore;
 
 bitflags::bitflags! {
     /// Where memory lives and how the host may see it (Vulkan's memory property flags).
@@ -167,8 +168,10 @@ const PRUNE_MIN: usize = 16;
 struct Tracker {
     /// The memory; `None` once a queue-ordered `dealloca` released it.
     memory: Option<Arc<dyn BufferMemory>>,
-    /// Signal fences of in-flight submissions touching the buffer, with their access.
-    in_flight: Vec<(Fence, Access)>,
+    /// The completion markers of in-flight submissions touching the buffer (each operation's
+    /// private completion semaphore and value: the first entry of its signal fence), with
+    /// their access.
+    in_flight: Vec<(Semaphore, u64, Access)>,
     /// `track` prunes `in_flight` when it reaches this length, then sets it to twice what is
     /// left (at least [`PRUNE_MIN`]), so a long run of submissions that are all still in flight
     /// costs amortised O(1) per submission instead of a scan of every earlier one.
@@ -181,16 +184,16 @@ impl Tracker {
     /// Drops entries whose submissions completed (or failed: failed work no longer runs).
     fn prune(&mut self) {
         self.in_flight
-            .retain(|(fence, _)| matches!(fence.query(), Ok(false)));
+            .retain(|(semaphore, value, _)| matches!(semaphore.query(), Ok(v) if v < *value));
         self.prune_at = (2 * self.in_flight.len()).max(PRUNE_MIN);
     }
 
     fn busy(&mut self, conflicting: impl Fn(Access) -> bool) -> Option<Fence> {
         self.prune();
         let mut busy = Fence::new();
-        for (fence, access) in &self.in_flight {
+        for (semaphore, value, access) in &self.in_flight {
             if conflicting(*access) {
-                busy.extend(fence);
+                busy.insert(semaphore, *value);
             }
         }
         (!busy.is_empty()).then_some(busy)
@@ -471,7 +474,7 @@ impl Buffer {
 
     /// Records that a submission signalling `fence` accesses this buffer (the queue's side of
     /// the mapping rules). Fails with `FailedPrecondition` if a live host mapping conflicts.
-    pub(crate) fn track(&self, fence: &Fence, access: Access) -> Result<()> {
+    pub(crate) fn track(&self, done: &Semaphore, value: u64, access: Access) -> Result<()> {
         let mut tracker = self.lock();
         if tracker.memory.is_none() {
             return Err(self.released_error());
@@ -500,7 +503,7 @@ impl Buffer {
         if tracker.in_flight.len() >= tracker.prune_at {
             tracker.prune();
         }
-        tracker.in_flight.push((fence.clone(), access));
+        tracker.in_flight.push((done.clone(), value, access));
         Ok(())
     }
 

@@ -143,24 +143,29 @@ pub(crate) struct Access {
     ranges: PerBinding<Range<usize>>,
     /// Each binding's alias group (the lowest binding index in it).
     group: PerBinding<usize>,
+    /// Whether any group has more than one binding (usually not: then a binding's group is
+    /// itself, and claims and alias queries skip looking for other members).
+    aliased: bool,
     /// Each group leader's encoded [`Mode`] (0 = not fixed yet); unused for other bindings.
     modes: PerBinding<AtomicU64>,
 }
 
 impl Access {
     pub(crate) fn new(kind: Kind, ptrs: &[*mut u8], lengths: &[u64]) -> Access {
-        let ranges: PerBinding<Range<usize>> = ptrs
-            .iter()
-            .zip(lengths)
-            .map(|(&ptr, &len)| {
-                let start = ptr as usize;
-                start..start.saturating_add(len as usize)
-            })
-            .collect();
-        let mut group: PerBinding<usize> = (0..ranges.len()).collect();
+        // Pushed in one loop: collecting each from an iterator cost several times more.
+        let (mut ranges, mut group, mut modes) =
+            (PerBinding::new(), PerBinding::new(), PerBinding::new());
+        for (i, (&ptr, &len)) in ptrs.iter().zip(lengths).enumerate() {
+            let start = ptr as usize;
+            ranges.push(start..start.saturating_add(len as usize));
+            group.push(i);
+            modes.push(AtomicU64::new(0));
+        }
+        let mut aliased = false;
         for i in 0..ranges.len() {
             for j in 0..i {
                 if overlap(&ranges[i], &ranges[j]) && group[i] != group[j] {
+                    aliased = true;
                     let (keep, merge) = (group[i].min(group[j]), group[i].max(group[j]));
                     for g in group.iter_mut().filter(|g| **g == merge) {
                         *g = keep;
@@ -171,9 +176,10 @@ impl Access {
         Access {
             id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
             kind,
-            modes: (0..ranges.len()).map(|_| AtomicU64::new(0)).collect(),
+            modes,
             ranges,
             group,
+            aliased,
         }
     }
 
@@ -210,6 +216,9 @@ impl Access {
 
     /// The other bindings of `binding`'s alias group.
     pub(crate) fn aliases(&self, binding: usize) -> Vec<usize> {
+        if !self.aliased {
+            return Vec::new();
+        }
         let leader = self.group[binding];
         (0..self.group.len())
             .filter(|&i| i != binding && self.group[i] == leader)
@@ -234,9 +243,12 @@ impl Access {
             // under it, so the first one to get here fixes the mode.
             let current = slot.load(Ordering::Acquire);
             if current == 0 {
-                let members: PerBinding<usize> = (0..self.group.len())
-                    .filter(|&i| self.group[i] == leader)
-                    .collect();
+                let members: PerBinding<usize> = match self.aliased {
+                    false => smallvec::smallvec![leader],
+                    true => (0..self.group.len())
+                        .filter(|&i| self.group[i] == leader)
+                        .collect(),
+                };
                 for &member in &members {
                     let range = &self.ranges[member];
                     if let Some(other) = claims.iter().find(|c| {
@@ -257,13 +269,15 @@ impl Access {
                         ));
                     }
                 }
-                claims.extend(members.into_iter().map(|member| Claim {
-                    dispatch: self.id,
-                    kind: self.kind,
-                    bytes: self.ranges[member].clone(),
-                    mode,
-                    binding: member,
-                }));
+                for member in members {
+                    claims.push(Claim {
+                        dispatch: self.id,
+                        kind: self.kind,
+                        bytes: self.ranges[member].clone(),
+                        mode,
+                        binding: member,
+                    });
+                }
                 slot.store(mode.encode(), Ordering::Release);
                 return Ok(());
             }
@@ -297,7 +311,14 @@ impl Access {
             return;
         }
         let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
-        claims.retain(|c| c.dispatch != self.id);
+        // Order does not matter (claims are only searched): remove by swapping in the last.
+        let mut i = claims.len();
+        while i > 0 {
+            i -= 1;
+            if claims[i].dispatch == self.id {
+                claims.swap_remove(i);
+            }
+        }
     }
 }
 

@@ -380,11 +380,12 @@ impl Run {
         let index = dispatch.entry_point as usize;
         let entry = &executable.entry_points[index];
         let kernel = executable.kernels[index].clone();
-        let hosts = dispatch
-            .bindings
-            .iter()
-            .map(host)
-            .collect::<Result<PerBinding<_>>>()?;
+        // A loop, not `collect::<Result<_>>()`: a fallible iterator has no exact size, and
+        // filling a `SmallVec` from one cost several times more per binding.
+        let mut hosts = PerBinding::new();
+        for binding in dispatch.bindings.iter() {
+            hosts.push(host(binding)?);
+        }
         let state = DispatchState::new(
             dispatch.workgroups,
             entry.workgroup_size,

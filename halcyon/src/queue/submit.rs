@@ -419,7 +419,7 @@ impl Queue {
         };
         let done_fence = Fence::at(&done, 1);
         for (buffer, access) in touched.iter() {
-            if let Err(error) = buffer.track(&done_fence, *access) {
+            if let Err(error) = buffer.track(&done, 1, *access) {
                 // Settles what the buffers tracked so far; the operation is refused in order.
                 done.fail(error.clone());
                 return self.reject(Timepoints { wait, signal }, error);
