@@ -382,16 +382,20 @@ impl Run {
         let kernel = executable.kernels[index].clone();
         // A loop, not `collect::<Result<_>>()`: a fallible iterator has no exact size, and
         // filling a `SmallVec` from one cost several times more per binding.
-        let mut hosts = PerBinding::new();
+        let (mut hosts, mut ptrs, mut lengths) =
+            (PerBinding::new(), PerBinding::new(), PerBinding::new());
         for binding in dispatch.bindings.iter() {
-            hosts.push(host(binding)?);
+            let host = host(binding)?;
+            ptrs.push(host.ptr.as_ptr());
+            lengths.push(host.len as u64);
+            hosts.push(host);
         }
         let state = DispatchState::new(
             dispatch.workgroups,
             entry.workgroup_size,
             dispatch.constants.clone(),
-            hosts.iter().map(|h| h.ptr.as_ptr()).collect(),
-            hosts.iter().map(|h| h.len as u64).collect(),
+            ptrs,
+            lengths,
         );
         let workers = self.pool.as_ref().map_or(1, |p| p.pool.workers()) as u64;
         // A few tiles per worker balances uneven workgroups without many claims.

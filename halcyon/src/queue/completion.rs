@@ -35,7 +35,11 @@ impl Completions {
         let trace = match kept.front_mut() {
             Some(oldest) => match Semaphore::reuse(oldest, trace) {
                 Ok(reused) => {
-                    kept.rotate_left(1);
+                    // To the back, as the newest: a pop and a push (`rotate_left` cost several
+                    // times more on a full ring).
+                    if let Some(spent) = kept.pop_front() {
+                        kept.push_back(spent);
+                    }
                     return reused;
                 }
                 Err(trace) => trace,
