@@ -22,11 +22,13 @@
 //!   round trip. A wait whose signal is not yet scheduled parks the submission in the core's
 //!   pending-action executor ([`halcyon::backend::ActionQueue`]) until the signal is scheduled (not
 //!   until it completes), then it is released with a stream wait.
-//! * **Completion** reaches the device's reactor by one of two [`CompletionStrategy`]s: host
-//!   functions on a dedicated callback stream that only post to the reactor, or a completion
-//!   thread per queue blocked on blocking-sync events. A **probe** on the reactor queries the
-//!   events in flight while the device is busy: a device fault (after which host functions never
-//!   run) becomes an error on every affected fence instead of a hang.
+//! * **Completion** reaches the device's reactor by one of three [`CompletionStrategy`]s: host
+//!   functions on a dedicated callback stream that only post to the reactor, a completion
+//!   thread per queue blocked on blocking-sync events, or words of pinned memory each stream
+//!   writes after each submission, read by one scanner thread ([`flags`]). A **probe** on the
+//!   reactor queries the events in flight while the device is busy: a device fault (after which
+//!   host functions never run and flags are never written) becomes an error on every affected
+//!   fence instead of a hang.
 //! * **Status words**: this layer implements the status-word convention (docs/ARCHITECTURE.md;
 //!   its part is in [`api`](api#status-words)): each dispatch that takes one gets its own word
 //!   in the submission's lease of the device's pinned host memory, which the kernel writes over
