@@ -139,36 +139,43 @@ static NEXT_DISPATCH: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct Access {
     id: u64,
     kind: Kind,
-    /// Each binding's byte range in host addresses.
-    ranges: PerBinding<Range<usize>>,
-    /// Each binding's alias group (the lowest binding index in it).
-    group: PerBinding<usize>,
+    /// Per binding (one vector, not three: each lookup goes through one `SmallVec`).
+    slots: PerBinding<Slot>,
     /// Whether any group has more than one binding (usually not: then a binding's group is
     /// itself, and claims and alias queries skip looking for other members).
     aliased: bool,
-    /// Each group leader's encoded [`Mode`] (0 = not fixed yet); unused for other bindings.
-    modes: PerBinding<AtomicU64>,
+}
+
+/// One binding's access state.
+struct Slot {
+    /// Its byte range in host addresses.
+    range: Range<usize>,
+    /// Its alias group (the lowest binding index in it).
+    group: usize,
+    /// If it leads its group, the group's encoded [`Mode`] (0 = not fixed yet); else unused.
+    mode: AtomicU64,
 }
 
 impl Access {
     pub(crate) fn new(kind: Kind, ptrs: &[*mut u8], lengths: &[u64]) -> Access {
-        // Pushed in one loop: collecting each from an iterator cost several times more.
-        let (mut ranges, mut group, mut modes) =
-            (PerBinding::new(), PerBinding::new(), PerBinding::new());
+        let mut slots: PerBinding<Slot> = PerBinding::new();
         for (i, (&ptr, &len)) in ptrs.iter().zip(lengths).enumerate() {
             let start = ptr as usize;
-            ranges.push(start..start.saturating_add(len as usize));
-            group.push(i);
-            modes.push(AtomicU64::new(0));
+            slots.push(Slot {
+                range: start..start.saturating_add(len as usize),
+                group: i,
+                mode: AtomicU64::new(0),
+            });
         }
         let mut aliased = false;
-        for i in 0..ranges.len() {
+        for i in 0..slots.len() {
             for j in 0..i {
-                if overlap(&ranges[i], &ranges[j]) && group[i] != group[j] {
+                let (gi, gj) = (slots[i].group, slots[j].group);
+                if overlap(&slots[i].range, &slots[j].range) && gi != gj {
                     aliased = true;
-                    let (keep, merge) = (group[i].min(group[j]), group[i].max(group[j]));
-                    for g in group.iter_mut().filter(|g| **g == merge) {
-                        *g = keep;
+                    let (keep, merge) = (gi.min(gj), gi.max(gj));
+                    for slot in slots.iter_mut().filter(|s| s.group == merge) {
+                        slot.group = keep;
                     }
                 }
             }
@@ -176,11 +183,14 @@ impl Access {
         Access {
             id: NEXT_DISPATCH.fetch_add(1, Ordering::Relaxed),
             kind,
-            modes,
-            ranges,
-            group,
+            slots,
             aliased,
         }
+    }
+
+    /// Binding `binding`'s alias group.
+    fn group(&self, binding: usize) -> usize {
+        self.slots[binding].group
     }
 
     /// Registers a queue transfer that writes `target` and reads `source` (a buffer range, not
@@ -200,7 +210,7 @@ impl Access {
         access.claim(0, Mode::Transfer)?;
         // A source overlapping the target (slots of one buffer) is in its group, already
         // claimed for writing.
-        if access.group.len() == 2 && access.group[1] != access.group[0] {
+        if access.slots.len() == 2 && access.group(1) != access.group(0) {
             access.claim(1, Mode::Read)?;
         }
         Ok(access)
@@ -219,9 +229,9 @@ impl Access {
         if !self.aliased {
             return Vec::new();
         }
-        let leader = self.group[binding];
-        (0..self.group.len())
-            .filter(|&i| i != binding && self.group[i] == leader)
+        let leader = self.group(binding);
+        (0..self.slots.len())
+            .filter(|&i| i != binding && self.group(i) == leader)
             .collect()
     }
 
@@ -229,8 +239,8 @@ impl Access {
     /// every access this dispatch makes to the group's memory is of mode `mode`, and no other
     /// running dispatch accesses overlapping memory in a mode that conflicts with it.
     pub(crate) fn claim(&self, binding: usize, mode: Mode) -> Result<(), String> {
-        let leader = self.group[binding];
-        let slot = &self.modes[leader];
+        let leader = self.group(binding);
+        let slot = &self.slots[leader].mode;
         // Acquire: pairs with the Release store below, so a workgroup that sees the mode also
         // sees the registration made before it (and everything the first claimer did).
         let current = slot.load(Ordering::Acquire);
@@ -243,40 +253,20 @@ impl Access {
             // under it, so the first one to get here fixes the mode.
             let current = slot.load(Ordering::Acquire);
             if current == 0 {
-                let members: PerBinding<usize> = match self.aliased {
-                    false => smallvec::smallvec![leader],
-                    true => (0..self.group.len())
-                        .filter(|&i| self.group[i] == leader)
-                        .collect(),
-                };
-                for &member in &members {
-                    let range = &self.ranges[member];
-                    if let Some(other) = claims.iter().find(|c| {
-                        c.dispatch != self.id
-                            && overlap(&c.bytes, range)
-                            && !c.mode.coexists_with(mode)
-                    }) {
-                        return Err(format!(
-                            "{} overlaps {} of another {} running at the same time, which {}; \
-                             this {} wants it {}. Order the two with a semaphore (a queue \
-                             timeline) so they do not overlap",
-                            self.kind.part(member),
-                            other.kind.part(other.binding),
-                            other.kind.name(),
-                            other.mode.describe(),
-                            self.kind.name(),
-                            mode.describe()
-                        ));
+                if self.aliased {
+                    let members: PerBinding<usize> = (0..self.slots.len())
+                        .filter(|&i| self.group(i) == leader)
+                        .collect();
+                    for &member in &members {
+                        self.check(&claims, member, mode)?;
                     }
-                }
-                for member in members {
-                    claims.push(Claim {
-                        dispatch: self.id,
-                        kind: self.kind,
-                        bytes: self.ranges[member].clone(),
-                        mode,
-                        binding: member,
-                    });
+                    for member in members {
+                        claims.push(self.registration(member, mode));
+                    }
+                } else {
+                    // A group of one: no member list to build.
+                    self.check(&claims, leader, mode)?;
+                    claims.push(self.registration(leader, mode));
                 }
                 slot.store(mode.encode(), Ordering::Release);
                 return Ok(());
@@ -288,6 +278,40 @@ impl Access {
             return Err(self.conflict(binding, current, mode));
         }
         Err(self.conflict(binding, current, mode))
+    }
+
+    /// `Err` if binding `member`'s range, used in `mode`, conflicts with another running
+    /// user's registration in `claims`.
+    fn check(&self, claims: &[Claim], member: usize, mode: Mode) -> Result<(), String> {
+        let range = &self.slots[member].range;
+        let conflicting = claims.iter().find(|c| {
+            c.dispatch != self.id && overlap(&c.bytes, range) && !c.mode.coexists_with(mode)
+        });
+        match conflicting {
+            None => Ok(()),
+            Some(other) => Err(format!(
+                "{} overlaps {} of another {} running at the same time, which {}; this {} \
+                 wants it {}. Order the two with a semaphore (a queue timeline) so they do \
+                 not overlap",
+                self.kind.part(member),
+                other.kind.part(other.binding),
+                other.kind.name(),
+                other.mode.describe(),
+                self.kind.name(),
+                mode.describe()
+            )),
+        }
+    }
+
+    /// Binding `member`'s registration in `mode`.
+    fn registration(&self, member: usize, mode: Mode) -> Claim {
+        Claim {
+            dispatch: self.id,
+            kind: self.kind,
+            bytes: self.slots[member].range.clone(),
+            mode,
+            binding: member,
+        }
     }
 
     fn conflict(&self, binding: usize, current: u64, wanted: Mode) -> String {
@@ -307,7 +331,11 @@ impl Access {
 
     /// Removes this dispatch's registrations: called once its last workgroup is done.
     pub(crate) fn release(&self) {
-        if self.modes.iter().all(|m| m.load(Ordering::Relaxed) == 0) {
+        if self
+            .slots
+            .iter()
+            .all(|s| s.mode.load(Ordering::Relaxed) == 0)
+        {
             return;
         }
         let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
@@ -355,7 +383,8 @@ mod tests {
             (0x2000, 8),
             (0x1004, 0),
         ]);
-        assert_eq!(a.group[..], [0, 0, 0, 3, 4]);
+        let groups: Vec<usize> = (0..5).map(|i| a.group(i)).collect();
+        assert_eq!(groups, [0, 0, 0, 3, 4]);
         assert_eq!(a.aliases(1), [0, 2]);
         assert!(a.aliases(3).is_empty());
     }
