@@ -379,7 +379,6 @@ impl Run {
             })?;
         let index = dispatch.entry_point as usize;
         let entry = &executable.entry_points[index];
-        let kernel = executable.kernels[index].clone();
         // A loop, not `collect::<Result<_>>()`: a fallible iterator has no exact size, and
         // filling a `SmallVec` from one cost several times more per binding.
         let (mut hosts, mut ptrs, mut lengths) =
@@ -397,24 +396,25 @@ impl Run {
             ptrs,
             lengths,
         );
-        let workers = self.pool.as_ref().map_or(1, |p| p.pool.workers()) as u64;
-        // A few tiles per worker balances uneven workgroups without many claims.
-        let per_tile = total.div_ceil(workers * 4).max(1);
-        let tiles = Workgroups {
-            kernel,
-            state,
-            _hosts: hosts,
-            total,
-            per_tile,
-            name: (dispatch.executable.entry_name(dispatch.entry_point))
-                .unwrap_or_else(|| Arc::from(entry.name.as_str())),
-        };
-        if self.pool.is_some() {
-            return Ok(Some(Pooled::Dispatch(tiles)));
+        if let Some(workers) = &self.pool {
+            // A few tiles per worker balances uneven workgroups without many claims.
+            let per_tile = total.div_ceil(workers.pool.workers() as u64 * 4).max(1);
+            return Ok(Some(Pooled::Dispatch(Workgroups {
+                kernel: executable.kernels[index].clone(),
+                state,
+                _hosts: hosts,
+                total,
+                per_tile,
+                name: (dispatch.executable.entry_name(dispatch.entry_point))
+                    .unwrap_or_else(|| Arc::from(entry.name.as_str())),
+            })));
         }
+        // Here, in one go: the kernel and its name are borrowed, nothing is shared.
         self.started();
-        let outcome = (0..tiles.count()).try_for_each(|i| tiles.run(i));
-        tiles.finished();
+        let kernel = &*executable.kernels[index];
+        let outcome = run_workgroups(kernel, &state, 0..total, &entry.name);
+        state.access.release();
+        drop(hosts);
         outcome.map_err(|m| {
             Error::new(
                 StatusCode::KernelFailed,
@@ -615,24 +615,9 @@ impl Chunked for Workgroups {
     }
 
     fn run(&self, index: u32) -> std::result::Result<(), String> {
-        let [x, y, _] = self.state.workgroup_count.map(u64::from);
         let start = index as u64 * self.per_tile;
         let end = (start + self.per_tile).min(self.total);
-        for linear in start..end {
-            let id = [
-                (linear % x) as u32,
-                ((linear / x) % y) as u32,
-                (linear / (x * y)) as u32,
-            ];
-            self.kernel.run(&self.state, id).map_err(|m| {
-                if m.contains(&*self.name) {
-                    m
-                } else {
-                    format!("kernel '{}' workgroup {id:?}: {m}", self.name)
-                }
-            })?;
-        }
-        Ok(())
+        run_workgroups(&*self.kernel, &self.state, start..end, &self.name)
     }
 
     fn finished(&self) {
@@ -640,6 +625,32 @@ impl Chunked for Workgroups {
         // the job is dropped, which may be later.
         self.state.access.release();
     }
+}
+
+/// Runs the workgroups of `state`'s dispatch whose linear indices are in `linear`, stopping at
+/// the first failure, whose message names the kernel `name` and the workgroup.
+fn run_workgroups(
+    kernel: &dyn Kernel,
+    state: &DispatchState,
+    linear: std::ops::Range<u64>,
+    name: &str,
+) -> std::result::Result<(), String> {
+    let [x, y, _] = state.workgroup_count.map(u64::from);
+    for linear in linear {
+        let id = [
+            (linear % x) as u32,
+            ((linear / x) % y) as u32,
+            (linear / (x * y)) as u32,
+        ];
+        kernel.run(state, id).map_err(|m| {
+            if m.contains(name) {
+                m
+            } else {
+                format!("kernel '{name}' workgroup {id:?}: {m}")
+            }
+        })?;
+    }
+    Ok(())
 }
 
 struct Fill {
