@@ -102,11 +102,6 @@ impl<W: Words> Flags<W> {
         }
     }
 
-    /// The words.
-    pub fn words(&self) -> &W {
-        &self.words
-    }
-
     /// Registers submission `id` on `lane`: `write(value)` must enqueue the device's write of
     /// `value` into the lane's word after the submission's work. It is called under the lane's
     /// lock, so the writes reach the device in value order. If it fails nothing is registered

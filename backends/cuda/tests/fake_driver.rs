@@ -15,38 +15,16 @@
 //! `tests/fake_driver_faults.rs`, a process of their own.
 
 mod common;
+mod fake;
 mod gpu;
 
 use std::time::Duration;
 
 use common::CudaKernels;
+use fake::{fake_device, options, prepare_driver};
 use halcyon::{Device, Error, StatusCode};
 use halcyon_cuda::{create_device_with, CudaDeviceOptions, CudaModule};
-use halcyon_fake_gpu::client::Fake;
 use halcyon_stream::CompletionStrategy;
-
-/// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
-/// failure; one that another libcuda.so.1 loaded first shadows skips.
-fn prepare_driver() -> Result<&'static Fake, String> {
-    let fake = Fake::load();
-    if let Err(e) = &fake {
-        assert!(!e.contains("was not built"), "{e}");
-    }
-    fake
-}
-
-/// `cuda://0` on the fake driver.
-fn fake_device(options: CudaDeviceOptions) -> halcyon::Result<Device> {
-    prepare_driver().map_err(|e| Error::new(StatusCode::Unavailable, e))?;
-    create_device_with(0, options)
-}
-
-fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
-    CudaDeviceOptions::default()
-        .with_queue_count(2)
-        .with_completion(completion)
-        .with_probe_interval(Duration::from_millis(10))
-}
 
 /// Completion threads blocked in `cuEventSynchronize` (the default).
 mod completion_thread {

@@ -2,39 +2,15 @@
 //! process-wide counters (host functions run, the largest pinned allocation): other tests
 //! running alongside would move them, so these run one at a time, in a process of their own.
 
-use std::sync::Mutex;
-use std::time::Duration;
+mod fake;
 
-use halcyon::{Device, Error, StatusCode};
-use halcyon_cuda::{create_device_with, CudaDeviceOptions};
-use halcyon_fake_gpu::client::Fake;
+use std::sync::Mutex;
+
+use fake::{fake_device, options, prepare_driver};
 use halcyon_stream::CompletionStrategy;
 
 /// One test at a time: the counters are the whole process's.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Loads the fake driver before anything opens libcuda. A fake that was not built is a test
-/// failure; one that another libcuda.so.1 loaded first shadows skips.
-fn prepare_driver() -> Result<&'static Fake, String> {
-    let fake = Fake::load();
-    if let Err(e) = &fake {
-        assert!(!e.contains("was not built"), "{e}");
-    }
-    fake
-}
-
-/// `cuda://0` on the fake driver.
-fn fake_device(options: CudaDeviceOptions) -> halcyon::Result<Device> {
-    prepare_driver().map_err(|e| Error::new(StatusCode::Unavailable, e))?;
-    create_device_with(0, options)
-}
-
-fn options(completion: CompletionStrategy) -> CudaDeviceOptions {
-    CudaDeviceOptions::default()
-        .with_queue_count(2)
-        .with_completion(completion)
-        .with_probe_interval(Duration::from_millis(10))
-}
 
 /// With flag-write completion every submission is settled by the scanner from the word its
 /// stream wrote (`cuStreamWriteValue32`), not by a host function or a completion thread, and

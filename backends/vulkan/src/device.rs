@@ -342,7 +342,7 @@ impl Core {
             let spare = std::mem::take(&mut state.spare);
             std::mem::replace(&mut state.retired, spare)
         };
-        self.release(queue, older);
+        let emptied = self.release(queue, older);
         // Device times before anything is signalled: the core records completion then.
         if let Some(stamped) = &stamped {
             queue.stamps.report(
@@ -396,18 +396,20 @@ impl Core {
             native.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
         recording.release_resources();
-        lock(&queue.state).retired.push(Retired {
+        let mut state = lock(&queue.state);
+        state.retired.push(Retired {
             recording,
             stamp: stamped.map(|s| s.stamp),
             _signal: signal,
             _natives: natives,
             _waited: waited,
         });
+        state.spare = emptied;
     }
 
-    /// Recycles or destroys what retired submissions held, then keeps the emptied vector as
-    /// the queue's spare.
-    fn release(&self, queue: &VkQueue, mut retired: Vec<Retired>) {
+    /// Recycles or destroys what retired submissions held; returns the emptied vector (the
+    /// queue's next spare, set under the lock `complete` takes anyway).
+    fn release(&self, queue: &VkQueue, mut retired: Vec<Retired>) -> Vec<Retired> {
         for retired in retired.drain(..) {
             let (keep, _after) = retired.recording.finish(queue);
             drop(keep);
@@ -415,10 +417,7 @@ impl Core {
                 queue.stamps.give_back(&self.context.device, stamp);
             }
         }
-        let mut state = lock(&queue.state);
-        if state.spare.capacity() < retired.capacity() {
-            state.spare = retired;
-        }
+        retired
     }
 
     /// Blocks in `vkWaitSemaphores` on one timeline semaphore until it reaches `value`
@@ -559,7 +558,7 @@ impl Drop for Core {
                 self.complete(queue, f);
             }
             let retired = std::mem::take(&mut lock(&queue.state).retired);
-            self.release(queue, retired);
+            let _ = self.release(queue, retired);
             // Failed by a device loss; the wait above returned, so nothing uses them now.
             let lost = std::mem::take(&mut lock(&queue.state).lost);
             for f in lost {

@@ -102,17 +102,6 @@ pub enum CompletionStrategy {
     FlagWrite,
 }
 
-impl CompletionStrategy {
-    /// The strategy's name, as device descriptions and bench ids use it.
-    pub fn name(self) -> &'static str {
-        match self {
-            CompletionStrategy::HostCallback => "host-callback",
-            CompletionStrategy::CompletionThread => "completion-thread",
-            CompletionStrategy::FlagWrite => "flag-write",
-        }
-    }
-}
-
 /// How to create a [`StreamDevice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
