@@ -116,6 +116,11 @@ bitflags::bitflags! {
         /// the device writes ([`crate::CompletionStrategy::FlagWrite`]). Needs
         /// [`MemoryPlacement::Pinned`] memory too.
         const WRITE_VALUE = 1 << 4;
+        /// [`StreamApi::update_graph_kernel`] works (`cuGraphExecKernelNodeSetParams`): the
+        /// stream layer then replays a reusable command list submitted with a new binding
+        /// table through its graph, pointing the graph's kernels at the new buffers, instead
+        /// of issuing it on the stream. Needs [`Capabilities::GRAPHS`].
+        const GRAPH_UPDATE = 1 << 5;
     }
 }
 
@@ -509,6 +514,30 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
     unsafe fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
         let _ = (graph, stream);
         Err(unimplemented(&self.info().driver, "graph launch"))
+    }
+
+    /// Points the `kernel`-th kernel launch captured into `graph` (counting from 0, in the
+    /// order [`StreamApi::launch_kernel`] was called during the capture) at `params`, for
+    /// every launch of `graph` enqueued after this call; launches enqueued before keep the
+    /// parameters they had (`cuGraphExecKernelNodeSetParams`). `function` and `config` must be
+    /// the captured launch's (`FailedPrecondition` otherwise, the sign of a miscounted
+    /// `kernel`): only the parameters change. `params` is checked as for a launch;
+    /// `InvalidArgument` for a `kernel` past the graph's launches. The graph is not changed on
+    /// error. Calls on one graph, and its launches, must not overlap (the stream layer makes
+    /// them under the queue's issue lock). Optional ([`Capabilities::GRAPH_UPDATE`]).
+    ///
+    /// Every later launch of the graph reads and writes the new addresses: the contract of
+    /// [`StreamApi::launch_graph`] then covers them.
+    fn update_graph_kernel(
+        &self,
+        graph: GraphHandle,
+        kernel: usize,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+    ) -> Result<()> {
+        let _ = (graph, kernel, function, config, params);
+        Err(unimplemented(&self.info().driver, "graph updates"))
     }
 
     /// Destroys `graph` once its enqueued runs completed. Optional.

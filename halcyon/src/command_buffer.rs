@@ -17,7 +17,7 @@
 //!   references alive until its signal fence is reached.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytemuck::Pod;
 
@@ -324,6 +324,12 @@ impl CommandBuffer {
         self.inner.slots.len() as u32
     }
 
+    /// Names this command buffer's recording (shared by its clones) without keeping it alive:
+    /// see [`Recording`].
+    pub fn recording(&self) -> Recording {
+        Recording(Arc::downgrade(&self.inner))
+    }
+
     /// Resolves the commands for one submission: checks the one-shot rule and the binding
     /// table (every used slot filled, large enough, with the usage the commands need).
     pub fn resolve(&self, table: Option<&BindingTable>) -> Result<Arc<[Command]>> {
@@ -444,6 +450,40 @@ fn check_no_overlap(s: &BufferRef, t: &BufferRef) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Names the recording of a [`CommandBuffer`] without keeping it alive.
+///
+/// Each submission of a reusable command buffer with a binding table resolves into a new
+/// command list, but they all come from one recording and differ only in the buffers their
+/// slots name. A backend that prepares something per recording (a CUDA graph captured from it,
+/// whose kernel parameters it then points at each submission's buffers) keys it by this
+/// ([`Work::Commands`](crate::device::Work::Commands) carries it). Two are equal when they name
+/// the same recording; [`Recording::is_live`] says whether any handle to it is left. Holding one
+/// keeps the recording's identity from being reused by another, never its commands or buffers.
+#[derive(Clone)]
+pub struct Recording(Weak<Recorded>);
+
+impl Recording {
+    /// Whether some [`CommandBuffer`] handle to the recording still exists (it may be
+    /// submitted again).
+    pub fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+impl PartialEq for Recording {
+    fn eq(&self, other: &Self) -> bool {
+        Weak::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Recording {}
+
+impl std::fmt::Debug for Recording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Recording({:p})", self.0.as_ptr())
+    }
 }
 
 /// Records commands, validating each one. See the [module docs](self).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::allocator::Allocator;
 use crate::buffer::{BufferMemory, BufferParams};
-use crate::command_buffer::Command;
+use crate::command_buffer::{Command, Recording};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::{Executable, ExecutableBackend, ExecutableCache, ExecutableSpec};
 use crate::fence::Fence;
@@ -210,7 +210,13 @@ pub mod keys {
 /// Work a backend runs once a submission's waits are reached.
 pub enum Work {
     /// Resolved commands (a command buffer's, or a single queue operation's).
-    Commands(Arc<[Command]>),
+    Commands {
+        /// The commands, every binding resolved to a buffer range.
+        commands: Arc<[Command]>,
+        /// The reusable command buffer they were resolved from, if any: every submission of
+        /// one recording has the same commands but for the buffers its binding table names.
+        recording: Option<Recording>,
+    },
     /// Copy `source` to host memory and hand the bytes to `sink`.
     Read {
         /// What to read.
@@ -225,7 +231,7 @@ pub enum Work {
 impl fmt::Debug for Work {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Work::Commands(c) => write!(f, "Commands({} commands)", c.len()),
+            Work::Commands { commands, .. } => write!(f, "Commands({} commands)", commands.len()),
             Work::Read { source, .. } => write!(f, "Read({source:?})"),
             Work::HostCall(_) => f.write_str("HostCall(..)"),
         }

@@ -72,6 +72,7 @@ pub use buffer::{
 };
 pub use command_buffer::{
     Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
+    Recording,
 };
 pub use device::{Device, DeviceFeatures, DeviceInfo, QueueCapabilities};
 pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};

@@ -165,7 +165,7 @@ fn host(range: &BufferRef) -> Result<Host> {
 /// Starts executing `work`, then signals `signal` (or fails it), then drops `issued`.
 pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Workers>>, issued: Issued) {
     match work {
-        Work::Commands(commands) => {
+        Work::Commands { commands, .. } => {
             let run = Run {
                 commands,
                 signal,

@@ -244,7 +244,7 @@ impl Recording {
             status_set: vk::DescriptorSet::null(),
         };
         match work {
-            Work::Commands(commands) => {
+            Work::Commands { commands, .. } => {
                 if commands.is_empty() {
                     return Ok(rec);
                 }

@@ -53,6 +53,8 @@ pub(crate) struct Stats {
     pub(crate) graph_captures: AtomicU64,
     pub(crate) graph_capture_failures: AtomicU64,
     pub(crate) graph_launches: AtomicU64,
+    pub(crate) graph_kernel_updates: AtomicU64,
+    pub(crate) graph_bypasses: AtomicU64,
     pub(crate) queued_allocations: AtomicU64,
     pub(crate) status_checks: AtomicU64,
     pub(crate) pinned_leases: AtomicU64,
@@ -94,6 +96,9 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) api: Arc<A>,
     /// Whether resubmitted command lists become graphs (the API has them).
     pub(crate) graphs: bool,
+    /// Whether a graph's kernels can be pointed at new buffers in place
+    /// ([`StreamApi::update_graph_kernel`]).
+    pub(crate) graph_updates: bool,
     /// Whether queue `alloca` uses stream-ordered allocation (the API has it).
     pub(crate) stream_ordered: bool,
     /// Process-unique device id: semaphores, buffers and executables of other devices are
@@ -157,6 +162,7 @@ impl<A: StreamApi> Core<A> {
         Core {
             api,
             graphs: capabilities.contains(Capabilities::GRAPHS),
+            graph_updates: capabilities.contains(Capabilities::GRAPHS | Capabilities::GRAPH_UPDATE),
             stream_ordered: capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC),
             id,
             name,
@@ -293,7 +299,7 @@ impl Kept {
     /// destination, the update bytes of the work's commands); the rest drops.
     fn leak_host_bytes(mut self) {
         std::mem::forget(self.read.take());
-        if let Some(Work::Commands(commands)) = &self.work {
+        if let Some(Work::Commands { commands, .. }) = &self.work {
             for command in commands.iter() {
                 if let Command::Update { data, .. } = command {
                     std::mem::forget(data.clone());

@@ -39,10 +39,9 @@
 
 use std::sync::Arc;
 
-use crate::api::{DevicePtr, KernelParams, LaunchConfig, StreamApi, StreamHandle};
+use crate::api::{DevicePtr, FunctionHandle, KernelParams, LaunchConfig, StreamApi, StreamHandle};
 use crate::device::core::{Core, QueueStreams, Stats, Via};
 use crate::device::executable::StreamExecutable;
-use crate::device::graphs::Plan;
 use crate::device::memory::StreamMemory;
 use crate::device::pinned::{HostArea, PinnedMemory};
 use crate::device::CompletionStrategy;
@@ -226,16 +225,17 @@ impl<A: StreamApi> Core<A> {
     fn enqueue(&self, queue: &QueueStreams, work: &Work, timepoint: &mut Timepoint) -> Result<()> {
         let stream = queue.stream;
         match work {
-            Work::Commands(commands) => {
+            Work::Commands {
+                commands,
+                recording,
+            } => {
                 let count = self.count_status(commands, timepoint);
-                if count == 0 && self.graphs && !commands.is_empty() {
-                    return self.enqueue_reusable(queue, commands, timepoint);
+                match recording {
+                    Some(recording) if count == 0 && self.graphs && !commands.is_empty() => {
+                        self.enqueue_recorded(queue, commands, recording, timepoint)
+                    }
+                    _ => self.enqueue_list(stream, commands, count, timepoint),
                 }
-                let mut slots = self.lease_for_list(commands, count, timepoint)?;
-                for command in commands.iter() {
-                    self.enqueue_command(stream, command, timepoint, &mut slots)?;
-                }
-                Ok(())
             }
             Work::Read { source, sink } => {
                 let src = self.address(source, &mut timepoint.memory)?;
@@ -304,92 +304,35 @@ impl<A: StreamApi> Core<A> {
         }
     }
 
-    /// Enqueues `commands` directly, or through a graph if the list was submitted before (see
-    /// [`super::graphs`]).
-    fn enqueue_reusable(
+    /// Enqueues `commands` on `stream` one by one, with a pinned lease for their `count`
+    /// status words and update bytes (see [`Core::lease_for_list`]).
+    pub(super) fn enqueue_list(
         &self,
-        queue: &QueueStreams,
-        commands: &Arc<[Command]>,
+        stream: StreamHandle,
+        commands: &[Command],
+        count: usize,
         timepoint: &mut Timepoint,
     ) -> Result<()> {
-        let stream = queue.stream;
-        let (plan, dropped) = queue.graphs.plan(commands);
-        for graph in dropped {
-            let _ = self.api.destroy_graph(graph);
+        let mut slots = self.lease_for_list(commands, count, timepoint)?;
+        for command in commands {
+            self.enqueue_command(stream, command, timepoint, &mut slots)?;
         }
-        let direct = |timepoint: &mut Timepoint| {
-            let mut slots = self.lease_for_list(commands, 0, timepoint)?;
-            for command in commands.iter() {
-                self.enqueue_command(stream, command, timepoint, &mut slots)?;
-            }
-            Ok(())
-        };
-        match plan {
-            Plan::Direct => direct(timepoint),
-            Plan::Launch(graph) => {
-                // Resolve every buffer again: keeps its memory alive until completion, and
-                // fails (like a direct issue) if one was released since the capture.
-                let mut resolved = Ok(());
-                for command in commands.iter() {
-                    command.for_each_binding(|range, _| {
-                        if resolved.is_ok() {
-                            resolved = self.address(range, &mut timepoint.memory).map(drop);
-                        }
-                    });
-                }
-                resolved?;
-                // SAFETY: the graph replays this command list, whose buffers the timepoint holds
-                // (resolved above, as for a direct issue) until the run completed.
-                unsafe { self.api.launch_graph(graph, stream) }?;
-                Stats::bump(&self.stats.graph_launches, 1);
-                Ok(())
-            }
-            Plan::Capture => {
-                if self.api.begin_capture(stream).is_err() {
-                    queue.graphs.forget(commands);
-                    Stats::bump(&self.stats.graph_capture_failures, 1);
-                    return direct(timepoint);
-                }
-                let mut slots = StatusSlots::none();
-                let enqueued = commands.iter().try_for_each(|command| {
-                    self.enqueue_command(stream, command, timepoint, &mut slots)
-                });
-                let captured = self.api.end_capture(stream);
-                let graph = match (enqueued, captured) {
-                    (Ok(()), Ok(graph)) => graph,
-                    (_, captured) => {
-                        if let Ok(graph) = captured {
-                            let _ = self.api.destroy_graph(graph);
-                        }
-                        if let Some(old) = queue.graphs.forget(commands) {
-                            let _ = self.api.destroy_graph(old);
-                        }
-                        // Nothing ran: the capture took the operations. Issue them directly
-                        // instead, which reports any error that was not the capture's own (a
-                        // released buffer, a device fault) as a direct issue would; a capture
-                        // the driver invalidated (a context-wide call on another thread, an
-                        // operation it cannot capture) costs the submission nothing. The list
-                        // starts over: its next submission is issued directly, the one after
-                        // captured again.
-                        Stats::bump(&self.stats.graph_capture_failures, 1);
-                        return direct(timepoint);
-                    }
-                };
-                let kept = queue.graphs.captured(commands, graph);
-                Stats::bump(&self.stats.graph_captures, 1);
-                // SAFETY: the graph was captured from this command list just now, whose buffers
-                // the timepoint holds until the run completed.
-                let launched = unsafe { self.api.launch_graph(graph, stream) };
-                if launched.is_err() || !kept {
-                    // Destroying a launched graph is deferred by the API until its runs end.
-                    queue.graphs.forget(commands);
-                    let _ = self.api.destroy_graph(graph);
-                }
-                launched?;
-                Stats::bump(&self.stats.graph_launches, 1);
-                Ok(())
-            }
+        Ok(())
+    }
+
+    /// Enqueues `commands` (without status words) on `stream` while it captures a graph: no
+    /// lease, since the graph's copies outlive the submission (the API keeps their bytes).
+    pub(super) fn enqueue_unleased(
+        &self,
+        stream: StreamHandle,
+        commands: &[Command],
+        timepoint: &mut Timepoint,
+    ) -> Result<()> {
+        let mut slots = StatusSlots::none();
+        for command in commands {
+            self.enqueue_command(stream, command, timepoint, &mut slots)?;
         }
+        Ok(())
     }
 
     /// Counts the dispatches of `commands` that take a status word, remembering their entry
@@ -583,12 +526,10 @@ impl<A: StreamApi> Core<A> {
         if dispatch.workgroups.contains(&0) {
             return Ok(());
         }
-        let executable = self.own_executable(dispatch)?;
-        let index = dispatch.entry_point as usize;
-        let entry = dispatch.executable.entry_point(dispatch.entry_point)?;
+        let (function, config, takes_status) = self.launch_shape(dispatch)?;
         // The same decision as `status_entry`, which counted the words: past the checks above,
         // only the module's flag remains.
-        let status = if executable.status_words.get(index).copied().unwrap_or(false) {
+        let status = if takes_status {
             match slots.base {
                 Some(base) if slots.next < slots.count => {
                     let word = base.offset(4 * slots.next as u64);
@@ -596,6 +537,7 @@ impl<A: StreamApi> Core<A> {
                     Some(word)
                 }
                 _ => {
+                    let entry = dispatch.executable.entry_point(dispatch.entry_point)?;
                     return Err(Error::new(
                         StatusCode::Internal,
                         format!(
@@ -603,7 +545,7 @@ impl<A: StreamApi> Core<A> {
                              word left for it",
                             self.name, entry.name
                         ),
-                    ))
+                    ));
                 }
             }
         } else {
@@ -614,6 +556,23 @@ impl<A: StreamApi> Core<A> {
             .iter()
             .map(|binding| self.address(binding, memory))
             .collect::<Result<Vec<_>>>()?;
+        let params = KernelParams {
+            bindings: &bindings,
+            constants: &dispatch.constants,
+            status,
+        };
+        self.api.launch_kernel(function, &config, &params, stream)
+    }
+
+    /// The kernel `dispatch` launches, the launch's shape, and whether the kernel takes a
+    /// status word.
+    pub(super) fn launch_shape(
+        &self,
+        dispatch: &Dispatch<BufferRef>,
+    ) -> Result<(FunctionHandle, LaunchConfig, bool)> {
+        let executable = self.own_executable(dispatch)?;
+        let index = dispatch.entry_point as usize;
+        let entry = dispatch.executable.entry_point(dispatch.entry_point)?;
         let config = LaunchConfig {
             grid: dispatch.workgroups,
             block: entry.workgroup_size,
@@ -623,17 +582,12 @@ impl<A: StreamApi> Core<A> {
                 .copied()
                 .unwrap_or(0),
         };
-        let params = KernelParams {
-            bindings: &bindings,
-            constants: &dispatch.constants,
-            status,
-        };
-        self.api
-            .launch_kernel(executable.functions[index], &config, &params, stream)
+        let takes_status = executable.status_words.get(index).copied().unwrap_or(false);
+        Ok((executable.functions[index], config, takes_status))
     }
 
     /// The device address of `range`, keeping its memory alive in `keep`.
-    fn address(
+    pub(super) fn address(
         &self,
         range: &BufferRef,
         keep: &mut Vec<Arc<dyn BufferMemory>>,

@@ -58,6 +58,14 @@ pub const GRAPH_CAPTURES: Key<u64> = Key::new(names::GRAPH_CAPTURES);
 /// Captures of a resubmitted command list that failed (the driver refused or invalidated the
 /// capture); each such submission was issued directly instead.
 pub const GRAPH_CAPTURE_FAILURES: Key<u64> = Key::new(names::GRAPH_CAPTURE_FAILURES);
+/// Kernel launches of cached graphs pointed at a submission's new buffers in place
+/// ([`StreamApi::update_graph_kernel`](crate::StreamApi::update_graph_kernel)): a reusable
+/// command list submitted with another binding table.
+pub const GRAPH_KERNEL_UPDATES: Key<u64> = Key::new(names::GRAPH_KERNEL_UPDATES);
+/// Submissions of a recording with a cached graph that were issued on the stream instead:
+/// their binding table moved a fill, copy or update (graphs update kernels only), or the API
+/// cannot update graphs, or an update failed (the graph was dropped).
+pub const GRAPH_BYPASSES: Key<u64> = Key::new(names::GRAPH_BYPASSES);
 /// Submissions issued as one graph launch.
 pub const GRAPH_LAUNCHES: Key<u64> = Key::new(names::GRAPH_LAUNCHES);
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
@@ -161,6 +169,10 @@ pub mod names {
     pub const GRAPH_CAPTURES: &str = "stream.graph_captures";
     /// The name of [`GRAPH_CAPTURE_FAILURES`](super::GRAPH_CAPTURE_FAILURES).
     pub const GRAPH_CAPTURE_FAILURES: &str = "stream.graph_capture_failures";
+    /// The name of [`GRAPH_KERNEL_UPDATES`](super::GRAPH_KERNEL_UPDATES).
+    pub const GRAPH_KERNEL_UPDATES: &str = "stream.graph_kernel_updates";
+    /// The name of [`GRAPH_BYPASSES`](super::GRAPH_BYPASSES).
+    pub const GRAPH_BYPASSES: &str = "stream.graph_bypasses";
     /// The name of [`GRAPH_LAUNCHES`](super::GRAPH_LAUNCHES).
     pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
     /// The name of [`QUEUED_ALLOCATIONS`](super::QUEUED_ALLOCATIONS).

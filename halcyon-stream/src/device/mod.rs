@@ -565,6 +565,8 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::names::SETTLES_DEFERRED => stat(&stats.settles_deferred),
             keys::names::GRAPH_CAPTURES => stat(&stats.graph_captures),
             keys::names::GRAPH_CAPTURE_FAILURES => stat(&stats.graph_capture_failures),
+            keys::names::GRAPH_KERNEL_UPDATES => stat(&stats.graph_kernel_updates),
+            keys::names::GRAPH_BYPASSES => stat(&stats.graph_bypasses),
             keys::names::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
             keys::names::STATUS_CHECKS => stat(&stats.status_checks),
             keys::names::PINNED_LEASES => stat(&stats.pinned_leases),

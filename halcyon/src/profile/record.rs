@@ -318,7 +318,7 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
     match work {
         Work::Read { source, .. } => (OperationKind::Read, source.len()),
         Work::HostCall(_) => (OperationKind::HostCall, 0),
-        Work::Commands(commands) => {
+        Work::Commands { commands, .. } => {
             let mut real = commands.iter().filter(|c| !matches!(c, Command::Barrier));
             let kind = match (real.next(), real.next()) {
                 (None, _) => OperationKind::Barrier,
@@ -346,7 +346,7 @@ pub(crate) fn name(
 
     let text = |text: Option<Arc<str>>| Name { text, commands: 0 };
     let commands = match work {
-        Work::Commands(commands) => commands,
+        Work::Commands { commands, .. } => commands,
         Work::Read { source, .. } => return text(source.buffer().label()),
         Work::HostCall(_) => return Name::default(),
     };

@@ -54,7 +54,9 @@ use std::time::Duration;
 use bytemuck::Pod;
 
 use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
-use crate::command_buffer::{check_usage, BindingTable, Command, CommandBuffer, CommandBufferMode};
+use crate::command_buffer::{
+    check_usage, BindingTable, Command, CommandBuffer, CommandBufferMode, Recording,
+};
 use crate::device::{Device, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Launch;
@@ -473,15 +475,17 @@ impl Queue {
     }
 
     fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
-        self.commands_labelled(timepoints, commands, None)
+        self.commands_labelled(timepoints, commands, None, None)
     }
 
-    /// [`Queue::commands`] of a command buffer labelled `label`.
+    /// [`Queue::commands`] of a command buffer labelled `label`, resolved from `recording`
+    /// (reusable buffers only: a one-shot recording is never submitted again).
     fn commands_labelled(
         &self,
         timepoints: Timepoints,
         commands: Arc<[Command]>,
         label: Option<Arc<str>>,
+        recording: Option<Recording>,
     ) -> Submission {
         let capabilities = self.capabilities();
         let needs = |c: &Command| match c {
@@ -508,7 +512,10 @@ impl Queue {
         self.submit_labelled(
             timepoints,
             touched,
-            Work::Commands(commands),
+            Work::Commands {
+                commands,
+                recording,
+            },
             Box::new(|| Ok(())),
             label,
         )
@@ -572,7 +579,11 @@ impl Queue {
     ) -> Submission {
         let timepoints = timepoints.into();
         match command_buffer.resolve(table) {
-            Ok(commands) => self.commands_labelled(timepoints, commands, command_buffer.label()),
+            Ok(commands) => {
+                let recording = (command_buffer.mode() == CommandBufferMode::Reusable)
+                    .then(|| command_buffer.recording());
+                self.commands_labelled(timepoints, commands, command_buffer.label(), recording)
+            }
             Err(error) => self.reject(timepoints, error),
         }
     }
@@ -834,7 +845,10 @@ impl Queue {
         let submission = self.submit(
             timepoints,
             touched,
-            Work::Commands(Arc::new([])),
+            Work::Commands {
+                commands: Arc::new([]),
+                recording: None,
+            },
             Box::new(|| Ok(())),
         );
         Ok((buffer, submission))

@@ -71,6 +71,7 @@
 
 mod control;
 mod event;
+mod graph;
 mod memory;
 mod module;
 mod table;
@@ -162,9 +163,9 @@ pub(crate) struct Shared {
     modules: Mutex<HashMap<u64, Arc<HostModule>>>,
     functions: Mutex<Functions>,
     /// Streams being captured → the operations captured so far.
-    captures: Mutex<HashMap<u64, Vec<worker::Exec>>>,
+    captures: Mutex<HashMap<u64, graph::Graph>>,
     /// Instantiated graphs → their operations.
-    graphs: Mutex<HashMap<u64, Arc<[worker::Exec]>>>,
+    graphs: Mutex<HashMap<u64, Arc<graph::Graph>>>,
     memory: Registry,
     pub(crate) control: Control,
     pub(crate) closing: AtomicBool,
@@ -434,6 +435,24 @@ impl HostStreamApi {
         let target = shared.stream(stream)?;
         if let Some(captured) = lock(&shared.captures).get_mut(&stream.0) {
             captured.push(exec);
+            return Ok(());
+        }
+        target.push(|| Op::Exec(exec))
+    }
+
+    /// [`HostStreamApi::exec`] for a launch of `function` with `config`, which a graph it is
+    /// captured into remembers as a kernel launch.
+    fn exec_kernel(
+        &self,
+        stream: StreamHandle,
+        exec: worker::Exec,
+        function: halcyon_stream::FunctionHandle,
+        config: halcyon_stream::LaunchConfig,
+    ) -> Result<()> {
+        let shared = self.shared();
+        let target = shared.stream(stream)?;
+        if let Some(captured) = lock(&shared.captures).get_mut(&stream.0) {
+            captured.push_kernel(exec, function, config);
             return Ok(());
         }
         target.push(|| Op::Exec(exec))

@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 
 use crate::event::{HostEvent, Waited};
 use crate::memory::Resolved;
-use crate::worker::{Op, Stream};
+use crate::worker::{Exec, Op, Stream};
 use crate::{
     invalid, lock, HostModule, HostPtr, HostStreamApi, LaunchArgs, Shared, DRIVER_ID,
     FORMAT_HOST_KERNELS,
@@ -30,6 +30,7 @@ unsafe impl StreamApi for HostStreamApi {
             capabilities: Capabilities::HOST_FUNC
                 | Capabilities::STREAM_ORDERED_ALLOC
                 | Capabilities::GRAPHS
+                | Capabilities::GRAPH_UPDATE
                 | Capabilities::EVENT_TIMING
                 | Capabilities::WRITE_VALUE,
             binding_alignment: 4,
@@ -420,6 +421,97 @@ unsafe impl StreamApi for HostStreamApi {
         params: &KernelParams<'_>,
         stream: StreamHandle,
     ) -> Result<()> {
+        let exec = self.kernel_exec(function, config, params)?;
+        self.shared().stats.bump(&self.shared().stats.launches);
+        self.exec_kernel(stream, exec, function, *config)
+    }
+
+    fn update_graph_kernel(
+        &self,
+        graph: GraphHandle,
+        kernel: usize,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+    ) -> Result<()> {
+        let exec = self.kernel_exec(function, config, params)?;
+        let shared = self.shared();
+        let mut graphs = lock(&shared.graphs);
+        let graph = graphs
+            .get_mut(&graph.0)
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
+        // Launches already enqueued hold their operations: only later ones see the change.
+        Arc::make_mut(graph).replace_kernel(kernel, function, *config, exec)
+    }
+
+    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        shared.stream(stream)?;
+        let mut captures = lock(&shared.captures);
+        if captures.contains_key(&stream.0) {
+            return Err(invalid(format!("{stream:?} is already capturing a graph")));
+        }
+        captures.insert(stream.0, Default::default());
+        Ok(())
+    }
+
+    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
+        let shared = self.shared();
+        let captured = lock(&shared.captures)
+            .remove(&stream.0)
+            .ok_or_else(|| invalid(format!("{stream:?} is not capturing a graph")))?;
+        // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
+        // the graph is not made then.
+        shared.control.check()?;
+        if shared.invalidate_capture.swap(false, Ordering::Relaxed) {
+            return Err(Error::new(
+                StatusCode::Aborted,
+                format!(
+                    "the capture of {stream:?} was invalidated \
+                     (HostStreamApi::invalidate_next_capture)"
+                ),
+            ));
+        }
+        let id = shared.id();
+        lock(&shared.graphs).insert(id, Arc::new(captured));
+        Ok(GraphHandle(id))
+    }
+
+    unsafe fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
+        let shared = self.shared();
+        shared.control.check()?;
+        self.not_capturing(stream, "a graph launch")?;
+        let operations = lock(&shared.graphs)
+            .get(&graph.0)
+            .cloned()
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
+        shared.stats.bump(&shared.stats.graph_launches);
+        let target = shared.stream(stream)?;
+        for operation in operations.ops.iter() {
+            target.push(|| Op::Exec(operation.clone()))?;
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        // Launches already enqueued hold their operations; the graph itself just goes.
+        lock(&self.shared().graphs)
+            .remove(&graph.0)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
+    }
+}
+
+impl HostStreamApi {
+    /// The operation a launch of `function` with `config` and `params` runs, checked as
+    /// `launch_kernel` checks it.
+    fn kernel_exec(
+        &self,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+    ) -> Result<Exec> {
         let status = params.status;
         let shared = self.shared();
         shared.control.check()?;
@@ -459,110 +551,46 @@ unsafe impl StreamApi for HostStreamApi {
             block,
             shared_memory_bytes,
         } = *config;
-        shared.stats.bump(&shared.stats.launches);
-        self.exec(
-            stream,
-            Arc::new(move || {
-                let kernel = &module.kernels[index];
-                let bindings: Vec<(*mut u8, usize)> =
-                    resolved.iter().map(|r| (r.ptr(), r.available)).collect();
-                // SAFETY: `status` is 4 bytes of a live allocation the closure holds, 4-byte
-                // aligned, that no binding of this launch overlaps (both checked in
-                // `resolve_status_word`); the stream orders this launch against every other
-                // operation, and within it the word is only accessed atomically.
-                let word = status
-                    .as_ref()
-                    .map(|r| unsafe { AtomicU32::from_ptr(r.ptr().cast::<u32>()) });
-                for z in 0..grid[2] {
-                    for y in 0..grid[1] {
-                        for x in 0..grid[0] {
-                            let args = LaunchArgs {
-                                block_id: [x, y, z],
-                                grid,
-                                block,
-                                constants: &constants,
-                                bindings: &bindings,
-                                status: word,
-                                shared_memory_bytes,
-                            };
-                            (kernel.run)(&args).map_err(|message| {
-                                Error::new(
-                                    StatusCode::Internal,
-                                    format!(
-                                        "host kernel '{}' failed in block {:?}: {message}",
-                                        kernel.entry.name,
-                                        [x, y, z]
-                                    ),
-                                )
-                            })?;
-                        }
+        Ok(Arc::new(move || {
+            let kernel = &module.kernels[index];
+            let bindings: Vec<(*mut u8, usize)> =
+                resolved.iter().map(|r| (r.ptr(), r.available)).collect();
+            // SAFETY: `status` is 4 bytes of a live allocation the closure holds, 4-byte
+            // aligned, that no binding of this launch overlaps (both checked in
+            // `resolve_status_word`); the stream orders this launch against every other
+            // operation, and within it the word is only accessed atomically.
+            let word = status
+                .as_ref()
+                .map(|r| unsafe { AtomicU32::from_ptr(r.ptr().cast::<u32>()) });
+            for z in 0..grid[2] {
+                for y in 0..grid[1] {
+                    for x in 0..grid[0] {
+                        let args = LaunchArgs {
+                            block_id: [x, y, z],
+                            grid,
+                            block,
+                            constants: &constants,
+                            bindings: &bindings,
+                            status: word,
+                            shared_memory_bytes,
+                        };
+                        (kernel.run)(&args).map_err(|message| {
+                            Error::new(
+                                StatusCode::Internal,
+                                format!(
+                                    "host kernel '{}' failed in block {:?}: {message}",
+                                    kernel.entry.name,
+                                    [x, y, z]
+                                ),
+                            )
+                        })?;
                     }
                 }
-                Ok(())
-            }),
-        )
+            }
+            Ok(())
+        }))
     }
 
-    fn begin_capture(&self, stream: StreamHandle) -> Result<()> {
-        let shared = self.shared();
-        shared.control.check()?;
-        shared.stream(stream)?;
-        let mut captures = lock(&shared.captures);
-        if captures.contains_key(&stream.0) {
-            return Err(invalid(format!("{stream:?} is already capturing a graph")));
-        }
-        captures.insert(stream.0, Vec::new());
-        Ok(())
-    }
-
-    fn end_capture(&self, stream: StreamHandle) -> Result<GraphHandle> {
-        let shared = self.shared();
-        let captured = lock(&shared.captures)
-            .remove(&stream.0)
-            .ok_or_else(|| invalid(format!("{stream:?} is not capturing a graph")))?;
-        // Ending a capture is allowed after a fault (so the capture state is cleaned up), but
-        // the graph is not made then.
-        shared.control.check()?;
-        if shared.invalidate_capture.swap(false, Ordering::Relaxed) {
-            return Err(Error::new(
-                StatusCode::Aborted,
-                format!(
-                    "the capture of {stream:?} was invalidated \
-                     (HostStreamApi::invalidate_next_capture)"
-                ),
-            ));
-        }
-        let id = shared.id();
-        lock(&shared.graphs).insert(id, captured.into());
-        Ok(GraphHandle(id))
-    }
-
-    unsafe fn launch_graph(&self, graph: GraphHandle, stream: StreamHandle) -> Result<()> {
-        let shared = self.shared();
-        shared.control.check()?;
-        self.not_capturing(stream, "a graph launch")?;
-        let operations = lock(&shared.graphs)
-            .get(&graph.0)
-            .cloned()
-            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))?;
-        shared.stats.bump(&shared.stats.graph_launches);
-        let target = shared.stream(stream)?;
-        for operation in operations.iter() {
-            target.push(|| Op::Exec(operation.clone()))?;
-        }
-        Ok(())
-    }
-
-    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
-        // Launches already enqueued hold their operations; the graph itself just goes.
-        lock(&self.shared().graphs)
-            .remove(&graph.0)
-            .map(drop)
-            .ok_or_else(|| invalid(format!("{graph:?} is not a live graph")))
-    }
-}
-
-impl HostStreamApi {
     /// Resolves a launch's status word: 4 bytes of a live allocation, 4-byte aligned, outside
     /// every binding's range (a binding reaches to the end of its allocation), so a kernel may
     /// write the word while it holds binding slices.

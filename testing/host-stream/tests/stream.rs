@@ -524,7 +524,8 @@ fn buffers_of_another_device_are_refused() -> Result<()> {
 
 /// A reusable command buffer executed again becomes a graph: issued directly the first time,
 /// captured the second, launched as the graph from then on, with the right results each time;
-/// lists with a binding table (new each time) and one-shot operations are never captured.
+/// so does one executed with a binding table (resolved to a new list each time, one recording);
+/// one-shot operations are never captured.
 #[test]
 fn resubmitted_command_lists_become_graphs() -> Result<()> {
     use halcyon::{Binding, BindingTable, CommandBuffer, CommandBufferMode};
@@ -566,7 +567,7 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
             assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 3, "{strategy:?}");
             assert_eq!(api.stats().graph_launches, 3, "{strategy:?}");
 
-            // A binding table resolves to a new list each time: replayed on the stream.
+            // A binding table resolves to a new list each time, of one recording: a graph too.
             let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
             builder.dispatch(
                 &executable
@@ -586,8 +587,9 @@ fn resubmitted_command_lists_become_graphs() -> Result<()> {
                 )
                 .await?;
             }
-            assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1, "{strategy:?}");
-            assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 3, "{strategy:?}");
+            assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 2, "{strategy:?}");
+            assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 5, "{strategy:?}");
+            assert_eq!(stat(&device, keys::GRAPH_KERNEL_UPDATES), 0, "{strategy:?}");
             let values = bytes_u32(&download(&queue, Fence::new(), &x.whole()).await?)?;
             assert_eq!(values[1], 10 + 8 + 3, "{strategy:?}");
             Ok(())
@@ -644,6 +646,103 @@ fn declared_shared_memory_reaches_every_launch() -> Result<()> {
         }
         assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1);
         assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 2);
+        Ok::<(), Error>(())
+    })
+}
+
+/// A reusable list submitted with a new binding table each time keeps replaying its graph:
+/// the graph's kernel is pointed at each submission's buffers in place, only when they moved,
+/// with the right results in every buffer. A fill through a slot that moves sends that
+/// submission to the stream instead (graphs update kernels only), leaving the graph as it was.
+#[test]
+fn a_graph_follows_its_binding_table() -> Result<()> {
+    use halcyon::{Binding, BindingTable, CommandBuffer, CommandBufferMode};
+    let api = HostStreamApi::new();
+    let device = device(&api, CompletionStrategy::CompletionThread)?;
+    let queue = device.queue(0)?;
+    let module = add_one_module();
+    let executable = device.load_executable(&module.spec())?;
+    block_on(async {
+        let a = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
+        let b = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[100; 4])).await?;
+        let c = upload(&queue, BufferParams::DEVICE, &u32_bytes(&[0; 4])).await?;
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.dispatch(
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(Binding::slot(0, 0, 16)),
+        )?;
+        let add = builder.finish();
+        let table = |buffer: &Buffer| -> Result<BindingTable> {
+            let mut table = BindingTable::new();
+            table.set(0, buffer.whole())?;
+            Ok(table)
+        };
+        let (ta, tb) = (table(&a)?, table(&b)?);
+        // Direct, capture, then the graph: updated whenever the buffer changes.
+        let rounds = [&ta, &tb, &tb, &ta, &tb, &ta];
+        let expected_updates = [0, 0, 0, 1, 2, 3];
+        for (round, (table, updates)) in rounds.iter().zip(expected_updates).enumerate() {
+            let run = queue.execute(Timepoints::default(), &add, Some(table));
+            done("execute", run).await?;
+            assert_eq!(
+                stat(&device, keys::GRAPH_KERNEL_UPDATES),
+                updates,
+                "round {round}"
+            );
+        }
+        assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 1);
+        assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 5);
+        assert_eq!(stat(&device, keys::GRAPH_BYPASSES), 0);
+        assert_eq!(
+            bytes_u32(&download(&queue, Fence::new(), &a.whole()).await?)?,
+            [3; 4]
+        );
+        assert_eq!(
+            bytes_u32(&download(&queue, Fence::new(), &b.whole()).await?)?,
+            [103; 4]
+        );
+
+        // A fill through a slot: moving it bypasses the graph, which stays valid.
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        builder.fill(0u32, Binding::slot(1, 0, 16))?;
+        builder.dispatch(
+            &executable
+                .kernel_at(0)?
+                .launch([1, 1, 1])
+                .binding(Binding::slot(0, 0, 16)),
+        )?;
+        let clear_and_add = builder.finish();
+        let both = |x: &Buffer, y: &Buffer| -> Result<BindingTable> {
+            let mut table = BindingTable::new();
+            table.set(0, x.whole())?.set(1, y.whole())?;
+            Ok(table)
+        };
+        for table in [both(&a, &c)?, both(&a, &c)?, both(&a, &b)?, both(&b, &c)?] {
+            done(
+                "execute",
+                queue.execute(Timepoints::default(), &clear_and_add, Some(&table)),
+            )
+            .await?;
+        }
+        // Direct, capture, bypass (the fill moved), graph with the kernel moved to b.
+        assert_eq!(stat(&device, keys::GRAPH_CAPTURES), 2);
+        assert_eq!(stat(&device, keys::GRAPH_BYPASSES), 1);
+        assert_eq!(stat(&device, keys::GRAPH_LAUNCHES), 7);
+        assert_eq!(stat(&device, keys::GRAPH_KERNEL_UPDATES), 4);
+        assert_eq!(
+            bytes_u32(&download(&queue, Fence::new(), &a.whole()).await?)?,
+            [6; 4]
+        );
+        assert_eq!(
+            bytes_u32(&download(&queue, Fence::new(), &b.whole()).await?)?,
+            [1; 4]
+        );
+        assert_eq!(
+            bytes_u32(&download(&queue, Fence::new(), &c.whole()).await?)?,
+            [0; 4]
+        );
         Ok::<(), Error>(())
     })
 }
