@@ -49,6 +49,19 @@
 //! * `halcyon_graphs/execute_block_on`: the same with [`CudaDeviceOptions::graphs`], where the
 //!   stream layer captures the list into a graph on its second submission and launches that.
 //!
+//! Group `cuda_replay_table_100` (100 launches of `add_one_u32` with `n = 0`, each binding one
+//! of two 256-byte buffers, the buffer alternating every iteration: a reusable command buffer
+//! submitted with a new binding table each time):
+//!
+//! * `raw/graph_update`: the 100 launches captured once; per iteration
+//!   `cuGraphExecKernelNodeSetParams` on each of the 100 kernel nodes (the other buffer), then
+//!   `cuGraphLaunch` + `cuStreamSynchronize`: the floor for a graph that follows its buffers.
+//! * `halcyon/execute_table_block_on`: the command buffer (one slot) executed with the
+//!   iteration's table and awaited, stream replay (100 launches per submission).
+//! * `halcyon_graphs/execute_table_block_on`: the same with graphs, where the graph captured
+//!   from the recording has its 100 kernels pointed at the new buffer in place each time
+//!   ([`halcyon_stream::StreamApi::update_graph_kernel`]).
+//!
 //! Group `cuda_read_4k` (4 KiB of device memory read back to the host, submitted and awaited):
 //!
 //! * `raw/pinned_async_stream_sync`: `cuMemcpyDtoHAsync` into a pinned buffer
@@ -85,10 +98,13 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use cudarc::driver::sys::{
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUgraph, CUgraphExec,
-    CUmodule, CUstream, CUstreamCaptureMode, CUstream_flags,
+    CUgraphNode, CUmodule, CUstream, CUstreamCaptureMode, CUstream_flags, CUDA_KERNEL_NODE_PARAMS,
 };
 use futures::executor::block_on;
-use halcyon::{CommandBuffer, CommandBufferMode, Device, EntryPoint, Queue, Timeline};
+use halcyon::{
+    Binding, BindingTable, Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device,
+    EntryPoint, Queue, Timeline,
+};
 use halcyon_cuda::sys::{self, Code};
 use halcyon_cuda::{create_device_with, probe, CudaApi, CudaDeviceOptions, CudaModule};
 use halcyon_stream::CompletionStrategy;
@@ -118,6 +134,8 @@ struct Raw {
     event: CUevent,
     module: CUmodule,
     function: CUfunction,
+    /// `add_one_u32(ptr, n)`.
+    add_one: CUfunction,
 }
 
 impl Raw {
@@ -141,6 +159,7 @@ impl Raw {
             event: std::ptr::null_mut(),
             module: std::ptr::null_mut(),
             function: std::ptr::null_mut(),
+            add_one: std::ptr::null_mut(),
         };
         let ptx = CString::new(STANDARD_PTX).expect("PTX without NULs");
         let name = CString::new("empty").expect("name");
@@ -163,6 +182,10 @@ impl Raw {
             );
             ok(
                 sys::cuModuleGetFunction(&mut raw.function, raw.module, name.as_ptr()),
+                "cuModuleGetFunction",
+            );
+            ok(
+                sys::cuModuleGetFunction(&mut raw.add_one, raw.module, c"add_one_u32".as_ptr()),
                 "cuModuleGetFunction",
             );
         }
@@ -803,6 +826,8 @@ fn main() {
     let raw = Raw::new();
     calls(&raw, probe);
     if fake {
+        // Only that the table replay works on the fake (its times mean nothing).
+        replay_table(&mut Criterion::default().configure_from_args(), &raw);
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();
@@ -812,5 +837,221 @@ fn main() {
     read(&mut criterion, &raw, "cuda_read_64m", 64 << 20, 20);
     write(&mut criterion, &raw);
     replay(&mut criterion, &raw);
+    replay_table(&mut criterion, &raw);
     criterion.final_summary();
+}
+
+/// 256 bytes, the `add_one_u32` launches' buffer in `cuda_replay_table_100`.
+const TABLE_BYTES: u64 = 256;
+
+/// `REPLAYED` launches of `add_one_u32(ptr, 0)`, for `cuda_replay_table_100`: the graph, its
+/// executable graph and its kernel nodes (the graph is a chain: one stream's capture).
+fn table_graph(raw: &Raw, ptr: CUdeviceptr) -> (CUgraph, CUgraphExec, Vec<CUgraphNode>) {
+    let mut graph: CUgraph = std::ptr::null_mut();
+    let mut exec: CUgraphExec = std::ptr::null_mut();
+    let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED; // as halcyon captures
+                                                                    // SAFETY: as in `Raw::new`; the launches' parameters are a pointer and a u32, as the
+                                                                    // kernel takes them, alive for each call.
+    unsafe {
+        ok(
+            sys::cuStreamBeginCapture_v2(raw.stream, mode),
+            "cuStreamBeginCapture",
+        );
+        for _ in 0..REPLAYED {
+            with_add_one_params(ptr, |params| {
+                ok(
+                    sys::cuLaunchKernel(
+                        raw.add_one,
+                        1,
+                        1,
+                        1,
+                        64,
+                        1,
+                        1,
+                        0,
+                        raw.stream,
+                        params,
+                        std::ptr::null_mut(),
+                    ),
+                    "cuLaunchKernel",
+                )
+            });
+        }
+        ok(
+            sys::cuStreamEndCapture(raw.stream, &mut graph),
+            "cuStreamEndCapture",
+        );
+        ok(
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            "cuGraphInstantiateWithFlags",
+        );
+    }
+    let mut nodes = Vec::new();
+    let mut next: [CUgraphNode; 1] = [std::ptr::null_mut()];
+    let mut count = 1;
+    // SAFETY: a live graph; out-pointers valid for one node and a count.
+    ok(
+        unsafe { sys::cuGraphGetRootNodes(graph, next.as_mut_ptr(), &mut count) },
+        "cuGraphGetRootNodes",
+    );
+    while count == 1 {
+        nodes.push(next[0]);
+        // SAFETY: a node of the live graph; as above.
+        ok(
+            unsafe { sys::cuGraphNodeGetDependentNodes(next[0], next.as_mut_ptr(), &mut count) },
+            "cuGraphNodeGetDependentNodes",
+        );
+    }
+    assert_eq!(nodes.len(), REPLAYED, "one kernel node per launch");
+    (graph, exec, nodes)
+}
+
+/// Calls `f` with `kernelParams` for `add_one_u32(ptr, 0)`.
+fn with_add_one_params<R>(ptr: CUdeviceptr, f: impl FnOnce(*mut *mut std::ffi::c_void) -> R) -> R {
+    let n = 0u32;
+    let mut params = [
+        (&ptr as *const CUdeviceptr).cast_mut().cast(),
+        (&n as *const u32).cast_mut().cast(),
+    ];
+    f(params.as_mut_ptr())
+}
+
+fn replay_table(c: &mut Criterion, raw: &Raw) {
+    let mut group = c.benchmark_group("cuda_replay_table_100");
+    group
+        .sample_size(50)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(REPLAYED as u64));
+    let mut buffers: [CUdeviceptr; 2] = [0; 2];
+    for buffer in &mut buffers {
+        // SAFETY: a valid out-pointer; Raw::new made the context current.
+        ok(
+            unsafe { sys::cuMemAlloc_v2(buffer, TABLE_BYTES as usize) },
+            "cuMemAlloc",
+        );
+    }
+    let (graph, exec, nodes) = table_graph(raw, buffers[0]);
+    let mut turn = 0;
+    group.bench_function("raw/graph_update", |b| {
+        b.iter(|| {
+            turn ^= 1;
+            for &node in &nodes {
+                with_add_one_params(buffers[turn], |params| {
+                    let update = CUDA_KERNEL_NODE_PARAMS {
+                        func: raw.add_one,
+                        gridDimX: 1,
+                        gridDimY: 1,
+                        gridDimZ: 1,
+                        blockDimX: 64,
+                        blockDimY: 1,
+                        blockDimZ: 1,
+                        sharedMemBytes: 0,
+                        kernelParams: params,
+                        extra: std::ptr::null_mut(),
+                        kern: std::ptr::null_mut(),
+                        ctx: std::ptr::null_mut(),
+                    };
+                    // SAFETY: a kernel node of the graph `exec` was instantiated from, both
+                    // live; parameters as the kernel takes them, alive for the call.
+                    ok(
+                        unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &update) },
+                        "cuGraphExecKernelNodeSetParams",
+                    );
+                });
+            }
+            raw.launch_graph(exec);
+            raw.stream_sync();
+        })
+    });
+    // SAFETY: handles made above, idle (every launch synchronised).
+    unsafe {
+        ok(sys::cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+        ok(sys::cuGraphDestroy(graph), "cuGraphDestroy");
+        for buffer in buffers {
+            ok(sys::cuMemFree_v2(buffer), "cuMemFree");
+        }
+    }
+    for (name, graphs) in [("halcyon", false), ("halcyon_graphs", true)] {
+        let device = TableLoop::new(options(CompletionStrategy::CompletionThread, graphs));
+        group.bench_function(format!("{name}/execute_table_block_on"), |b| {
+            b.iter(|| device.run())
+        });
+        let stat = |key: halcyon::device::Key<u64>| {
+            device
+                .device
+                .query(key)
+                .map_or("?".to_string(), |v| v.to_string())
+        };
+        use halcyon_stream::keys;
+        println!(
+            "{name}: {} graph launches, {} kernel updates, {} bypasses in {} submissions",
+            stat(keys::GRAPH_LAUNCHES),
+            stat(keys::GRAPH_KERNEL_UPDATES),
+            stat(keys::GRAPH_BYPASSES),
+            stat(keys::SUBMISSIONS)
+        );
+    }
+    group.finish();
+}
+
+/// A reusable command buffer of `REPLAYED` `add_one_u32(slot 0, 0)` dispatches, executed with
+/// one of two buffers in turn.
+struct TableLoop {
+    device: Device,
+    queue: Queue,
+    timeline: Timeline,
+    command_buffer: CommandBuffer,
+    tables: [BindingTable; 2],
+    turn: std::cell::Cell<usize>,
+    _buffers: [Buffer; 2],
+}
+
+impl TableLoop {
+    fn new(options: CudaDeviceOptions) -> TableLoop {
+        let device = create_device_with(0, options).expect("cuda://0");
+        let queue = device.queue(0).expect("queue");
+        let module = CudaModule::ptx(
+            STANDARD_PTX,
+            vec![halcyon_conformance::kernels::add_one_u32()],
+        );
+        let executable = device.load_executable(&module.spec()).expect("executable");
+        let kernel = executable.kernel_at(0).expect("kernel");
+        let mut builder = CommandBuffer::builder(CommandBufferMode::Reusable);
+        for _ in 0..REPLAYED {
+            let launch = kernel
+                .launch([1, 1, 1])
+                .constant(0u32)
+                .binding(Binding::slot(0, 0, TABLE_BYTES));
+            builder.dispatch(&launch).expect("record");
+        }
+        let allocate = || {
+            device
+                .allocator()
+                .allocate(TABLE_BYTES, BufferParams::DEVICE)
+                .expect("buffer")
+        };
+        let buffers = [allocate(), allocate()];
+        let tables = [0, 1].map(|i| BindingTable::from_ranges([buffers[i].whole()]));
+        TableLoop {
+            timeline: queue.timeline().expect("timeline"),
+            queue,
+            device,
+            command_buffer: builder.finish(),
+            tables,
+            turn: std::cell::Cell::new(0),
+            _buffers: buffers,
+        }
+    }
+
+    fn run(&self) {
+        let turn = self.turn.get() ^ 1;
+        self.turn.set(turn);
+        block_on(self.queue.execute(
+            self.timeline.next(),
+            &self.command_buffer,
+            Some(&self.tables[turn]),
+        ))
+        .expect("run");
+    }
 }

@@ -17,7 +17,7 @@
 //! | [`Event`]     | `cuEventDestroy` (a pending record completes harmlessly)           |
 //! | [`Module`]    | `cuModuleUnload`, behind the capture gate ([`crate::capture`]); its functions hold it |
 //! | [`Function`]  | nothing of its own: it holds its module and the kernel's checked signature |
-//! | [`Graph`]     | `cuGraphExecDestroy` (launches in flight finish first)             |
+//! | [`Graph`]     | `cuGraphExecDestroy` (launches in flight finish first), then `cuGraphDestroy` of the graph it was made from |
 //!
 //! Every driver call here needs the API's context current on the calling thread: the objects
 //! are only dropped inside `CudaApi`'s methods after they bound it (each method binds before it
@@ -25,9 +25,11 @@
 //! binds too (or forgets them if it cannot: the context's destruction takes them with it).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{CUdevice, CUevent, CUfunction, CUgraphExec, CUmodule, CUstream};
+use cudarc::driver::sys::{
+    CUdevice, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUmodule, CUstream,
+};
 use halcyon::Result;
 use halcyon_stream::arguments::KernelSignature;
 
@@ -110,12 +112,80 @@ owned!(
     "cuEventDestroy"
 );
 
-owned!(
-    /// A `CUgraphExec` made by `cuGraphInstantiateWithFlags`.
-    Graph(CUgraphExec),
-    |g| sys::cuGraphExecDestroy(g),
-    "cuGraphExecDestroy"
-);
+/// A kernel node's function, grid, block and dynamic shared memory.
+pub(crate) type NodeShape = (CUfunction, [u32; 3], [u32; 3], u32);
+
+/// An executable graph: the `CUgraphExec` made by `cuGraphInstantiateWithFlags`, with the
+/// `CUgraph` it was instantiated from, whose nodes name what `cuGraphExecKernelNodeSetParams`
+/// updates, and that graph's kernel nodes in capture order (`None` where the graph is not the
+/// chain one stream's capture makes: it is then never updated).
+pub(crate) struct Graph {
+    exec: CUgraphExec,
+    template: CUgraph,
+    kernels: Option<Vec<CUgraphNode>>,
+    /// Held by each launch and update: CUDA's graph objects must not be used by two threads
+    /// at once. Guards each kernel node's function and shape as the first update read them
+    /// (`cuGraphKernelNodeGetParams`), which every update must keep.
+    pub(crate) in_use: Mutex<Vec<Option<NodeShape>>>,
+}
+
+impl Graph {
+    pub(crate) fn new(
+        exec: CUgraphExec,
+        template: CUgraph,
+        kernels: Option<Vec<CUgraphNode>>,
+    ) -> Self {
+        let checked = vec![None; kernels.as_ref().map_or(0, Vec::len)];
+        Graph {
+            exec,
+            template,
+            kernels,
+            in_use: Mutex::new(checked),
+        }
+    }
+
+    /// The `CUgraphExec`, valid while `self` lives.
+    pub(crate) fn raw(&self) -> CUgraphExec {
+        self.exec
+    }
+
+    /// The graph's kernel nodes in capture order (valid while `self` lives), if known.
+    pub(crate) fn kernels(&self) -> Option<&[CUgraphNode]> {
+        self.kernels.as_deref()
+    }
+}
+
+impl Destroy for Graph {
+    fn destroy(&mut self) -> Result<()> {
+        let exec = std::mem::replace(&mut self.exec, std::ptr::null_mut());
+        let template = std::mem::replace(&mut self.template, std::ptr::null_mut());
+        self.kernels = None;
+        if !template.is_null() {
+            // SAFETY: the graph this API captured, destroyed once (cleared first) by its last
+            // holder; the executable graph made from it does not depend on it for launches.
+            let _ = unsafe { sys::cuGraphDestroy(template) };
+        }
+        if exec.is_null() {
+            return Ok(());
+        }
+        // SAFETY: as above, for the executable graph; the context is bound (module docs).
+        check(unsafe { sys::cuGraphExecDestroy(exec) }, || {
+            format!("cuGraphExecDestroy({exec:p})")
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let _ = self.destroy();
+    }
+}
+
+// SAFETY: CUDA handles, used from any thread that binds their context (the driver API is
+// thread-safe); launches and updates, which CUDA does not synchronise, take `in_use`.
+unsafe impl Send for Graph {}
+// SAFETY: as above.
+unsafe impl Sync for Graph {}
 
 /// A `CUmodule` loaded by `cuModuleLoadDataEx`, with the checked signature of each entry point
 /// (what a launch of its kernels must pass).

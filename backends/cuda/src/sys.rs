@@ -31,9 +31,9 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUfunction,
-    CUfunction_attribute, CUgraph, CUgraphExec, CUhostFn, CUjit_option, CUmemPoolProps,
-    CUmemPool_attribute, CUmemoryPool, CUmodule, CUpointer_attribute, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUfunction_attribute, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUhostFn,
+    CUjit_option, CUmemPoolProps, CUmemPool_attribute, CUmemoryPool, CUmodule, CUpointer_attribute,
+    CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, CUDA_KERNEL_NODE_PARAMS,
 };
 
 /// A CUDA driver call's result: the `CUresult` number as the driver returned it, which may be
@@ -419,6 +419,20 @@ driver_calls! {
     fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
     /// `cuGraphExecDestroy`.
     fn cuGraphExecDestroy(exec: CUgraphExec);
+    /// `cuGraphGetRootNodes`.
+    fn cuGraphGetRootNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize);
+    /// `cuGraphNodeGetDependentNodes`.
+    fn cuGraphNodeGetDependentNodes(node: CUgraphNode, nodes: *mut CUgraphNode, count: *mut usize);
+    /// `cuGraphNodeGetType`.
+    fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut CUgraphNodeType);
+    /// `cuGraphKernelNodeGetParams` (`_v2`, CUDA 12.0).
+    fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS);
+    /// `cuGraphExecKernelNodeSetParams` (`_v2`, CUDA 12.0).
+    fn cuGraphExecKernelNodeSetParams_v2(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const CUDA_KERNEL_NODE_PARAMS,
+    );
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
 //! | dispatch of a kernel with a status word | `launch_kernel` with its word (`KernelParams::status`) in the submission's lease of pinned host memory (zeroed by the host before, read by it on completion); signals made from the host after the check |
 //! | barrier                                | nothing: a stream runs in order                        |
-//! | a reusable command list submitted again | captured into a graph once, then `launch_graph` (where the API has graphs) |
+//! | a reusable command list submitted again (any binding table) | captured into a graph once, then `launch_graph`, its moved kernels updated in place (`update_graph_kernel`) where the API has graphs |
 //! | queue read                             | `copy_device_to_host_async` into the submission's pinned lease (up to 1 MiB; larger reads into host memory of their own), copied out to the reader on completion |
 //! | pinned host memory                     | `allocate(MemoryPlacement::Pinned)`, pooled; one lease per submission that needs one, released when it is settled (see `pinned.rs`) |
 //! | host call                              | run by the [`ActionQueue`] once its waits are reached  |

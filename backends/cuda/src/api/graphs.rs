@@ -1,5 +1,5 @@
 //! Graph capture: `cuStreamBeginCapture` / `cuStreamEndCapture` and the executable graphs
-//! made from them, the device's capture gate (see [`crate::capture`]), the refusal of host
+//! made from them (their kernel nodes pointed at new parameters in place), the device's capture gate (see [`crate::capture`]), the refusal of host
 //! functions and reads on a capturing stream, and the pinned copies of host data that
 //! captured host-to-device copies read at every launch (see [`CudaApi::enable_graphs`]).
 
@@ -7,14 +7,20 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use cudarc::driver::sys::{CUgraph, CUgraphExec, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cudarc::driver::sys::{
+    CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUgraphNodeType, CUstreamCaptureMode,
+    CUstreamCaptureStatus, CUDA_KERNEL_NODE_PARAMS,
+};
 use halcyon::{Error, Result, StatusCode};
 use halcyon_stream::staging::PinnedBuffer;
-use halcyon_stream::{Capabilities, DevicePtr, GraphHandle, StreamHandle};
+use halcyon_stream::{
+    Capabilities, DevicePtr, FunctionHandle, GraphHandle, KernelParams, LaunchConfig, StreamHandle,
+};
 
+use super::launch::with_kernel_params;
 use super::CudaApi;
 use crate::capture::CaptureGate;
-use crate::objects::{destroy_last, Graph, Stream};
+use crate::objects::{destroy_last, Graph, NodeShape, Stream};
 use crate::result::check;
 use crate::sys;
 
@@ -37,8 +43,17 @@ impl CudaApi {
     /// destroyed it is freed at the next `free`, `synchronize_stream` or drop of the API
     /// (`cuMemFreeHost` may wait for the device, which those calls may). The graph methods
     /// themselves work either way.
+    ///
+    /// Where the driver has `cuGraphExecKernelNodeSetParams_v2` (CUDA 12.0), it also
+    /// advertises [`Capabilities::GRAPH_UPDATE`]: a list submitted with a new binding table
+    /// keeps its graph, whose kernel nodes are pointed at the new buffers in place.
     pub fn enable_graphs(&mut self) {
         self.info.capabilities |= Capabilities::GRAPHS;
+        if sys::exports("cuGraphExecKernelNodeSetParams_v2\0")
+            && sys::exports("cuGraphKernelNodeGetParams_v2\0")
+        {
+            self.info.capabilities |= Capabilities::GRAPH_UPDATE;
+        }
     }
 
     /// Bytes of pinned memory held for captured host-to-device copies (see
@@ -227,16 +242,107 @@ impl CudaApi {
         // SAFETY: the graph just captured; valid out-pointer; flags 0.
         let r = self
             .trimming_on_oom(|| unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
-        // SAFETY: the executable graph does not depend on the graph it was instantiated from.
-        let _ = unsafe { sys::cuGraphDestroy(graph) };
         if let Err(e) = check(r, || "cuGraphInstantiateWithFlags".into()) {
+            // SAFETY: the graph just captured, destroyed once.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
             self.captured_copies(s.0, None);
             return Err(e);
         }
+        // The graph stays with its executable graph: its kernel nodes name what an update
+        // changes.
+        // SAFETY: the graph just captured, alive until the `Graph` made below destroys it.
+        let kernels = unsafe { kernel_chain(graph) };
         let handle = exec as usize as u64;
         self.captured_copies(s.0, Some(handle));
-        self.graphs.insert(handle, Graph::new(exec));
+        self.graphs.insert(handle, Graph::new(exec, graph, kernels));
         Ok(GraphHandle(handle))
+    }
+
+    pub(super) fn update_graph_kernel(
+        &self,
+        graph: GraphHandle,
+        kernel: usize,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+    ) -> Result<()> {
+        let _bound = self.bind()?;
+        let held = self.graphs.get(graph.0)?;
+        // The status word, if any, is held live until the update is made.
+        let (f, _status) = self.launchable(function, params)?;
+        let mut checked = held.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(kernels) = held.kernels() else {
+            return Err(Error::new(
+                StatusCode::Unimplemented,
+                format!(
+                    "{graph:?} is not a chain of nodes (as one stream's capture makes): its \
+                     kernels cannot be told apart to update"
+                ),
+            ));
+        };
+        let node = *kernels.get(kernel).ok_or_else(|| {
+            Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "kernel launch {kernel} of {graph:?}, which has {}",
+                    kernels.len()
+                ),
+            )
+        })?;
+        let LaunchConfig {
+            grid,
+            block,
+            shared_memory_bytes,
+        } = *config;
+        let wanted = node_params(f.raw(), grid, block, shared_memory_bytes);
+        let shape = |p: &CUDA_KERNEL_NODE_PARAMS| -> NodeShape {
+            (
+                p.func,
+                [p.gridDimX, p.gridDimY, p.gridDimZ],
+                [p.blockDimX, p.blockDimY, p.blockDimZ],
+                p.sharedMemBytes,
+            )
+        };
+        // Updates keep the node's function and shape, so they are read once.
+        let captured = match checked[kernel] {
+            Some(captured) => captured,
+            None => {
+                let mut captured = node_params(std::ptr::null_mut(), [0; 3], [0; 3], 0);
+                // SAFETY: a kernel node of the graph `held` keeps alive; valid out-pointer.
+                let r = unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut captured) };
+                check(r, || format!("cuGraphKernelNodeGetParams({node:p})"))?;
+                *checked[kernel].insert(shape(&captured))
+            }
+        };
+        if captured != shape(&wanted) {
+            return Err(Error::new(
+                StatusCode::FailedPrecondition,
+                format!(
+                    "kernel launch {kernel} of {graph:?} launches another kernel or shape \
+                     (captured {captured:?}, asked {:?} of {}): only its parameters can change",
+                    shape(&wanted),
+                    f.name
+                ),
+            ));
+        }
+        let r = with_kernel_params(params, |kernel_params| {
+            let update = CUDA_KERNEL_NODE_PARAMS {
+                kernelParams: kernel_params,
+                ..wanted
+            };
+            // SAFETY: an executable graph and a kernel node of the graph it was instantiated
+            // from, both held (with `in_use` locked, so no launch or update of the graph runs
+            // meanwhile); the function is the node's own, and the parameters match its
+            // signature (checked above), so the driver reads no more than `kernel_params`
+            // points at, which outlives the call; `extra` is null.
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(held.raw(), node, &update) }
+        });
+        check(r, || {
+            format!(
+                "cuGraphExecKernelNodeSetParams({graph:?}, kernel {kernel}, {} bindings)",
+                params.bindings.len()
+            )
+        })
     }
 
     /// # Safety
@@ -244,6 +350,7 @@ impl CudaApi {
     pub(super) unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         let _bound = self.bind()?;
         let (graph, live) = (self.graphs.get(graph.0)?, self.enqueue_stream(s)?);
+        let _in_use = graph.in_use.lock().unwrap_or_else(|p| p.into_inner());
         check(
             // SAFETY: an executable graph of this API and a live stream, both held for the call.
             unsafe { sys::cuGraphLaunch(graph.raw(), live.raw()) },
@@ -265,4 +372,74 @@ impl CudaApi {
         // first (CUDA frees it asynchronously on completion).
         destroy_last(held)
     }
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` for a launch of `func` with this shape and no parameters yet.
+fn node_params(
+    func: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_memory_bytes: u32,
+) -> CUDA_KERNEL_NODE_PARAMS {
+    CUDA_KERNEL_NODE_PARAMS {
+        func,
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared_memory_bytes,
+        kernelParams: std::ptr::null_mut(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+/// The one node `list` reports (`cuGraphGetRootNodes`, `cuGraphNodeGetDependentNodes`):
+/// `Some(None)` for none, `None` for several or an error.
+fn only_node(
+    list: impl FnOnce(*mut CUgraphNode, *mut usize) -> sys::Code,
+) -> Option<Option<CUgraphNode>> {
+    let mut nodes: [CUgraphNode; 2] = [std::ptr::null_mut(); 2];
+    let mut count = nodes.len();
+    if !list(nodes.as_mut_ptr(), &mut count).is_success() {
+        return None;
+    }
+    match count {
+        0 => Some(None),
+        1 => Some(Some(nodes[0])),
+        _ => None,
+    }
+}
+
+/// The kernel nodes of `graph` in order, if it is the chain one stream's capture makes (one
+/// root, each node followed by at most one): the `k`-th is the `k`-th kernel launched during
+/// the capture. `None` for any other shape, or if the driver does not answer.
+///
+/// # Safety
+/// `graph` must be a live graph of the bound context.
+unsafe fn kernel_chain(graph: CUgraph) -> Option<Vec<CUgraphNode>> {
+    let mut kernels = Vec::new();
+    // SAFETY: the caller's contract; the out-pointers are valid for two nodes and a count.
+    let mut next =
+        only_node(|nodes, count| unsafe { sys::cuGraphGetRootNodes(graph, nodes, count) })?;
+    while let Some(node) = next {
+        // Read as a plain integer: an out-of-range value must not become an enum.
+        let mut kind: u32 = u32::MAX;
+        // SAFETY: a node of the live graph; the out-pointer is valid for the 4-byte enum.
+        let r = unsafe { sys::cuGraphNodeGetType(node, (&mut kind as *mut u32).cast()) };
+        if !r.is_success() {
+            return None;
+        }
+        if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL as u32 {
+            kernels.push(node);
+        }
+        // SAFETY: as above.
+        next = only_node(|nodes, count| unsafe {
+            sys::cuGraphNodeGetDependentNodes(node, nodes, count)
+        })?;
+    }
+    Some(kernels)
 }

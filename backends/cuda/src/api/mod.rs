@@ -34,10 +34,13 @@
 //! | `unload_module`                     | `cuModuleUnload`                                               |
 //! | `get_function`                      | `cuModuleGetFunction`; the handle is registered with its kernel's checked signature, which a launch must match |
 //! | `launch_kernel`                     | `cuLaunchKernel`; `kernelParams[i]` points at binding `i`'s `CUdeviceptr`, then at each `u32` constant, then at the status word's `CUdeviceptr` if there is one (see [`crate::module`]) |
-//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags` + `cuGraphDestroy`; while a stream of the device captures, `cuMemFree`, `cuMemFreeHost`, `cuModuleLoadDataEx` and `cuModuleUnload` (which may synchronise the context and so invalidate the capture) wait on other threads, and a capture waits for those under way (`src/capture.rs`) |
-//! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
+//! | `begin_capture` / `end_capture`     | `cuStreamBeginCapture(CU_STREAM_CAPTURE_MODE_RELAXED)` / `cuStreamEndCapture` + `cuGraphInstantiateWithFlags`, the graph kept with its executable graph and its kernel nodes listed in capture order (`cuGraphGetRootNodes`, `cuGraphNodeGetDependentNodes`, `cuGraphNodeGetType`); while a stream of the device captures, `cuMemFree`, `cuMemFreeHost`, `cuModuleLoadDataEx` and `cuModuleUnload` (which may synchronise the context and so invalidate the capture) wait on other threads, and a capture waits for those under way (`src/capture.rs`) |
+//! | `launch_graph` / `destroy_graph`    | `cuGraphLaunch` / `cuGraphExecDestroy` + `cuGraphDestroy`; `GRAPHS` is advertised only after [`CudaApi::enable_graphs`] |
+//! | `update_graph_kernel`               | `cuGraphKernelNodeGetParams` (the node must launch the same function and shape) + `cuGraphExecKernelNodeSetParams` with `kernelParams` as for a launch; `GRAPH_UPDATE` with `GRAPHS`, where the driver exports both (`_v2`, CUDA 12.0) |
 //!
-//! Every call above exists in CUDA 11.4 or earlier except `cuFuncGetParamInfo` (CUDA 12.4),
+//! Every call above exists in CUDA 11.4 or earlier except the `_v2` kernel-node calls of
+//! `update_graph_kernel` (CUDA 12.0, looked up before `GRAPH_UPDATE` is advertised) and
+//! `cuFuncGetParamInfo` (CUDA 12.4),
 //! which is made only when the driver supports [`PARAM_INFO_VERSION`]
 //! ([`Probe::supports`]): the probe admits drivers from CUDA 12.0 (were the symbol missing
 //! anyway, [`Code::MISSING_SYMBOL`] would skip the check, not panic).
@@ -591,6 +594,17 @@ unsafe impl StreamApi for CudaApi {
     unsafe fn launch_graph(&self, graph: GraphHandle, s: StreamHandle) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { CudaApi::launch_graph(self, graph, s) }
+    }
+
+    fn update_graph_kernel(
+        &self,
+        graph: GraphHandle,
+        kernel: usize,
+        function: FunctionHandle,
+        config: &LaunchConfig,
+        params: &KernelParams<'_>,
+    ) -> Result<()> {
+        CudaApi::update_graph_kernel(self, graph, kernel, function, config, params)
     }
 
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {

@@ -17,6 +17,7 @@ use halcyon_stream::{
 
 use super::common;
 
+mod graph_update;
 mod timing;
 
 /// The including crate's driver preparation: `false` (the reason printed) to skip.

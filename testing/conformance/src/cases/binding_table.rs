@@ -6,8 +6,11 @@ use crate::harness::{block_on, done, download_u32, pattern_u32, upload_u32};
 use crate::kernels::{workgroups, Kernels, StandardKernels};
 
 /// One reusable command buffer whose increment binds slot 0 is recorded once and replayed with
-/// three different buffers, buffer `k` bound `k + 1` times: each buffer ends exactly `k + 1`
-/// above its initial data, so every replay hit the buffer its table named, and only it.
+/// three different buffers, buffer `k` bound `k + 1` times, then each twice more in turn
+/// (`0, 1, 2, 0, 1, 2`), all submitted before any completes: each buffer ends exactly `k + 3`
+/// above its initial data, so every replay hit the buffer its table named, and only it, also
+/// where a backend points a graph captured from the recording at each new table in place
+/// while earlier launches of it are still in flight.
 pub fn binding_table_replay(device: &Device, kernels: &dyn Kernels) -> Result<()> {
     const N: u32 = 500;
     block_on(async {
@@ -44,6 +47,12 @@ pub fn binding_table_replay(device: &Device, kernels: &dyn Kernels) -> Result<()
                 submissions.push(queue.execute(timeline.next(), &command_buffer, Some(&table)));
             }
         }
+        for _ in 0..2 {
+            for buffer in &buffers {
+                let table = BindingTable::from_ranges([buffer.whole()]);
+                submissions.push(queue.execute(timeline.next(), &command_buffer, Some(&table)));
+            }
+        }
         for (i, submission) in submissions.into_iter().enumerate() {
             done(&format!("replay {i}"), submission).await?;
         }
@@ -51,12 +60,12 @@ pub fn binding_table_replay(device: &Device, kernels: &dyn Kernels) -> Result<()
         let end = Fence::at(timeline.semaphore(), timeline.last());
         for (k, buffer) in buffers.iter().enumerate() {
             let values = download_u32(&queue, end.clone(), &buffer.whole()).await?;
-            let expected: Vec<u32> = initial[k].iter().map(|v| v + k as u32 + 1).collect();
+            let expected: Vec<u32> = initial[k].iter().map(|v| v + k as u32 + 3).collect();
             assert_eq!(
                 values,
                 expected,
                 "buffer {k} should have been incremented {} times",
-                k + 1
+                k + 3
             );
         }
         Ok(())

@@ -24,13 +24,14 @@ use crate::model::kernels::{DEFAULT_DYNAMIC_SHARED, MAX_SHARED_OPTIN};
 use crate::model::memory::DEVICE_BYTES;
 use crate::model::stream::{find_stream, invalidate_captures, Stream};
 
+pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod stream;
 
 /// Every export, for the fake's own tests.
 #[cfg(test)]
-pub(crate) use self::{memory::*, module::*, stream::*};
+pub(crate) use self::{graph::*, memory::*, module::*, stream::*};
 
 /// The CUDA version the fake reports (`cuDriverGetVersion`).
 pub(crate) const DRIVER_VERSION: c_int = 13000;

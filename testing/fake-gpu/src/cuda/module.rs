@@ -1,16 +1,14 @@
-//! CUDA's modules (PTX and cubins), functions, kernel launches and graphs.
+//! CUDA's modules (PTX and cubins), functions and kernel launches.
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use cudarc::driver::sys::{CUjit_option, CUresult};
 use CUresult::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED};
 
 use super::{call, cuda_stream, sync_context};
-use crate::ffi::{as_ptr, handle, no_flags, put};
-use crate::model::contract::{check_same_device, current_device, Needs};
-use crate::model::driver::{driver, next_handle, GRAPH_LAUNCHES};
+use crate::ffi::{as_ptr, handle, put};
+use crate::model::contract::{current_device, Needs};
 use crate::model::kernels::MAX_SHARED_OPTIN;
 use crate::model::launch::{launch, Limits, Shape};
 use crate::model::module::{
@@ -21,7 +19,7 @@ use crate::{cubin, hsaco};
 
 /// CUDA's launch limits: blocks at most 64 deep, grids at most 65535 high and deep, dynamic
 /// shared memory up to the kernel's limit, blocks within the kernel's own limit.
-const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     grid_yz: 65535,
     block_z: 64,
     shared: None,
@@ -299,91 +297,5 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 &LIMITS,
             )
         }
-    })
-}
-
-// ------------------------------------------------------------------ graphs
-
-/// `cuGraphInstantiateWithFlags`: flags must be 0.
-///
-/// # Safety
-/// CUDA's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
-    out: *mut *mut c_void,
-    graph: *mut c_void,
-    flags: c_ulonglong,
-) -> CUresult {
-    call("cuGraphInstantiate", Needs::Context, || {
-        let ops = driver().find(|d| &d.graphs, handle(graph), "graph", "cuGraphInstantiate")?;
-        no_flags(flags)?;
-        if out.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = next_handle();
-        let mut driver = driver();
-        let dev = driver.owner(handle(graph));
-        driver.execs.insert(h, Arc::new(ops.to_vec()));
-        driver.adopt(h, dev);
-        drop(driver);
-        // SAFETY: CUDA's contract: `out` is valid for one CUgraphExec.
-        unsafe { put(out, as_ptr(h)) }
-    })
-}
-
-/// `cuGraphDestroy`.
-///
-/// # Safety
-/// CUDA's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphDestroy(graph: *mut c_void) -> CUresult {
-    call("cuGraphDestroy", Needs::ContextEvenFaulted, || {
-        driver()
-            .remove(|d| &mut d.graphs, handle(graph), "graph", "cuGraphDestroy")
-            .map(drop)
-    })
-}
-
-/// `cuGraphLaunch`: enqueues the graph's operations, together.
-///
-/// # Safety
-/// CUDA's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch(exec: *mut c_void, s: *mut c_void) -> CUresult {
-    call("cuGraphLaunch", Needs::Context, || {
-        let ops = driver().find(
-            |d| &d.execs,
-            handle(exec),
-            "executable graph",
-            "cuGraphLaunch",
-        )?;
-        let stream = cuda_stream(s, "cuGraphLaunch")?;
-        let exec_device = driver().owner(handle(exec));
-        check_same_device(
-            "cuGraphLaunch",
-            ("an executable graph", exec_device),
-            ("a stream", stream.device),
-        )?;
-        stream.enqueue_all(&ops);
-        GRAPH_LAUNCHES.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    })
-}
-
-/// `cuGraphExecDestroy`: launches in flight still complete.
-///
-/// # Safety
-/// CUDA's contract for the call.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphExecDestroy(exec: *mut c_void) -> CUresult {
-    call("cuGraphExecDestroy", Needs::ContextEvenFaulted, || {
-        driver()
-            .remove(
-                |d| &mut d.execs,
-                handle(exec),
-                "executable graph",
-                "cuGraphExecDestroy",
-            )
-            .map(drop)
     })
 }

@@ -1,7 +1,6 @@
 //! CUDA's streams, stream capture, events and host functions.
 
 use std::ffi::{c_uint, c_void};
-use std::sync::Arc;
 
 use cudarc::driver::sys::{
     CUevent_flags, CUhostFn, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus,
@@ -11,7 +10,7 @@ use CUresult::CUDA_ERROR_NOT_SUPPORTED;
 use super::{call, cuda_stream};
 use crate::ffi::{as_ptr, handle, no_flags, put, put_new};
 use crate::model::contract::{current_device, Needs};
-use crate::model::driver::{driver, next_handle};
+use crate::model::driver::driver;
 use crate::model::event::{create_event, destroy_event, elapsed_ms, find_event};
 use crate::model::stream::{create_stream, destroy_stream, find_stream};
 
@@ -110,11 +109,7 @@ pub unsafe extern "C" fn cuStreamEndCapture(s: *mut c_void, graph: *mut *mut c_v
                 return Err(code);
             }
         };
-        let h = next_handle();
-        let mut driver = driver();
-        driver.graphs.insert(h, Arc::new(ops));
-        driver.adopt(h, stream.device);
-        drop(driver);
+        let h = driver().add_graph(ops, stream.device);
         // SAFETY: CUDA's contract: `graph` is valid for one CUgraph.
         unsafe { put(graph, as_ptr(h)) }
     })

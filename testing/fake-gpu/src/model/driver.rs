@@ -98,6 +98,13 @@ pub(crate) struct Driver {
     /// Captured graphs, and instantiated ones, by handle.
     pub graphs: HashMap<u64, Arc<Vec<Op>>>,
     pub execs: HashMap<u64, Arc<Vec<Op>>>,
+    /// The nodes of each captured graph, one per operation, in capture order (each depends on
+    /// the one before).
+    pub graph_nodes: HashMap<u64, Vec<u64>>,
+    /// Each node's graph and position in it.
+    pub nodes: HashMap<u64, (u64, usize)>,
+    /// The graph each executable graph was instantiated from.
+    pub exec_origins: HashMap<u64, u64>,
     pub pools: HashSet<u64>,
     /// The device of every live handle above (streams, events, modules, functions, graphs,
     /// executable graphs and pools).
@@ -114,6 +121,28 @@ pub(crate) fn driver() -> MutexGuard<'static, Driver> {
 }
 
 impl Driver {
+    /// Registers `ops`, captured on a stream of device `device`, as a graph with a node per
+    /// operation; its handle.
+    pub(crate) fn add_graph(&mut self, ops: Vec<Op>, device: u32) -> u64 {
+        let h = next_handle();
+        let nodes: Vec<u64> = (0..ops.len()).map(|_| next_handle()).collect();
+        for (at, &node) in nodes.iter().enumerate() {
+            self.nodes.insert(node, (h, at));
+        }
+        self.graph_nodes.insert(h, nodes);
+        self.graphs.insert(h, Arc::new(ops));
+        self.adopt(h, device);
+        h
+    }
+
+    /// Forgets the nodes of graph `graph` (destroyed).
+    pub(crate) fn forget_nodes(&mut self, graph: u64) {
+        for node in self.graph_nodes.remove(&graph).unwrap_or_default() {
+            self.nodes.remove(&node);
+            self.retired.insert(node);
+        }
+    }
+
     /// Looks `handle` up in the map `pick` chooses: a destroyed or unknown handle is a
     /// violation and `CUDA_ERROR_INVALID_HANDLE`.
     pub(crate) fn find<T: Clone>(
@@ -207,8 +236,11 @@ impl Driver {
             self.events.remove(&h);
             self.modules.remove(&h);
             self.functions.remove(&h);
-            self.graphs.remove(&h);
+            if self.graphs.remove(&h).is_some() {
+                self.forget_nodes(h);
+            }
             self.execs.remove(&h);
+            self.exec_origins.remove(&h);
             self.pools.remove(&h);
             self.retire(h);
         }

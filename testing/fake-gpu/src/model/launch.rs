@@ -53,6 +53,36 @@ pub(crate) unsafe fn launch(
     extra: *mut *mut c_void,
     limits: &Limits,
 ) -> Ret {
+    // SAFETY: the caller's contract.
+    let launch = unsafe {
+        prepare(
+            call,
+            kernel,
+            stream.device,
+            shape,
+            kernel_params,
+            extra,
+            limits,
+        )
+    }?;
+    stream.enqueue(Op::Kernel(Arc::new(launch)));
+    Ok(())
+}
+
+/// The launch [`launch`] would enqueue on a stream of device `device`, checked as it checks
+/// it: what a graph's kernel node is set to (`cuGraphExecKernelNodeSetParams`).
+///
+/// # Safety
+/// As for [`launch`].
+pub(crate) unsafe fn prepare(
+    call: &str,
+    kernel: &Arc<Kernel>,
+    device: u32,
+    shape: Shape,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    limits: &Limits,
+) -> Result<Launch, CUresult> {
     let Shape {
         grid,
         block,
@@ -81,27 +111,8 @@ pub(crate) unsafe fn launch(
     if !extra.is_null() {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    // SAFETY: the caller's contract.
-    unsafe { enqueue(call, kernel, stream, shape, kernel_params) }
-}
-
-/// Enqueues a launch of `kernel` on `stream` (see [`launch`]).
-///
-/// # Safety
-/// As [`launch`].
-unsafe fn enqueue(
-    call: &str,
-    kernel: &Arc<Kernel>,
-    stream: &Stream,
-    shape: Shape,
-    kernel_params: *mut *mut c_void,
-) -> Ret {
     let function_device = driver().owner(kernel.function);
-    check_same_device(
-        call,
-        ("a function", function_device),
-        ("a stream", stream.device),
-    )?;
+    check_same_device(call, ("a function", function_device), ("a stream", device))?;
     let Some(native) = kernel.native else {
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
@@ -131,13 +142,12 @@ unsafe fn enqueue(
             u64::from_le_bytes(bytes)
         })
         .collect();
-    stream.enqueue(Op::Kernel(Arc::new(Launch {
+    Ok(Launch {
         kernel: kernel.clone(),
         native,
-        grid: shape.grid,
-        block: shape.block,
-        shared_memory_bytes: shape.shared_memory_bytes,
+        grid,
+        block,
+        shared_memory_bytes,
         args,
-    })));
-    Ok(())
+    })
 }

@@ -98,6 +98,118 @@ fn events_order_streams_and_graphs_replay() {
     );
 }
 
+/// A captured graph's nodes form a chain in capture order, each typed by its operation; a
+/// kernel node of an executable graph pointed at new arguments changes later launches only,
+/// and a node that is not a kernel cannot be set so.
+#[test]
+fn graph_nodes_chain_and_kernel_updates() {
+    use cudarc::driver::sys::{CUgraphNodeType, CUDA_KERNEL_NODE_PARAMS};
+    let session = Session::new();
+    let a = session.stream();
+    let (module, add_one) = session.add_one();
+    let (x, y) = (alloc(256), alloc(256));
+    let (mut graph, mut exec) = (null_mut(), null_mut());
+    let mut nodes = Vec::new();
+    // SAFETY: live handles of this driver; valid out-pointers, arrays with the room they say.
+    unsafe {
+        assert_eq!(cuMemsetD32Async(x, 0, 64, a), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamBeginCapture_v2(a, 2), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, a),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuMemsetD32Async(y, 5, 64, a), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            session.launch_add_one(add_one, x, 64, a),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuStreamEndCapture(a, &mut graph), CUresult::CUDA_SUCCESS);
+        let mut count = 0;
+        assert_eq!(
+            cuGraphGetRootNodes(graph, null_mut(), &mut count),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(count, 1);
+        let mut next = [null_mut(); 2];
+        let mut room = 2;
+        assert_eq!(
+            cuGraphGetRootNodes(graph, next.as_mut_ptr(), &mut room),
+            CUresult::CUDA_SUCCESS
+        );
+        while room == 1 {
+            nodes.push(next[0]);
+            room = 2;
+            assert_eq!(
+                cuGraphNodeGetDependentNodes(next[0], next.as_mut_ptr(), &mut room),
+                CUresult::CUDA_SUCCESS
+            );
+        }
+        assert_eq!(room, 0, "a chain");
+        let kinds: Vec<u32> = nodes
+            .iter()
+            .map(|&node| {
+                let mut kind = u32::MAX;
+                assert_eq!(cuGraphNodeGetType(node, &mut kind), CUresult::CUDA_SUCCESS);
+                kind
+            })
+            .collect();
+        let (kernel, memset) = (
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL as u32,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET as u32,
+        );
+        assert_eq!(kinds, [kernel, memset, kernel]);
+        assert_eq!(
+            cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(cuGraphLaunch(exec, a), CUresult::CUDA_SUCCESS); // x: 2, y: 5
+                                                                    // The second kernel now adds to y: later launches only.
+        let mut captured: CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
+        assert_eq!(
+            cuGraphKernelNodeGetParams_v2(nodes[2], &mut captured),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(captured.func.cast(), add_one);
+        assert_eq!((captured.gridDimX, captured.blockDimX), (1, 64));
+        let n = 64u32;
+        let mut args = [
+            (&y as *const u64).cast_mut().cast::<c_void>(),
+            (&n as *const u32).cast_mut().cast(),
+        ];
+        let update = CUDA_KERNEL_NODE_PARAMS {
+            kernelParams: args.as_mut_ptr(),
+            ..captured
+        };
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, nodes[2], &update),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            cuGraphExecKernelNodeSetParams_v2(exec, nodes[1], &update),
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            "a memset node"
+        );
+        assert_eq!(cuGraphLaunch(exec, a), CUresult::CUDA_SUCCESS); // x: 3, y: 6
+        assert_eq!(cuStreamSynchronize(a), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuGraphExecDestroy(exec), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(read_u32s(x, 64), vec![3; 64]);
+    assert_eq!(read_u32s(y, 64), vec![6; 64]);
+    // SAFETY: live handles, each destroyed once.
+    unsafe {
+        assert_eq!(cuMemFree_v2(x), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(y), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuModuleUnload(module), CUresult::CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(a), CUresult::CUDA_SUCCESS);
+    }
+    assert!(
+        session.new_violations().is_empty(),
+        "{:?}",
+        session.new_violations()
+    );
+}
+
 #[test]
 fn ptx_is_read_for_entry_points_and_rejected_with_a_log() {
     let session = Session::new();
