@@ -77,8 +77,8 @@
 //!   raw pinned copy.
 //!
 //! Group `cuda_read_64m`: the same three for 64 MiB, where halcyon's read goes through the API's
-//! pinned staging in 8 MiB chunks, a host function copying each out
-//! (`halcyon_stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
+//! pinned staging in 8 MiB chunks, double-buffered: the staging thread copies one chunk out
+//! while the device copies the next in (`halcyon_stream::staging`); `raw/pageable_sync`, which also ends in a `Vec`, is the
 //! comparison that matters. Plus `completion_thread/read_into_block_on`: `queue.read_into`
 //! handed the vector the previous read returned, so that no read touches fresh memory (a
 //! fresh 64 MiB vector costs tens of milliseconds of page faults on some hosts).

@@ -17,8 +17,8 @@
 //! | host-visible memory              | `hipMallocManaged(hipMemAttachGlobal)` / `hipFree`, or `hipHostMalloc(hipHostMallocMapped)` / `hipHostFree` ([`HostVisibleMemory`]) |
 //! | pinned memory ([`MemoryPlacement::Pinned`]) | `hipHostMalloc(hipHostMallocMapped \| hipHostMallocCoherent)` / `hipHostFree` whatever [`HostVisibleMemory`] says; `hipHostGetDevicePointer` must return the host address (else `hipHostFree` and `Unimplemented`) |
 //! | stream-ordered allocation        | `hipMallocFromPoolAsync` from the API's own pool (`hipMemPoolCreate`, release threshold [`HipStreamApi::set_pool_release_threshold`]) / `hipFreeAsync`; `hipMallocAsync` on the device's default pool where the pool calls are not all exported or the pool cannot be made; when `hipMallocAsync` is exported and `hipDeviceAttributeMemoryPoolsSupported` |
-//! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by a host function, `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon_stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
-//! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into the buffer, then a host function copying the chunk out, the last one returning the buffer (`halcyon_stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by the staging thread into the other half of a 16 MiB buffer while the device copies the one before (host functions hand them over and wait), `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon_stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
+//! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into one half of the buffer, then a host function handing the chunk to the staging thread, which copies it out while the device fills the other half, the last one waiting for every chunk and returning the buffer (`halcyon_stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after the checks of [`HipModule`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
@@ -112,9 +112,9 @@
 //! asynchronous, with a host function on the same stream after the copy: for a write it only
 //! returns the buffer to the pool (the caller's bytes were copied into it at enqueue); for a
 //! read it first copies the bytes to the caller's memory, and the stream's later work (the
-//! submission's completion event) waits for it. A copy over 8 MiB goes through one 8 MiB
-//! buffer chunk by chunk, a host function moving each chunk (`halcyon_stream::staging`
-//! explains why). The host functions call no HIP function. Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
+//! submission's completion event) waits for it. A copy over 8 MiB goes through the two halves
+//! of one 16 MiB buffer chunk by chunk, the staging thread copying one chunk on the host while
+//! the device copies the next (`halcyon_stream::staging` explains why). The host functions call no HIP function. Copies from or to this API's own host-visible or pinned memory (managed, or mapped pinned:
 //! [`MemoryPlacement::Pinned`] and [`HostVisibleMemory::MappedHost`]; known from the allocation
 //! registry) need no staging and go straight to `hipMemcpyAsync`.
 //!
