@@ -10,8 +10,11 @@
 //! context, registry lookups of its handles, the allocation-table range check), as
 //! `record_event` + `query_event` and `memset_async` against the same raw calls, interleaved
 //! (see `calls`). With `HALCYON_CUDA_BENCH_FAKE=1` the benchmark loads the fake driver
-//! (`testing/fake-gpu`) first and prints only this, which then measures halcyon's side
-//! against the fake's calls on a machine without a GPU.
+//! (`testing/fake-gpu`) first and runs only this, which then measures halcyon's side against
+//! the fake's calls on a machine without a GPU, `cuda_replay_table_100` (that it works: its
+//! times mean nothing there), and `cuda_write_64m` and `cuda_read_64m`, whose host side
+//! (staging, and its overlap with the fake's copies, which are host memcpys on the fake's
+//! stream threads) is real.
 //!
 //! Group `cuda_round_trip` (one empty kernel, submitted and awaited):
 //!
@@ -803,7 +806,7 @@ fn calls(raw: &Raw, probe: &'static probe::Probe) {
 
 fn main() {
     // HALCYON_CUDA_BENCH_FAKE=1: on the fake driver (testing/fake-gpu), where only the call
-    // overhead means anything (its "device" is host threads): `cuda_calls` alone.
+    // overhead and the host side of transfers mean anything (its "device" is host threads).
     let fake = std::env::var_os("HALCYON_CUDA_BENCH_FAKE").is_some();
     if fake {
         if let Err(e) = halcyon_fake_gpu::client::Fake::load() {
@@ -826,8 +829,12 @@ fn main() {
     let raw = Raw::new();
     calls(&raw, probe);
     if fake {
+        let mut criterion = Criterion::default().configure_from_args();
         // Only that the table replay works on the fake (its times mean nothing).
-        replay_table(&mut Criterion::default().configure_from_args(), &raw);
+        replay_table(&mut criterion, &raw);
+        read(&mut criterion, &raw, "cuda_read_64m", 64 << 20, 20);
+        write(&mut criterion, &raw);
+        criterion.final_summary();
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();
