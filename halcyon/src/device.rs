@@ -266,6 +266,20 @@ pub trait DeviceBackend: Send + Sync + 'static {
         std::time::Duration::ZERO
     }
 
+    /// Waits on the device's own completion primitive, on the awaiting thread, for the
+    /// operation on `queue` whose completion semaphore is `done`, for up to `budget`, settling
+    /// there whatever completed meanwhile; whether it waited so. An awaited submission with a
+    /// spin budget ([`Device::set_completion_spin`]) calls this on its first poll instead of
+    /// spinning, where the backend can: the thread then sleeps in the driver (a Vulkan
+    /// timeline wait) and, woken by the device, settles the operation itself, with no hop
+    /// through the backend's completion thread. Settling here must keep the backend's order
+    /// (fence order, one queue's submissions in submission order). The default returns `false`
+    /// and the submission spins on the semaphore.
+    fn wait_native(&self, queue: u32, done: &Semaphore, budget: std::time::Duration) -> bool {
+        let _ = (queue, done, budget);
+        false
+    }
+
     /// Allocates `size` bytes of memory matching `params`.
     fn allocate(&self, size: u64, params: &BufferParams) -> Result<Arc<dyn BufferMemory>>;
 

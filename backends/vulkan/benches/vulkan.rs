@@ -9,9 +9,11 @@
 //!   * `tiny/halcyon/dispatch`: `queue.dispatch` on a queue timeline, then
 //!     `futures::executor::block_on` of the `Submission`;
 //!   * `tiny/halcyon/execute`: the same with a reusable `CommandBuffer` and `queue.execute`;
-//!   * `tiny/halcyon/dispatch_spin_20us`: `dispatch` with a 20 µs completion spin
-//!     ([`Device::set_completion_spin`]; off by default on Vulkan): the awaiting thread
-//!     watches for the completion before it sleeps;
+//!   * `tiny/halcyon/dispatch_spin_20us`, `tiny/halcyon/dispatch_wait_1ms`: `dispatch` with a
+//!     completion budget of 20 µs or 1 ms ([`Device::set_completion_spin`]; zero by default on
+//!     Vulkan): the awaiting thread's first poll waits in `vkWaitSemaphores` itself for up to
+//!     the budget and completes the submission there (`DeviceBackend::wait_native`), instead
+//!     of being woken by the queue's completion thread;
 //!   * `tiny/raw_ash`: a command buffer recorded once; `vkQueueSubmit` signalling the next value
 //!     of a timeline semaphore, then `vkWaitSemaphores` for it.
 //!   * `tiny/raw_ash_waiter_thread`: the same submissions awaited without blocking in Vulkan,
@@ -23,7 +25,10 @@
 //! * `idle`: the process's CPU time (`/proc/self/stat`) over one idle second with a live device
 //!   whose reactor has parked after work (printed, not a criterion benchmark).
 //!
-//! At the end a table of criterion's median estimates and the halcyon / raw ratios is printed.
+//! At the end a table of criterion's median estimates and the halcyon / raw ratios is printed,
+//! then `paired`: the tiny dispatch with no budget, with a 1 ms budget, and raw ash, one block
+//! of each in turn (`PAIRED_ROUNDS`, default 300, blocks of 50), medians and ratios from one
+//! interleaved run (criterion's groups run minutes apart on a machine whose speed drifts).
 
 use std::ffi::CStr;
 use std::path::PathBuf;
@@ -477,18 +482,22 @@ fn tiny(c: &mut Criterion, halcyon: &Halcyon, raw: &mut Raw) {
             block_on(queue.execute(timeline.next(), &cb, None)).expect("execute")
         })
     });
-    // The A/B of the completion spin (off by default here): the same dispatch, its awaiting
-    // thread watching for 20 µs before it sleeps.
+    // The A/B of the completion budget (zero by default here): the same dispatch, its awaiting
+    // thread waiting in vkWaitSemaphores itself, for up to 20 µs (less than the dispatch takes
+    // on lavapipe: it then sleeps as usual) and up to 1 ms (enough).
     let spin = halcyon.device.completion_spin();
-    halcyon
-        .device
-        .set_completion_spin(Duration::from_micros(20));
-    group.bench_function("halcyon/dispatch_spin_20us", |b| {
-        b.iter(|| {
-            submitted += 1;
-            block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch")
-        })
-    });
+    for (name, budget) in [
+        ("halcyon/dispatch_spin_20us", Duration::from_micros(20)),
+        ("halcyon/dispatch_wait_1ms", Duration::from_millis(1)),
+    ] {
+        halcyon.device.set_completion_spin(budget);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                submitted += 1;
+                block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch")
+            })
+        });
+    }
     halcyon.device.set_completion_spin(spin);
     let raw_before = raw.first();
     let mut raw_submitted = 0u32;
@@ -654,6 +663,7 @@ fn main() {
         .configure_from_args();
     tiny(&mut c, &halcyon, &mut raw);
     chain(&mut c, &halcyon, &mut raw);
+    paired(&halcyon, &mut raw);
     let idle = idle_cpu(&halcyon);
     c.final_summary();
 
@@ -701,6 +711,13 @@ fn main() {
         "us",
     );
     row(
+        "tiny dispatch, 1 ms wait",
+        "tiny/halcyon_dispatch_wait_1ms",
+        "tiny/raw_ash",
+        1e3,
+        "us",
+    );
+    row(
         "tiny execute round trip",
         "tiny/halcyon_execute",
         "tiny/raw_ash",
@@ -729,4 +746,59 @@ fn main() {
         "us",
     );
     println!("idle process CPU with a live device: {idle:.2} ms per second");
+}
+
+/// The tiny dispatch with no completion budget, with a 1 ms budget (the awaiting thread waits
+/// in `vkWaitSemaphores`), and raw ash, in interleaved blocks: medians per round trip and
+/// ratios to raw ash.
+fn paired(halcyon: &Halcyon, raw: &mut Raw) {
+    const BLOCK: u32 = 50;
+    let rounds: usize = std::env::var("PAIRED_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(300);
+    let queue = &halcyon.queue;
+    let timeline = queue.timeline().expect("timeline");
+    let launch = (halcyon.executable.kernel_at(0).expect("kernel"))
+        .launch([TINY / WORKGROUP, 1, 1])
+        .constant(TINY)
+        .binding(halcyon.buffer.whole());
+    let spin = halcyon.device.completion_spin();
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for _ in 0..rounds {
+        for (i, budget) in [Duration::ZERO, Duration::from_millis(1)]
+            .into_iter()
+            .enumerate()
+        {
+            halcyon.device.set_completion_spin(budget);
+            let start = Instant::now();
+            for _ in 0..BLOCK {
+                block_on(queue.dispatch(timeline.next(), &launch)).expect("dispatch");
+            }
+            times[i].push(start.elapsed().as_secs_f64() * 1e6 / f64::from(BLOCK));
+        }
+        let start = Instant::now();
+        for _ in 0..BLOCK {
+            raw.submit();
+            raw.wait();
+        }
+        times[2].push(start.elapsed().as_secs_f64() * 1e6 / f64::from(BLOCK));
+    }
+    halcyon.device.set_completion_spin(spin);
+    let medians = times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    });
+    println!("\npaired ({rounds} rounds of {BLOCK} each, interleaved), median per round trip:");
+    println!(
+        "  halcyon dispatch            {:8.1} us  {:.2}x raw",
+        medians[0],
+        medians[0] / medians[2]
+    );
+    println!(
+        "  halcyon dispatch, 1 ms wait {:8.1} us  {:.2}x raw",
+        medians[1],
+        medians[1] / medians[2]
+    );
+    println!("  raw ash                     {:8.1} us", medians[2]);
 }

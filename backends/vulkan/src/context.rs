@@ -24,6 +24,9 @@ pub(crate) struct Stats {
     pub(crate) parks: AtomicU64,
     /// Returns from a queue completion thread's `vkWaitSemaphores` with the value reached.
     pub(crate) completion_wakes: AtomicU64,
+    /// Awaited submissions that waited in `vkWaitSemaphores` themselves
+    /// (`DeviceBackend::wait_native`).
+    pub(crate) awaiting_waits: AtomicU64,
     /// Times `NativeSemaphore::watch` interrupted the reactor.
     pub(crate) watch_interrupts: AtomicU64,
     /// Submissions completed by the reactor.

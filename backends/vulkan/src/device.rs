@@ -758,6 +758,41 @@ impl DeviceBackend for VulkanDevice {
         &self.info
     }
 
+    /// Blocks in `vkWaitSemaphores` on the queue's timeline, for up to `budget`, until the
+    /// submission signalling `done` completed, then completes what finished on this thread
+    /// (under the queue's processing lock, in order, as its completion thread would): the
+    /// awaiting task is woken by the driver, not by a thread the driver woke. `false` for a
+    /// submission not handed to Vulkan yet (its waits are pending) or already completed.
+    fn wait_native(&self, queue: u32, done: &Semaphore, budget: Duration) -> bool {
+        let Some(q) = self.core.queues.get(queue as usize) else {
+            return false;
+        };
+        let target = {
+            let state = lock(&q.state);
+            // The completion semaphore is the first entry of the signal fence.
+            let mine = |f: &&InFlight| {
+                f.signal
+                    .iter()
+                    .next()
+                    .is_some_and(|(s, _)| s.id() == done.id())
+            };
+            state.in_flight.iter().find(mine).map(|f| f.value)
+        };
+        let Some(target) = target else {
+            return false;
+        };
+        let timeout = u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX);
+        self.core
+            .context
+            .stats
+            .awaiting_waits
+            .fetch_add(1, Ordering::Relaxed);
+        if let Ok(true) = self.core.wait_one(q.timeline, target, timeout) {
+            self.core.process_queue(q, None);
+        }
+        true
+    }
+
     fn query(&self, key: &str) -> Option<i64> {
         let context = &self.core.context;
         let stats = &context.stats;
@@ -780,6 +815,7 @@ impl DeviceBackend for VulkanDevice {
             "vulkan.host_waits" => context.stat(&stats.host_waits),
             "vulkan.reactor_parks" => context.stat(&stats.parks),
             "vulkan.completion_wakes" => context.stat(&stats.completion_wakes),
+            "vulkan.awaiting_waits" => context.stat(&stats.awaiting_waits),
             "vulkan.watch_interrupts" => context.stat(&stats.watch_interrupts),
             "vulkan.completed" => context.stat(&stats.completed),
             "vulkan.submits" => context.stat(&stats.submits),

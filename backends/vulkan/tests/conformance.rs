@@ -7,13 +7,29 @@
 //! `failing_dispatch_fails_the_chain` included.
 //!
 //! The multi-device cases run on two logical devices created over `vulkan://0` (two
-//! `VkDevice`s on one physical device).
+//! `VkDevice`s on one physical device). A second instance of the suite awaits every submission
+//! with a completion budget, so each first poll waits in `vkWaitSemaphores` itself and
+//! completes what finished on the awaiting thread (`DeviceBackend::wait_native`).
 
 mod common;
 
 use common::VulkanKernels;
 
 halcyon_conformance::conformance_tests!(|| halcyon_vulkan::create_device(0), VulkanKernels);
+
+/// Awaited submissions wait natively on their first poll, up to 2 ms.
+mod awaiting_waits {
+    use super::VulkanKernels;
+
+    halcyon_conformance::conformance_tests!(
+        || {
+            let device = halcyon_vulkan::create_device(0)?;
+            device.set_completion_spin(std::time::Duration::from_millis(2));
+            Ok(device)
+        },
+        VulkanKernels
+    );
+}
 
 /// The multi-device cases on two logical devices over the same physical device.
 mod pair {

@@ -107,6 +107,48 @@ fn device_to_device_waits_chain_without_host_wakes() {
     .unwrap();
 }
 
+/// With a completion budget, an awaited submission waits in `vkWaitSemaphores` on its first
+/// poll and completes itself on the awaiting thread: the dispatches of a run awaited one by one
+/// are completed so (all but those already complete when first polled), with the right
+/// results. Without one, none is.
+#[test]
+fn awaited_submissions_wait_natively_with_a_budget() {
+    let Some(device) = device_or_skip("awaited_submissions_wait_natively_with_a_budget") else {
+        return;
+    };
+    const N: u32 = 256;
+    const ROUNDS: i64 = 20;
+    let kernels = block_on(async { StandardKernels::load(&device, &VulkanKernels) }).unwrap();
+    let queue = device.queue(0).unwrap();
+    let buffer = device
+        .allocator()
+        .allocate(u64::from(N) * 4, BufferParams::DEVICE)
+        .unwrap();
+    block_on(queue.fill(Timepoints::default(), 0u32, &buffer.whole())).unwrap();
+    let run = |budget: Duration| {
+        device.set_completion_spin(budget);
+        let before = stat(&device, "vulkan.awaiting_waits");
+        for _ in 0..ROUNDS {
+            block_on(kernels.add_one(&queue, Timepoints::default(), &buffer.whole(), N)).unwrap();
+        }
+        stat(&device, "vulkan.awaiting_waits") - before
+    };
+    assert_eq!(
+        run(Duration::ZERO),
+        0,
+        "no budget: the completion thread completes"
+    );
+    // A dispatch on lavapipe takes tens of microseconds: a second covers it however loaded the
+    // machine is, and the thread sleeps in the driver meanwhile.
+    let waited = run(Duration::from_secs(1));
+    assert!(waited >= ROUNDS / 2, "{waited} of {ROUNDS} waited natively");
+    let bytes = block_on(queue.read(Timepoints::default(), &buffer.whole())).unwrap();
+    assert!(bytes_u32(&bytes)
+        .unwrap()
+        .iter()
+        .all(|&v| v == 2 * ROUNDS as u32));
+}
+
 /// A wait on a host semaphore goes through the pending-action executor, and a host semaphore
 /// in a signal fence is signalled by the reactor once the device completes.
 #[test]

@@ -259,8 +259,8 @@ mod tests {
     #[test]
     fn an_abandoned_copy_waits_for_what_it_handed_and_copies_the_rest_itself() {
         let stager = Stager::spawn().expect("a thread");
-        let src = vec![7u8; 1 << 20];
-        let mut dst = vec![0u8; 1 << 20];
+        let src = vec![7u8; 4096];
+        let mut dst = vec![0u8; 4096];
         let pipeline = Pipeline::new(0);
         // SAFETY: as above.
         unsafe {
@@ -268,7 +268,7 @@ mod tests {
                 &stager,
                 SendPtr(src.as_ptr().cast_mut()),
                 SendPtr(dst.as_mut_ptr()),
-                1 << 20,
+                4096,
             )
         };
         pipeline.abort();

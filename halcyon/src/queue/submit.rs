@@ -57,7 +57,7 @@ use crate::buffer::{Access, Buffer, BufferParams, BufferRef, BufferUsage};
 use crate::command_buffer::{
     check_usage, BindingTable, Command, CommandBuffer, CommandBufferMode, Recording,
 };
-use crate::device::{Device, QueueCapabilities, Work};
+use crate::device::{Device, DeviceBackend, QueueCapabilities, Work};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::Launch;
 use crate::fence::Fence;
@@ -227,6 +227,9 @@ pub struct Submission<T = ()> {
     /// How long the first poll watches for completion before registering its waker
     /// ([`Device::set_completion_spin`]); zero once spent.
     spin: Duration,
+    /// The backend and queue to wait natively on during that watch
+    /// ([`DeviceBackend::wait_native`]); only while `spin` is not zero.
+    native: Option<(Arc<dyn DeviceBackend>, u32)>,
 }
 
 impl<T> fmt::Debug for Submission<T> {
@@ -247,6 +250,7 @@ impl<T> Submission<T> {
             rejected: Some(error),
             output: None,
             spin: signalled.spin,
+            native: signalled.native,
         }
     }
 }
@@ -262,8 +266,15 @@ impl<T> Future for Submission<T> {
             // Once, on the first poll: watch the last entry (which settles last) before
             // sleeping; the executor's thread pays at most the budget.
             let budget = std::mem::take(&mut this.spin);
-            if let Some(last) = this.unsettled.last() {
-                crate::spin::spin_until(budget, || last.is_settled());
+            // The first entry is the operation's own completion (see `Queue::submit`).
+            let native = this.native.take();
+            if let (Some(done), Some(last)) = (this.unsettled.first(), this.unsettled.last()) {
+                let waited = native.is_some_and(|(backend, queue)| {
+                    !last.is_settled() && backend.wait_native(queue, done.semaphore(), budget)
+                });
+                if !waited {
+                    crate::spin::spin_until(budget, || last.is_settled());
+                }
             }
         }
         // Backends settle signal entries in fence order, so the last entry settles last: wait
@@ -436,12 +447,14 @@ impl Queue {
         let signal = done_fence.join(&signal);
         let unsettled = signal.iter().map(|(s, v)| s.wait(v)).collect();
         self.device.backend().submit(self.index, wait, signal, work);
+        let spin = self.device.completion_spin();
         Submission {
             unsettled,
             failed: None,
             rejected: None,
             output: Some(output),
-            spin: self.device.completion_spin(),
+            native: (!spin.is_zero()).then(|| (self.device.backend().clone(), self.index)),
+            spin,
         }
     }
 
