@@ -62,6 +62,8 @@ mod log;
 pub mod profile;
 pub mod queue;
 mod semaphore;
+#[cfg(all(target_os = "linux", not(loom)))]
+mod semaphore_fd;
 mod spin;
 mod sync;
 
@@ -84,3 +86,5 @@ pub use executable::{
 pub use fence::{Fence, WaitAll, WaitAny};
 pub use queue::{Queue, Submission, Timeline, TimelineStep, Timepoints};
 pub use semaphore::{Semaphore, Wait};
+#[cfg(all(target_os = "linux", not(loom)))]
+pub use semaphore_fd::SemaphoreFd;

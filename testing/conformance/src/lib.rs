@@ -126,6 +126,7 @@ macro_rules! conformance_tests {
             command_buffer_barrier_orders_commands,
             refusal_fails_in_order,
             dropped_timeline_step_does_not_stall,
+            semaphore_exported_fd_follows_device_work,
             // failure propagation
             failing_dispatch_fails_the_chain,
             failed_wait_semaphore_fails_the_chain,

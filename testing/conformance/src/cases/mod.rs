@@ -12,6 +12,8 @@
 mod binding_table;
 mod byte_model;
 mod devices;
+#[cfg(target_os = "linux")]
+mod exported_fd;
 mod failure;
 mod lifetime;
 mod mapping;
@@ -27,6 +29,8 @@ mod validation_transfer;
 pub use binding_table::*;
 pub use byte_model::*;
 pub use devices::*;
+#[cfg(target_os = "linux")]
+pub use exported_fd::*;
 pub use failure::*;
 pub use lifetime::*;
 pub use mapping::*;
