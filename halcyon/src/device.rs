@@ -537,6 +537,12 @@ impl Device {
         &self.inner.allocator
     }
 
+    /// Whether two handles refer to the same device (not merely the same driver and index:
+    /// two devices created over one GPU are two devices).
+    pub fn ptr_eq(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// How many queues the device has.
     pub fn queue_count(&self) -> u32 {
         self.inner.backend.queue_count().max(1)

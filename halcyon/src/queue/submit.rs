@@ -476,7 +476,7 @@ impl Queue {
     /// work itself would (see [`crate::queue`]): after its waits, and after every earlier value
     /// on its timelines has settled with its own outcome. The submission completes with `error`
     /// once the signal fence has settled.
-    fn reject<T>(&self, timepoints: Timepoints, error: Error) -> Submission<T> {
+    pub(super) fn reject<T>(&self, timepoints: Timepoints, error: Error) -> Submission<T> {
         let failure = error.clone();
         let signalled = self.submit(
             timepoints,

@@ -210,6 +210,7 @@ macro_rules! multi_device_tests {
             foreign_resources,
             device_dropped_while_other_waits,
             random_programs_across_devices,
+            copy_between_devices,
         );
     };
     (@cases ($make_devices:expr, $kernels:expr) $($case:ident),* $(,)?) => {

@@ -5,10 +5,12 @@
 //! # Multi-device cases
 //!
 //! [`cross_device_wait`], [`cross_device_ping_pong`], [`cross_device_failure_propagates`],
-//! [`concurrent_devices`], [`foreign_resources`] and [`device_dropped_while_other_waits`] are
+//! [`concurrent_devices`], [`foreign_resources`], [`device_dropped_while_other_waits`] and
+//! [`copy_between_devices`] are
 //! [`crate::PairCase`]s: they take two devices of one driver (see
 //! [`crate::multi_device_tests!`]). [`random_programs_across_devices`] is one too.
 
+mod across;
 mod binding_table;
 mod byte_model;
 mod devices;
@@ -26,6 +28,7 @@ mod validation_dispatch;
 mod validation_resources;
 mod validation_transfer;
 
+pub use across::*;
 pub use binding_table::*;
 pub use byte_model::*;
 pub use devices::*;
