@@ -81,6 +81,9 @@ pub(crate) struct Context {
     pub(crate) host_query_reset: bool,
     /// The GPU timestamp clock and its calibration to the profile clock.
     pub(crate) clock: crate::timestamps::DeviceClock,
+    /// `VK_KHR_external_semaphore_fd`, where the device shares timeline semaphores as opaque
+    /// file descriptors (see `external.rs`).
+    pub(crate) external_fd: Option<ash::khr::external_semaphore_fd::Device>,
     // Dropped after the device (declared last; see `Drop`).
     _instance: Instance,
 }
@@ -203,7 +206,11 @@ impl Context {
             physical,
             options.force_measured_calibration || !host_query_reset,
         );
-        let extensions: Vec<_> = probe.extension.iter().map(|e| e.as_ptr()).collect();
+        let external = crate::external::supported(&instance.instance, physical);
+        let mut extensions: Vec<_> = probe.extension.iter().map(|e| e.as_ptr()).collect();
+        if external {
+            extensions.push(crate::external::EXTENSION.as_ptr());
+        }
         let device_info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
@@ -230,6 +237,8 @@ impl Context {
             &probe,
             props.limits.timestamp_period,
         );
+        let external_fd = external
+            .then(|| ash::khr::external_semaphore_fd::Device::new(&instance.instance, &device));
         // From here on `device` is destroyed by `Context::drop` if anything fails: build the
         // context first with null handles.
         let context = Context {
@@ -252,6 +261,7 @@ impl Context {
             queue_families,
             host_query_reset,
             clock,
+            external_fd,
             _instance: instance,
         };
         let mut context = context;
@@ -279,10 +289,25 @@ impl Context {
 
     /// Creates a timeline `VkSemaphore` at `initial`.
     pub(crate) fn create_timeline(&self, initial: u64) -> Result<vk::Semaphore> {
+        self.timeline(initial, false)
+    }
+
+    /// A timeline semaphore for a user (`Device::create_semaphore`): exportable as an opaque
+    /// file descriptor where the device shares timelines (see `external.rs`).
+    pub(crate) fn create_user_timeline(&self, initial: u64) -> Result<vk::Semaphore> {
+        self.timeline(initial, self.external_fd.is_some())
+    }
+
+    fn timeline(&self, initial: u64, exportable: bool) -> Result<vk::Semaphore> {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(initial);
-        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        let mut export = vk::ExportSemaphoreCreateInfo::default()
+            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        if exportable {
+            info = info.push_next(&mut export);
+        }
         // SAFETY: the device is live; the info chain lives across the call.
         unsafe { self.device.create_semaphore(&info, None) }
             .map_err(|r| vk_fail("vkCreateSemaphore (timeline)", r))

@@ -44,6 +44,7 @@
 mod context;
 mod device;
 mod executable;
+mod external;
 mod instance;
 mod memory;
 mod options;
@@ -59,6 +60,7 @@ use halcyon::{DeviceEntry, Driver, DriverInfo, DriverRegistry, Error, Result, St
 pub use executable::{
     SpirvModule, FORMAT_SPIRV, FORMAT_WGSL, MAX_BINDINGS, STATUS_BINDING, STATUS_SET,
 };
+pub use external::{export_semaphore_fd, import_semaphore_fd};
 pub use memory::atom_range;
 pub use options::{FaultInjector, VulkanDeviceOptions};
 

@@ -48,7 +48,7 @@ pub(crate) struct VulkanSemaphore {
 
 impl VulkanSemaphore {
     pub(crate) fn new(context: &Arc<Context>, initial: u64) -> Result<VulkanSemaphore> {
-        let handle = context.create_timeline(initial)?;
+        let handle = context.create_user_timeline(initial)?;
         Ok(VulkanSemaphore {
             inner: Arc::new(SemInner {
                 context: context.clone(),
