@@ -65,34 +65,23 @@ pub(crate) struct Pairs {
 }
 
 impl Pairs {
+    /// The pairs of `waits`, then of `signals`.
     pub(crate) fn new(
-        waits: impl IntoIterator<Item = (u64, u64)>,
-        signals: impl IntoIterator<Item = (u64, u64)>,
+        waits: impl ExactSizeIterator<Item = (u64, u64)>,
+        signals: impl ExactSizeIterator<Item = (u64, u64)>,
     ) -> Self {
-        let mut pairs = Pairs::default();
-        let mut spill = Vec::new();
-        let mut push = |pairs: &mut Pairs, pair| {
-            let n = (pairs.waits + pairs.signals) as usize;
-            match pairs.inline.get_mut(n) {
-                Some(slot) => *slot = pair,
-                None => {
-                    if spill.is_empty() {
-                        spill.extend_from_slice(&pairs.inline);
-                    }
-                    spill.push(pair);
-                }
-            }
+        let mut pairs = Pairs {
+            waits: waits.len() as u32,
+            signals: signals.len() as u32,
+            ..Pairs::default()
         };
-        for pair in waits {
-            push(&mut pairs, pair);
-            pairs.waits += 1;
-        }
-        for pair in signals {
-            push(&mut pairs, pair);
-            pairs.signals += 1;
-        }
-        if !spill.is_empty() {
-            pairs.spilled = Some(spill.into_boxed_slice());
+        let all = waits.chain(signals);
+        if pairs.waits + pairs.signals <= 2 {
+            for (slot, pair) in pairs.inline.iter_mut().zip(all) {
+                *slot = pair;
+            }
+        } else {
+            pairs.spilled = Some(all.collect());
         }
         pairs
     }
@@ -386,18 +375,21 @@ mod tests {
 
     #[test]
     fn pairs_keep_waits_then_signals_inline_or_spilled() {
-        let none = Pairs::new([], []);
+        let none = Pairs::new([].into_iter(), [].into_iter());
         assert!(none.waits().is_empty() && none.signals().is_empty());
-        let step = Pairs::new([(7, 1)], [(7, 2)]);
+        let step = Pairs::new([(7, 1)].into_iter(), [(7, 2)].into_iter());
         assert!(step.spilled.is_none(), "a timeline step allocates nothing");
         assert_eq!(
             (step.waits(), step.signals()),
             (&[(7, 1)][..], &[(7, 2)][..])
         );
-        let many = Pairs::new([(1, 1), (2, 2), (3, 3)], [(4, 4), (5, 5)]);
+        let many = Pairs::new(
+            [(1, 1), (2, 2), (3, 3)].into_iter(),
+            [(4, 4), (5, 5)].into_iter(),
+        );
         assert_eq!(many.waits(), &[(1, 1), (2, 2), (3, 3)]);
         assert_eq!(many.signals(), &[(4, 4), (5, 5)]);
-        let signals_only = Pairs::new([], [(1, 1), (2, 2), (3, 3)]);
+        let signals_only = Pairs::new([].into_iter(), [(1, 1), (2, 2), (3, 3)].into_iter());
         assert!(signals_only.waits().is_empty());
         assert_eq!(signals_only.signals(), &[(1, 1), (2, 2), (3, 3)]);
     }

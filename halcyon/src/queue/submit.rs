@@ -47,7 +47,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -228,8 +228,9 @@ pub struct Submission<T = ()> {
     /// ([`Device::set_completion_spin`]); zero once spent.
     spin: Duration,
     /// The backend and queue to wait natively on during that watch
-    /// ([`DeviceBackend::wait_native`]); only while `spin` is not zero.
-    native: Option<(Arc<dyn DeviceBackend>, u32)>,
+    /// ([`DeviceBackend::wait_native`]); only while `spin` is not zero. Weak: a submission
+    /// must not keep its device alive (dropping a device aborts its pending work).
+    native: Option<(Weak<dyn DeviceBackend>, u32)>,
 }
 
 impl<T> fmt::Debug for Submission<T> {
@@ -270,7 +271,10 @@ impl<T> Future for Submission<T> {
             let native = this.native.take();
             if let (Some(done), Some(last)) = (this.unsettled.first(), this.unsettled.last()) {
                 let waited = native.is_some_and(|(backend, queue)| {
-                    !last.is_settled() && backend.wait_native(queue, done.semaphore(), budget)
+                    !last.is_settled()
+                        && backend
+                            .upgrade()
+                            .is_some_and(|b| b.wait_native(queue, done.semaphore(), budget))
                 });
                 if !waited {
                     crate::spin::spin_until(budget, || last.is_settled());
@@ -407,11 +411,13 @@ impl Queue {
             .device
             .profiler()
             .submitted(self.index, kind, bytes, || {
-                let labels: Vec<_> = wait
-                    .iter()
-                    .chain(signal.iter())
-                    .filter_map(|(s, _)| Some((s.id(), s.label()?)))
-                    .collect();
+                // Mostly none: a loop that allocates only for a labelled semaphore.
+                let mut labels = Vec::new();
+                for (s, _) in wait.iter().chain(signal.iter()) {
+                    if let Some(label) = s.label() {
+                        labels.push((s.id(), label));
+                    }
+                }
                 Header {
                     id: 0, // the profiler numbers it
                     bytes,
@@ -453,7 +459,7 @@ impl Queue {
             failed: None,
             rejected: None,
             output: Some(output),
-            native: (!spin.is_zero()).then(|| (self.device.backend().clone(), self.index)),
+            native: (!spin.is_zero()).then(|| (Arc::downgrade(self.device.backend()), self.index)),
             spin,
         }
     }
