@@ -366,6 +366,17 @@ pub struct Device {
     inner: Arc<Inner>,
 }
 
+/// A [`Device`] handle that does not keep it alive ([`Device::downgrade`]).
+#[derive(Clone)]
+pub(crate) struct WeakDevice(std::sync::Weak<Inner>);
+
+impl WeakDevice {
+    /// The device, unless it was dropped.
+    pub(crate) fn upgrade(&self) -> Option<Device> {
+        self.0.upgrade().map(|inner| Device { inner })
+    }
+}
+
 impl Device {
     /// Wraps a backend (the SPI; users get devices from a driver registry).
     pub fn from_backend(backend: Arc<dyn DeviceBackend>) -> Device {
@@ -535,6 +546,11 @@ impl Device {
     /// The device's allocator.
     pub fn allocator(&self) -> &Allocator {
         &self.inner.allocator
+    }
+
+    /// A handle that does not keep the device alive (for work the device itself holds).
+    pub(crate) fn downgrade(&self) -> WeakDevice {
+        WeakDevice(Arc::downgrade(&self.inner))
     }
 
     /// Whether two handles refer to the same device (not merely the same driver and index:

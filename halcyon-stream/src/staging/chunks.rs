@@ -15,6 +15,31 @@ use super::{Lease, StagingPool, CHUNK_BYTES};
 use crate::api::HostFunc;
 use halcyon::{Error, Result, StatusCode};
 
+/// Held by a double-buffered copy's host function: dropped without having run (the stream
+/// failed, and the driver drops what it will not run), it abandons the copy, waiting for the
+/// chunks already handed to the staging thread, so that none is copied after the caller, told
+/// of the stream's failure, lets go of its memory.
+struct Unran(Option<Arc<Pipeline>>);
+
+impl Unran {
+    fn new(pipeline: &Arc<Pipeline>) -> Unran {
+        Unran(Some(pipeline.clone()))
+    }
+
+    /// The host function runs: nothing to abandon.
+    fn ran(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unran {
+    fn drop(&mut self) {
+        if let Some(pipeline) = self.0.take() {
+            pipeline.abort();
+        }
+    }
+}
+
 /// How a staged copy of `len` (non-zero) bytes through `lease` moves: `(chunk, double)`, its
 /// chunk size and whether the chunks go through the buffer's two halves on the staging thread.
 fn plan(lease: &Lease, len: usize) -> Result<(usize, Option<&Stager>)> {
@@ -125,8 +150,11 @@ pub unsafe fn stage_to_device(
                     )
                 });
                 let (pipeline, pool) = (pipeline.clone(), pool.clone());
-                // Dropped unrun (a stream error, or refused below), it hands nothing over.
+                // Dropped unrun (a stream error, or refused below), it hands nothing over, and
+                // its guard waits for what was handed over before.
+                let guard = Unran::new(&pipeline);
                 Box::new(move || {
+                    guard.ran();
                     if let (Some((from, to, n)), Some(stager)) = (next, pool.stager()) {
                         // SAFETY: runs in stream order after the device's copy out of the half
                         // chunk `k + 1` goes through (chunk `k - 1`'s) completed, and the one
@@ -235,7 +263,9 @@ pub unsafe fn stage_from_device(
         let copy_out: HostFunc = match &pipeline {
             Some(pipeline) => {
                 let (pipeline, pool) = (pipeline.clone(), pool.clone());
+                let guard = Unran::new(&pipeline);
                 Box::new(move || {
+                    guard.ran();
                     if let Some(stager) = pool.stager() {
                         // SAFETY: runs in stream order after the device's copy of this chunk
                         // into its half completed; the device's next copy into that half waits

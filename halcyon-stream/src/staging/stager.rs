@@ -184,14 +184,20 @@ impl Pipeline {
     ) {
         {
             let mut state = lock(&self.state);
-            state.handed += 1;
             if state.aborted {
+                // The chunks before this one are copied first, so that a count of copied
+                // chunks still means "every chunk up to it".
+                while state.copied < state.handed {
+                    state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                state.handed += 1;
                 drop(state);
                 // SAFETY: the caller's contract.
                 unsafe { std::ptr::copy_nonoverlapping(from.0.cast_const(), to.0, n) };
                 self.copied_one();
                 return;
             }
+            state.handed += 1;
         }
         stager.push(Job {
             from,

@@ -105,10 +105,13 @@ impl Queue {
             written: written.clone(),
             armed: true,
         };
-        let (queue, target_range) = (self.clone(), target.clone());
+        // Weak: the step waits in this device's own action queue, and must not keep the
+        // device alive (dropping it aborts its pending work, this step included).
+        let (device, index, target_range) =
+            (self.device().downgrade(), self.index(), target.clone());
         drop(self.host_call(
             Timepoints::new(Fence::at(&read, 1), Fence::new()),
-            move || step.run(&staging, &queue, &target_range),
+            move || step.run(&staging, &device, index, &target_range),
         ));
         self.barrier(Timepoints::new(Fence::at(&written, 1), signal))
     }
@@ -125,18 +128,32 @@ struct HostStep {
 }
 
 impl HostStep {
-    fn run(mut self, staging: &crate::Buffer, queue: &Queue, target: &BufferRef) -> Result<()> {
-        self.armed = false;
-        let bytes = staging
-            .map_read(..)
-            .and_then(|mapped| mapped.as_slice::<u8>().map(std::sync::Arc::<[u8]>::from));
+    fn run(
+        mut self,
+        staging: &crate::Buffer,
+        device: &crate::device::WeakDevice,
+        index: u32,
+        target: &BufferRef,
+    ) -> Result<()> {
+        let queue = device
+            .upgrade()
+            .ok_or_else(|| Error::new(StatusCode::Aborted, "the target device was dropped"))
+            .and_then(|device| device.queue(index));
+        let bytes = queue.and_then(|queue| {
+            let mapped = staging.map_read(..)?;
+            let bytes = std::sync::Arc::<[u8]>::from(mapped.as_slice::<u8>()?);
+            Ok((queue, bytes))
+        });
         match bytes {
-            Ok(bytes) => {
+            Ok((queue, bytes)) => {
                 let to = Timepoints::new(Fence::new(), Fence::at(&self.written, 1));
                 drop(queue.write_shared(to, bytes, target));
+                // Only now: a panic above leaves the step armed, and its drop fails `written`.
+                self.armed = false;
                 Ok(())
             }
             Err(error) => {
+                self.armed = false;
                 self.written.fail(error.clone());
                 Err(error)
             }

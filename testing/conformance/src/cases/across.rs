@@ -6,14 +6,15 @@ use halcyon::{
     BufferParams, BufferUsage, Device, Fence, MemoryType, Result, Semaphore, StatusCode, Timepoints,
 };
 
-use crate::harness::{block_on, done, download_u32, pattern_u32, upload_u32};
+use crate::harness::{block_on, done, download_u32, pattern_u32, upload_u32, within};
 use crate::kernels::Kernels;
 
 /// A range of one device's buffer copied into a range of the other's and back
 /// (`Queue::copy_from`): nothing moves before the copy's wait is reached; the bytes arrive
 /// whole, at the target range's offset, with the rest of the target untouched; a read waiting
 /// on the copy's signal sees them. A source without `TRANSFER_SOURCE` fails the copy and its
-/// signal with the reason, in order; ranges of different lengths are `InvalidArgument`. Needs no
+/// signal with the reason, in order; ranges of different lengths are `InvalidArgument`; a copy
+/// pending when its target device is dropped fails with `Aborted` instead of hanging. Needs no
 /// kernels, so it also runs across drivers.
 pub fn copy_between_devices(a: Device, b: Device, _: &dyn Kernels) -> Result<()> {
     const N: usize = 3000;
@@ -89,6 +90,21 @@ pub fn copy_between_devices(a: Device, b: Device, _: &dyn Kernels) -> Result<()>
             .await
             .expect_err("ranges of different lengths");
         assert_eq!(mismatch.code(), StatusCode::InvalidArgument, "{mismatch}");
+
+        // The target device dropped while a copy into it waits: the copy fails, it does not
+        // hang (its pending steps must not keep the device alive).
+        let gate = Semaphore::new(0);
+        let pending = qb.copy_from(
+            Timepoints::new(Fence::at(&gate, 1), Fence::new()),
+            &qa,
+            &on_a.whole(),
+            &on_b.slice(PAD..PAD + bytes)?,
+        );
+        drop((qb, on_b, b, copied, failed));
+        gate.signal(1)?;
+        let outcome = within("a copy into a dropped device", pending).await?;
+        let error = outcome.expect_err("a copy into a dropped device succeeded");
+        assert_eq!(error.code(), StatusCode::Aborted, "{error}");
         Ok(())
     })
 }
