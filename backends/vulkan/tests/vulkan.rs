@@ -116,7 +116,9 @@ fn awaited_submissions_wait_natively_with_a_budget() {
     let Some(device) = device_or_skip("awaited_submissions_wait_natively_with_a_budget") else {
         return;
     };
-    const N: u32 = 256;
+    // Large enough (a quarter of a million elements) that a dispatch is still running when
+    // its submission is first polled, right after it is submitted.
+    const N: u32 = 1 << 18;
     const ROUNDS: i64 = 20;
     let kernels = block_on(async { StandardKernels::load(&device, &VulkanKernels) }).unwrap();
     let queue = device.queue(0).unwrap();
@@ -129,7 +131,10 @@ fn awaited_submissions_wait_natively_with_a_budget() {
         device.set_completion_spin(budget);
         let before = stat(&device, "vulkan.awaiting_waits");
         for _ in 0..ROUNDS {
-            block_on(kernels.add_one(&queue, Timepoints::default(), &buffer.whole(), N)).unwrap();
+            // Polled at once on this thread (the harness's `block_on` builds a runtime first,
+            // by which time the dispatch may be done).
+            let submission = kernels.add_one(&queue, Timepoints::default(), &buffer.whole(), N);
+            futures::executor::block_on(submission).unwrap();
         }
         stat(&device, "vulkan.awaiting_waits") - before
     };
@@ -138,8 +143,8 @@ fn awaited_submissions_wait_natively_with_a_budget() {
         0,
         "no budget: the completion thread completes"
     );
-    // A dispatch on lavapipe takes tens of microseconds: a second covers it however loaded the
-    // machine is, and the thread sleeps in the driver meanwhile.
+    // A second covers a dispatch however loaded the machine is, and the thread sleeps in the
+    // driver meanwhile.
     let waited = run(Duration::from_secs(1));
     assert!(waited >= ROUNDS / 2, "{waited} of {ROUNDS} waited natively");
     let bytes = block_on(queue.read(Timepoints::default(), &buffer.whole())).unwrap();
