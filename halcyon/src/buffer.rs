@@ -232,6 +232,11 @@ pub struct Buffer {
 }
 
 impl Buffer {
+    /// Whether this is the only handle to the buffer (no range of it, no submission holds it).
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
     /// Wraps backend memory in a buffer of `size` bytes (the SPI; users allocate through a
     /// device's allocator).
     ///

@@ -336,6 +336,8 @@ struct Inner {
     completion_spin_ns: std::sync::atomic::AtomicU64,
     /// Each queue's recycled completion semaphores.
     completions: Box<[crate::queue::completion::Completions]>,
+    /// Staging for copies between devices ([`crate::Queue::copy_from`]).
+    host_staging: crate::host_staging::HostStaging,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -441,6 +443,7 @@ impl Device {
                 completions: (0..queue_count)
                     .map(|_| crate::queue::completion::Completions::new())
                     .collect(),
+                host_staging: Default::default(),
             }),
         }
     }
@@ -546,6 +549,11 @@ impl Device {
     /// The device's allocator.
     pub fn allocator(&self) -> &Allocator {
         &self.inner.allocator
+    }
+
+    /// The staging this device keeps for copies between devices.
+    pub(crate) fn host_staging(&self) -> &crate::host_staging::HostStaging {
+        &self.inner.host_staging
     }
 
     /// A handle that does not keep the device alive (for work the device itself holds).

@@ -57,6 +57,7 @@ pub mod driver;
 mod error;
 mod executable;
 mod fence;
+mod host_staging;
 mod label;
 mod log;
 pub mod profile;

@@ -3,10 +3,12 @@
 //! A device's queue copies only its own device's memory, so a copy between two devices (two
 //! GPUs, a GPU and the CPU device, devices of two drivers) is staged through host memory, in
 //! queue operations ordered by semaphores like any others: the source device copies the range
-//! into a host-visible buffer of its own; once that is reached, a host call on the target
-//! queue takes the bytes out and submits their write into the target range (a queue write,
-//! staged as writes are on that device); a barrier on the target queue, submitted with the
-//! copy, waits for the write and signals the copy's signal fence. Each step waits for the one
+//! into a host-visible staging buffer of its own; once that is reached, a host call on the
+//! target queue copies the bytes into a host-visible staging buffer of the target device and
+//! submits that device's copy of them into the target range; a barrier on the target queue,
+//! submitted with the copy, waits for that copy and signals the copy's signal fence. Each
+//! device keeps its staging for later copies (`host_staging.rs`), so a large copy does not
+//! pay for fresh memory every time. Each step waits for the one
 //! before, so a failure anywhere fails the steps after it and the signal, in order, with its
 //! error; a step that never runs (its device went away) fails them with `Aborted`. The target
 //! range's buffer is tracked (for mapping) from when its write is submitted.
@@ -14,7 +16,7 @@
 //! Peer DMA between two GPUs of one driver (CUDA's `cuMemcpyPeerAsync`) would skip the host;
 //! halcyon does not use it yet, so every pair of distinct devices takes this path.
 
-use crate::buffer::{BufferParams, BufferRef};
+use crate::buffer::BufferRef;
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::semaphore::Semaphore;
@@ -29,9 +31,10 @@ impl Queue {
     ///
     /// Between two devices the copy is staged through host memory: a device copy into a
     /// host-visible staging buffer of the source device, then a host call on this queue that
-    /// submits a queue write of those bytes into the target, then a barrier on this queue that
-    /// signals `timepoints.signal` once the write is done; each waits for the one before on a
-    /// semaphore of its own. The target's buffer is tracked (for mapping) from when its write
+    /// copies the bytes into staging of this device and submits this device's copy of them
+    /// into the target, then a barrier on this queue that signals `timepoints.signal` once
+    /// that is done; each waits for the one before on a semaphore of its own. Both devices
+    /// keep their staging for later copies (a few buffers, at most 256 MiB each). The target's buffer is tracked (for mapping) from when its write
     /// is submitted. Both
     /// ranges must have the same length (`InvalidArgument` otherwise), the source
     /// [`TRANSFER_SOURCE`](crate::BufferUsage::TRANSFER_SOURCE) usage and the target
@@ -74,20 +77,26 @@ impl Queue {
             // Nothing to move: ordered like any operation, with both queues' checks skipped.
             return self.barrier(timepoints);
         }
-        let staging = source_queue
-            .device()
-            .allocator()
-            .allocate(source.len(), BufferParams::HOST)
-            .map_err(|e| {
-                e.context(format!(
-                    "cannot allocate {} bytes of host-visible staging on {} for a copy between \
-                     devices",
-                    source.len(),
-                    source_queue.device().info().id
-                ))
-            });
-        let staging = match staging {
-            Ok(staging) => staging,
+        let len = source.len();
+        let stage = |queue: &Queue| {
+            queue
+                .device()
+                .host_staging()
+                .take(queue.device(), len)
+                .map_err(|e| {
+                    e.context(format!(
+                        "cannot allocate {len} bytes of host-visible staging on {} for a copy \
+                     between devices",
+                        queue.device().info().id
+                    ))
+                })
+        };
+        let (from, to) = match (stage(source_queue), stage(self)) {
+            (Ok(from), Ok(to)) => (from, to),
+            (Err(error), _) | (_, Err(error)) => return self.reject(timepoints, error),
+        };
+        let from_range = match from.slice(0..len) {
+            Ok(range) => range,
             Err(error) => return self.reject(timepoints, error),
         };
         let Timepoints { wait, signal } = timepoints;
@@ -98,7 +107,7 @@ impl Queue {
         drop(source_queue.copy(
             Timepoints::new(wait, Fence::at(&read, 1)),
             source,
-            &staging.whole(),
+            &from_range,
         ));
         let step = HostStep {
             read: read.clone(),
@@ -111,7 +120,7 @@ impl Queue {
             (self.device().downgrade(), self.index(), target.clone());
         drop(self.host_call(
             Timepoints::new(Fence::at(&read, 1), Fence::new()),
-            move || step.run(&staging, &device, index, &target_range),
+            move || step.run(&from, &to, len, &device, index, &target_range),
         ));
         self.barrier(Timepoints::new(Fence::at(&written, 1), signal))
     }
@@ -128,26 +137,34 @@ struct HostStep {
 }
 
 impl HostStep {
+    /// Copies the first `len` bytes of `from` (the source device's staging, which its device
+    /// copy reached) into `to` (this device's, which nothing uses yet), then submits the copy
+    /// of those into `target` on the queue, signalling `written`.
     fn run(
         mut self,
-        staging: &crate::Buffer,
+        from: &crate::Buffer,
+        to: &crate::Buffer,
+        len: u64,
         device: &crate::device::WeakDevice,
         index: u32,
         target: &BufferRef,
     ) -> Result<()> {
-        let queue = device
+        let staged = device
             .upgrade()
             .ok_or_else(|| Error::new(StatusCode::Aborted, "the target device was dropped"))
-            .and_then(|device| device.queue(index));
-        let bytes = queue.and_then(|queue| {
-            let mapped = staging.map_read(..)?;
-            let bytes = std::sync::Arc::<[u8]>::from(mapped.as_slice::<u8>()?);
-            Ok((queue, bytes))
-        });
-        match bytes {
-            Ok((queue, bytes)) => {
+            .and_then(|device| device.queue(index))
+            .and_then(|queue| {
+                let source = from.map_read(..len)?;
+                let mut staging = to.map_write(..len)?;
+                staging
+                    .as_mut_slice::<u8>()?
+                    .copy_from_slice(source.as_slice::<u8>()?);
+                Ok((queue, to.slice(0..len)?))
+            });
+        match staged {
+            Ok((queue, staging)) => {
                 let to = Timepoints::new(Fence::new(), Fence::at(&self.written, 1));
-                drop(queue.write_shared(to, bytes, target));
+                drop(queue.copy(to, &staging, target));
                 // Only now: a panic above leaves the step armed, and its drop fails `written`.
                 self.armed = false;
                 Ok(())
