@@ -20,6 +20,20 @@ use halcyon::{BufferParams, Timepoints};
 
 const BYTES: u64 = 16 << 20;
 
+/// A group of 20 samples over about four seconds, in bytes per second.
+fn configured<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(4))
+        .throughput(Throughput::Bytes(BYTES));
+    group
+}
+
 fn main() {
     let cpu = halcyon_cpu::create_device(halcyon_cpu::CpuDeviceOptions::default()).expect("cpu");
     let vulkan = match halcyon_vulkan::create_device(0) {
@@ -42,12 +56,7 @@ fn main() {
     block_on(cq.write_shared(Timepoints::default(), bytes.clone(), &on_cpu.whole())).unwrap();
 
     let mut c = Criterion::default().configure_from_args();
-    let mut group = c.benchmark_group("cpu_to_vulkan");
-    group
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(4))
-        .throughput(Throughput::Bytes(BYTES));
+    let mut group = configured(&mut c, "cpu_to_vulkan");
     group.bench_function("copy_from", |b| {
         b.iter(|| {
             let copy = vq.copy_from(
@@ -67,12 +76,7 @@ fn main() {
     });
     group.finish();
 
-    let mut group = c.benchmark_group("vulkan_to_cpu");
-    group
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(4))
-        .throughput(Throughput::Bytes(BYTES));
+    let mut group = configured(&mut c, "vulkan_to_cpu");
     group.bench_function("copy_from", |b| {
         b.iter(|| {
             let copy = cq.copy_from(

@@ -50,14 +50,13 @@ use crate::semaphore::{Semaphore, Wait};
 /// ```
 #[derive(Debug)]
 pub struct SemaphoreFd {
-    fd: Arc<OwnedFd>,
     watch: Arc<Watch>,
 }
 
 /// The wait behind a [`SemaphoreFd`], polled by its own waker.
 struct Watch {
     /// Written once when the wait settles.
-    fd: Arc<OwnedFd>,
+    fd: OwnedFd,
     slot: Mutex<Slot>,
     outcome: OnceLock<Result<()>>,
 }
@@ -161,13 +160,13 @@ impl SemaphoreFd {
 
 impl AsFd for SemaphoreFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.watch.fd.as_fd()
     }
 }
 
 impl AsRawFd for SemaphoreFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.watch.fd.as_raw_fd()
     }
 }
 
@@ -198,13 +197,13 @@ impl Semaphore {
             ));
         }
         // SAFETY: a descriptor eventfd just returned, owned by nothing else.
-        let fd = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let watch = Arc::new(Watch {
-            fd: fd.clone(),
+            fd,
             slot: Mutex::new(Slot::Idle(self.wait(value))),
             outcome: OnceLock::new(),
         });
         watch.poll();
-        Ok(SemaphoreFd { fd, watch })
+        Ok(SemaphoreFd { watch })
     }
 }

@@ -176,7 +176,7 @@ impl<A: StreamApi> Core<A> {
                         timepoint.memory.truncate(kept);
                         self.enqueue_list(queue.stream, commands, 0, timepoint)
                     }
-                    Err(Failed::Resolve(error)) | Err(Failed::Launch(error)) => {
+                    Err(Failed::Issue(error)) => {
                         // As a direct issue would fail: the graph is still right.
                         self.keep_graph(queue, recording, captured);
                         Err(error)
@@ -212,20 +212,9 @@ impl<A: StreamApi> Core<A> {
     ) -> std::result::Result<bool, Failed> {
         // Resolve every buffer again: keeps its memory alive until completion, and fails (like
         // a direct issue) if one was released since the capture.
-        let scratch = &mut captured.scratch;
-        scratch.clear();
-        let mut resolved = Ok(());
-        for command in commands {
-            command.for_each_binding(|range, _| {
-                if resolved.is_ok() {
-                    match self.address(range, &mut timepoint.memory) {
-                        Ok(ptr) => scratch.push(ptr),
-                        Err(error) => resolved = Err(error),
-                    }
-                }
-            });
-        }
-        resolved.map_err(Failed::Resolve)?;
+        captured.scratch.clear();
+        self.resolve_bindings(commands, &mut captured.scratch, timepoint)
+            .map_err(Failed::Issue)?;
         match moved(commands, &captured.addresses, &captured.scratch) {
             Moved::Kernels(0) => {}
             Moved::Kernels(_) if !self.graph_updates => return Ok(false),
@@ -236,7 +225,7 @@ impl<A: StreamApi> Core<A> {
         // `captured.addresses`, which are this submission's (updated above where they moved):
         // the timepoint holds their memory (resolved above, as for a direct issue) until the
         // run completed.
-        unsafe { self.api.launch_graph(captured.graph, queue.stream) }.map_err(Failed::Launch)?;
+        unsafe { self.api.launch_graph(captured.graph, queue.stream) }.map_err(Failed::Issue)?;
         Stats::bump(&self.stats.graph_launches, 1);
         Ok(true)
     }
@@ -349,6 +338,19 @@ impl<A: StreamApi> Core<A> {
         addresses: &mut Vec<DevicePtr>,
         timepoint: &mut Timepoint,
     ) -> Result<()> {
+        self.resolve_bindings(commands, addresses, timepoint)?;
+        self.enqueue_unleased(stream, commands, timepoint)
+    }
+
+    /// Appends the device address of every binding of `commands` (in
+    /// [`Command::for_each_binding`] order) to `addresses`, keeping their memory alive in the
+    /// timepoint; fails like a direct issue on a released buffer or another device's.
+    fn resolve_bindings(
+        &self,
+        commands: &[Command],
+        addresses: &mut Vec<DevicePtr>,
+        timepoint: &mut Timepoint,
+    ) -> Result<()> {
         let mut resolved = Ok(());
         for command in commands {
             command.for_each_binding(|range, _| {
@@ -360,17 +362,14 @@ impl<A: StreamApi> Core<A> {
                 }
             });
         }
-        resolved?;
-        self.enqueue_unleased(stream, commands, timepoint)
+        resolved
     }
 }
 
 /// How a graph launch failed.
 enum Failed {
-    /// A buffer is released (or not this device's): the submission fails.
-    Resolve(halcyon::Error),
-    /// The launch itself failed: the submission fails.
-    Launch(halcyon::Error),
+    /// A buffer is released (or not this device's), or the launch failed: the submission fails.
+    Issue(halcyon::Error),
     /// A kernel update failed: the graph is dropped and the submission issued directly.
     Update,
 }

@@ -313,11 +313,8 @@ impl<A: StreamApi> Core<A> {
         count: usize,
         timepoint: &mut Timepoint,
     ) -> Result<()> {
-        let mut slots = self.lease_for_list(commands, count, timepoint)?;
-        for command in commands {
-            self.enqueue_command(stream, command, timepoint, &mut slots)?;
-        }
-        Ok(())
+        let slots = self.lease_for_list(commands, count, timepoint)?;
+        self.enqueue_each(stream, commands, timepoint, slots)
     }
 
     /// Enqueues `commands` (without status words) on `stream` while it captures a graph: no
@@ -328,7 +325,16 @@ impl<A: StreamApi> Core<A> {
         commands: &[Command],
         timepoint: &mut Timepoint,
     ) -> Result<()> {
-        let mut slots = StatusSlots::none();
+        self.enqueue_each(stream, commands, timepoint, StatusSlots::none())
+    }
+
+    fn enqueue_each(
+        &self,
+        stream: StreamHandle,
+        commands: &[Command],
+        timepoint: &mut Timepoint,
+        mut slots: StatusSlots,
+    ) -> Result<()> {
         for command in commands {
             self.enqueue_command(stream, command, timepoint, &mut slots)?;
         }

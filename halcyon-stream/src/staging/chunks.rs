@@ -40,9 +40,33 @@ impl Drop for Unran {
     }
 }
 
-/// How a staged copy of `len` (non-zero) bytes through `lease` moves: `(chunk, double)`, its
-/// chunk size and whether the chunks go through the buffer's two halves on the staging thread.
-fn plan(lease: &Lease, len: usize) -> Result<(usize, Option<&Stager>)> {
+/// How a staged copy of `len` (non-zero) bytes moves through its lease's buffer.
+struct Chunks {
+    len: usize,
+    /// Bytes per chunk (the last may be shorter).
+    size: usize,
+    count: usize,
+    /// Where even chunks go (the buffer's start) and odd ones (its second half when
+    /// double-buffered, else its start too).
+    halves: [*mut u8; 2],
+}
+
+impl Chunks {
+    /// The half (or the whole buffer) chunk `k` goes through.
+    fn half(&self, k: usize) -> *mut u8 {
+        self.halves[k % 2]
+    }
+
+    /// Chunk `k`'s offset in the copy and length.
+    fn span(&self, k: usize) -> (usize, usize) {
+        let offset = k * self.size;
+        (offset, self.size.min(self.len - offset))
+    }
+}
+
+/// How a staged copy of `len` (non-zero) bytes through `lease` moves, and the staging thread
+/// if its chunks go through the buffer's two halves.
+fn plan(lease: &Lease, len: usize) -> Result<(Chunks, Option<&Stager>)> {
     let capacity = lease.capacity();
     if capacity == 0 {
         return Err(Error::new(
@@ -50,13 +74,27 @@ fn plan(lease: &Lease, len: usize) -> Result<(usize, Option<&Stager>)> {
             "a staged copy was given an empty staging buffer",
         ));
     }
-    if len <= capacity.min(CHUNK_BYTES) {
-        return Ok((len, None));
-    }
-    match lease.pool.stager() {
-        Some(stager) if capacity >= 2 => Ok(((capacity / 2).min(CHUNK_BYTES), Some(stager))),
-        _ => Ok((capacity.min(CHUNK_BYTES), None)),
-    }
+    let (size, stager) = if len <= capacity.min(CHUNK_BYTES) {
+        (len, None)
+    } else {
+        match lease.pool.stager() {
+            Some(stager) if capacity >= 2 => ((capacity / 2).min(CHUNK_BYTES), Some(stager)),
+            _ => (capacity.min(CHUNK_BYTES), None),
+        }
+    };
+    let start = lease.ptr();
+    let second = match stager {
+        // SAFETY: with two halves, `size <= capacity / 2`: the second starts in the buffer.
+        Some(_) => unsafe { start.add(size) },
+        None => start,
+    };
+    let chunks = Chunks {
+        len,
+        size,
+        count: len.div_ceil(size),
+        halves: [start, second],
+    };
+    Ok((chunks, stager))
 }
 
 /// Enqueues a copy of `len` bytes from host memory at `src` to the device, through the pinned
@@ -91,21 +129,12 @@ pub unsafe fn stage_to_device(
         lease.release();
         return Ok(());
     }
-    let (chunk, double) = plan(&lease, len)?;
-    let staging = lease.ptr();
-    let second = match double {
-        // SAFETY: with two halves, `chunk <= capacity / 2`: the second starts in the buffer.
-        Some(_) => unsafe { staging.add(chunk) },
-        None => staging,
-    };
-    // The half (or the whole buffer) chunk `k` goes through.
-    let half = |k: usize| if k % 2 == 1 { second } else { staging };
-    let span = |k: usize| (k * chunk, chunk.min(len - k * chunk));
-    let count = len.div_ceil(chunk);
+    let (chunks, double) = plan(&lease, len)?;
+    let (staging, count) = (chunks.half(0), chunks.count);
     // SAFETY: the caller keeps `src..src+len` readable; the buffer holds at least `chunk`
     // bytes that nothing else uses (the lease is this copy's).
-    unsafe { std::ptr::copy_nonoverlapping(src, staging, span(0).1) };
-    if let Err(error) = copy(staging, 0, span(0).1) {
+    unsafe { std::ptr::copy_nonoverlapping(src, staging, chunks.span(0).1) };
+    if let Err(error) = copy(staging, 0, chunks.span(0).1) {
         lease.release(); // nothing was enqueued
         return Err(error);
     }
@@ -113,7 +142,7 @@ pub unsafe fn stage_to_device(
     let pipeline = double.map(|stager| {
         let pipeline = Pipeline::new(1);
         if count > 1 {
-            let (offset, n) = span(1);
+            let (offset, n) = chunks.span(1);
             // SAFETY: the caller keeps the source readable and unmodified until the stream ran
             // what is enqueued here, and no host function runs before the one waiting for this
             // chunk; the second half is the lease's and no device copy uses it before then.
@@ -122,7 +151,7 @@ pub unsafe fn stage_to_device(
                 pipeline.hand(
                     stager,
                     SendPtr(src.add(offset).cast_mut()),
-                    SendPtr(half(1)),
+                    SendPtr(chunks.half(1)),
                     n,
                 )
             };
@@ -137,15 +166,15 @@ pub unsafe fn stage_to_device(
         Err(error)
     };
     for k in 1..count {
-        let (offset, n) = span(k);
+        let (offset, n) = chunks.span(k);
         let step: HostFunc = match &pipeline {
             Some(pipeline) => {
                 let next = (k + 1 < count).then(|| {
-                    let (offset, n) = span(k + 1);
+                    let (offset, n) = chunks.span(k + 1);
                     // SAFETY: `offset < len`, inside the caller's `src..src+len`.
                     (
                         SendPtr(unsafe { src.add(offset) }.cast_mut()),
-                        SendPtr(half(k + 1)),
+                        SendPtr(chunks.half(k + 1)),
                         n,
                     )
                 });
@@ -185,7 +214,7 @@ pub unsafe fn stage_to_device(
         if let Err(error) = enqueue(step) {
             return fail(error, lease);
         }
-        if let Err(error) = copy(half(k), offset, n) {
+        if let Err(error) = copy(chunks.half(k), offset, n) {
             return fail(error, lease);
         }
     }
@@ -230,23 +259,15 @@ pub unsafe fn stage_from_device(
         lease.release();
         return Ok(());
     }
-    let (chunk, double) = plan(&lease, len)?;
-    let staging = lease.ptr();
-    let second = match double {
-        // SAFETY: with two halves, `chunk <= capacity / 2`: the second starts in the buffer.
-        Some(_) => unsafe { staging.add(chunk) },
-        None => staging,
-    };
-    // The half (or the whole buffer) chunk `k` goes through.
-    let half = |k: usize| if k % 2 == 1 { second } else { staging };
-    let count = len.div_ceil(chunk);
+    let (chunks, double) = plan(&lease, len)?;
+    let count = chunks.count;
     let pool: Arc<StagingPool> = lease.pool.clone();
     let pipeline = double.map(|_| Pipeline::new(0));
     let mut lease = Some(lease);
     for k in 0..count {
-        let (offset, n) = (k * chunk, chunk.min(len - k * chunk));
+        let (offset, n) = chunks.span(k);
         let last = k + 1 == count;
-        if let Err(error) = copy(half(k), offset, n) {
+        if let Err(error) = copy(chunks.half(k), offset, n) {
             if let (0, Some(lease)) = (k, lease.take()) {
                 lease.release(); // nothing was enqueued
             }
@@ -256,7 +277,7 @@ pub unsafe fn stage_from_device(
             return Err(error); // else the lease is dropped: orphaned
         }
         // SAFETY: `offset < len`, inside the caller's `dst..dst+len`.
-        let (from, to) = (SendPtr(half(k)), SendPtr(unsafe { dst.add(offset) }));
+        let (from, to) = (SendPtr(chunks.half(k)), SendPtr(unsafe { dst.add(offset) }));
         let done = if last { lease.take() } else { None };
         // Dropped unrun (a stream error, or refused below), it writes nothing and orphans the
         // buffer if it held the lease.
