@@ -51,6 +51,7 @@ mod allocator;
 pub mod backend;
 mod block;
 mod buffer;
+pub mod channel;
 pub mod command_buffer;
 pub mod device;
 pub mod driver;
@@ -73,6 +74,7 @@ pub use buffer::{
     Access, Buffer, BufferMemory, BufferParams, BufferRef, BufferUsage, MappedRead, MappedWrite,
     MemoryType,
 };
+pub use channel::{Channel, ChannelParams, ChannelProvider, ElementType, ReduceOp};
 pub use command_buffer::{
     Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
     Recording,

@@ -324,6 +324,16 @@ impl Recording {
                     "host calls are not recorded into command buffers",
                 ))
             }
+            Work::Collective(collective) => {
+                return Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!(
+                        "{} on a {} channel: Vulkan devices run no collectives",
+                        collective.kind(),
+                        collective.channel().engine()
+                    ),
+                ))
+            }
         }
         rec.end()?;
         Ok(rec)

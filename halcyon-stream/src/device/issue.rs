@@ -301,6 +301,14 @@ impl<A: StreamApi> Core<A> {
                 StatusCode::Internal,
                 "host calls run on the host, not on a stream",
             )),
+            Work::Collective(collective) => Err(Error::new(
+                StatusCode::Unimplemented,
+                format!(
+                    "{} on a {} channel: this device runs no collectives",
+                    collective.kind(),
+                    collective.channel().engine()
+                ),
+            )),
         }
     }
 
