@@ -147,7 +147,11 @@ impl Drop for Mpi {
             engine.close();
         }
         // Every channel's, even after one is found stuck: each ends or is given up on.
-        let ended = channels.iter().filter(|engine| !engine.wait_ended()).count() == 0;
+        let ended = channels
+            .iter()
+            .filter(|engine| !engine.wait_ended())
+            .count()
+            == 0;
         drop(channels);
         let universe = self.universe.take();
         if !ended {

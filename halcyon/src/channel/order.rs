@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, StatusCode};
+use crate::fence::Fence;
 use crate::semaphore::Semaphore;
 
 /// One channel's turns.
@@ -51,6 +52,7 @@ impl Order {
             order: self.clone(),
             value,
             settled: false,
+            waits: Fence::new(),
         };
         (self.semaphore.clone(), value - 1, turn)
     }
@@ -71,11 +73,18 @@ pub(crate) struct Turn {
     order: Arc<Order>,
     value: u64,
     settled: bool,
+    /// The collective's own waits: a failure among them is why it did not run.
+    waits: Fence,
 }
 
 impl Turn {
     pub(crate) fn value(&self) -> u64 {
         self.value
+    }
+
+    /// Remembers the collective's waits, to name the failed one if it does not run.
+    pub(crate) fn waits_on(&mut self, waits: &Fence) {
+        self.waits = waits.clone();
     }
 
     /// The engine has the collective: the next turn may go.
@@ -119,15 +128,19 @@ impl Drop for Turn {
         if self.settled {
             return;
         }
-        let error = Error::new(
-            StatusCode::Aborted,
-            format!(
-                "collective #{} on {} did not reach its engine on this rank (refused, or a \
-                 semaphore it waited on failed), so this rank's later collectives on it cannot \
-                 match the other ranks' and fail; create a new channel",
-                self.value, self.order.name
-            ),
+        let context = format!(
+            "collective #{} on {} did not reach its engine on this rank, so this rank's later \
+             collectives on it cannot match the other ranks' and fail; create a new channel",
+            self.value, self.order.name
         );
+        let failed = (self.waits.iter()).find_map(|(s, v)| s.failure_before(v));
+        let error = match failed {
+            Some(cause) => cause.context(context),
+            None => Error::new(
+                StatusCode::Aborted,
+                format!("{context} (its device dropped it before it ran)"),
+            ),
+        };
         self.fail(error);
     }
 }

@@ -171,8 +171,9 @@ impl Queue {
         recv: Option<&BufferRef>,
         check: impl FnOnce() -> Result<()>,
     ) -> Submission {
-        let (order, before, turn) = channel.order().take();
+        let (order, before, mut turn) = channel.order().take();
         let Timepoints { mut wait, signal } = timepoints;
+        turn.waits_on(&wait);
         if before > 0 {
             wait.insert(&order, before);
         }
