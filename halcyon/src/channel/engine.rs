@@ -31,6 +31,15 @@ pub trait ChannelBackend: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The engine's verdict on a collective its device completed: a stream engine's
+    /// communicator can fail after the work was enqueued (NCCL's asynchronous error, an abort
+    /// after the timeout), and the device's stream then completes the work without it having
+    /// run. The device calls this once per completed collective of this channel, in
+    /// completion order. `Ok` by default.
+    fn outcome(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The engine over host memory, if this is one.
     fn host(&self) -> Option<&dyn HostEngine> {
         None

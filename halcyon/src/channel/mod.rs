@@ -7,7 +7,9 @@
 //! its rank, the number of ranks, the device whose buffers it reads and writes. A device makes
 //! one through a [`ChannelProvider`], the rendezvous that tells each rank who it is and hands
 //! rank 0's engine id to the others ([`crate::Device::channel`]). Making a channel blocks until
-//! every rank has made its own.
+//! every rank has made its own. The providers: `halcyon_mpi::Mpi` across processes and
+//! hosts (and MPI's engine for the CPU device), [`LocalGroup`] for several devices of one
+//! process.
 //!
 //! # Collectives are queue operations
 //!
@@ -29,6 +31,7 @@
 
 mod element;
 mod engine;
+mod local;
 mod op;
 mod order;
 mod provider;
@@ -38,6 +41,7 @@ use std::sync::Arc;
 
 pub use element::ElementType;
 pub use engine::{ChannelBackend, CollectiveDone, HostEngine, HostJob};
+pub use local::{LocalGroup, LocalRank};
 pub use op::{Collective, CollectiveKind, ReduceOp};
 pub(crate) use order::Turn;
 pub use provider::{ChannelParams, ChannelProvider};
