@@ -87,7 +87,17 @@ impl Fake {
             .map(|()| fake)
     }
 
-    /// Where the library is.
+    /// Where the library is. Besides libcuda's and HIP's APIs, the library exports NCCL's
+    /// (`ncclCommInitRank`, `ncclAllReduce`, ...): a test points halcyon-cuda's NCCL loader at
+    /// this path (its `unsafe` loader taking a path to libnccl) after [`Fake::load`], so that
+    /// the communicators' ranks are the fake's devices and their streams the fake's.
+    ///
+    /// ```no_run
+    /// let fake = halcyon_fake_gpu::client::Fake::load().expect("the fake driver");
+    /// // The NCCL engine opens the same file as libnccl:
+    /// let nccl = fake.path();
+    /// # let _ = nccl;
+    /// ```
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
@@ -141,6 +151,29 @@ impl Fake {
     pub fn offset_mapped_pointers(&self, offset: bool) {
         let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_gpu_offset_mapped_pointers\0");
         f(c_int::from(offset));
+    }
+
+    /// Makes the next NCCL collective to complete (when its last rank arrives) write nothing
+    /// and set the async error of every rank of its communicator group
+    /// (`ncclCommGetAsyncError`) to `code`, an `ncclResult_t` number: 1
+    /// (`ncclUnhandledCudaError`), 2 (`ncclSystemError`), 3 (`ncclInternalError`), 6
+    /// (`ncclRemoteError`) or 8 (`ncclTimeout`); others are `ncclSystemError`, and 0 cancels.
+    /// Its ranks' streams move on.
+    pub fn fault_next_collective(&self, code: u32) {
+        let f: extern "C" fn(c_uint) = self.function(b"halcyon_fake_gpu_fault_next_collective\0");
+        f(code);
+    }
+
+    /// Sets how long an NCCL rank waits for its peers (in `ncclCommInitRank`, or in a
+    /// collective or receive its stream reached) before the fake gives up; `ZERO` restores the
+    /// defaults (30 s for an initialisation, which then fails with `ncclSystemError`; 60 s for
+    /// an operation, which is then a violation, completes without writing, and sets the
+    /// communicator's async error to `ncclSystemError`). For the whole process.
+    pub fn nccl_wait_limit(&self, limit: std::time::Duration) {
+        let f: extern "C" fn(u64) = self.function(b"halcyon_fake_gpu_nccl_wait_limit_ms\0");
+        let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+        // A limit under a millisecond is one millisecond (0 would mean the defaults).
+        f(if limit.is_zero() { 0 } else { ms.max(1) });
     }
 
     /// The device's sticky error (0: it has not faulted).

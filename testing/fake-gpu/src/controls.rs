@@ -10,8 +10,8 @@ use crate::ffi::put;
 use crate::model::alloc::set_offset_mapped;
 use crate::model::contract::{set_record_only, sticky, violations};
 use crate::model::driver::{
-    device_count, driver, CAPTURES_INVALIDATED, CONTEXTS_DESTROYED, GRAPH_LAUNCHES, HOST_FUNCS_RUN,
-    KERNELS_RUN, TIMED_RECORDS,
+    device_count, driver, CAPTURES_INVALIDATED, COLLECTIVES_RUN, CONTEXTS_DESTROYED,
+    GRAPH_LAUNCHES, HOST_FUNCS_RUN, KERNELS_RUN, TIMED_RECORDS,
 };
 use crate::model::memory::memory;
 use crate::FakeStats;
@@ -52,6 +52,8 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
             captures_invalidated: CAPTURES_INVALIDATED.load(Ordering::Relaxed),
             violations: violations().len() as u64,
+            nccl_comms: d.comms.len() as u64,
+            collectives_run: COLLECTIVES_RUN.load(Ordering::Relaxed),
         }
     };
     // SAFETY: the caller's contract.
@@ -98,4 +100,33 @@ pub extern "C" fn halcyon_fake_gpu_sticky_error() -> c_uint {
     (0..device_count())
         .find_map(sticky)
         .map_or(0, |code| code as c_uint)
+}
+
+/// Makes the next NCCL collective to complete write nothing and set the async error of every
+/// rank of its communicator group to `code` (an `ncclResult_t`: 1, 2, 3, 6 or 8; others are
+/// `ncclSystemError`); 0 cancels.
+#[no_mangle]
+pub extern "C" fn halcyon_fake_gpu_fault_next_collective(code: c_uint) {
+    use cudarc::nccl::sys::ncclResult_t::*;
+    let found = [
+        ncclUnhandledCudaError,
+        ncclSystemError,
+        ncclInternalError,
+        ncclRemoteError,
+        ncclTimeout,
+    ]
+    .into_iter()
+    .find(|c| *c as c_uint == code);
+    crate::nccl::fault_next_collective(match found {
+        Some(found) => found,
+        None if code == 0 => ncclSuccess,
+        None => ncclSystemError,
+    });
+}
+
+/// Sets how long an NCCL rank waits for its peers before the fake gives up, in milliseconds
+/// (0: the defaults, 30 s for an initialisation and 60 s for an operation).
+#[no_mangle]
+pub extern "C" fn halcyon_fake_gpu_nccl_wait_limit_ms(ms: u64) {
+    crate::nccl::set_wait_limit(ms);
 }

@@ -78,6 +78,19 @@
 //! pools and concurrent managed access; the driver version is 13.0 (so halcyon takes its
 //! CUDA 12.4+ paths, such as `cuFuncGetParamInfo`).
 //!
+//! **NCCL.** The library also exports NCCL's API (`ncclCommInitRank`, `ncclAllReduce`,
+//! `ncclSend`, `ncclGroupStart`, ..., version 2.23.5), so halcyon-cuda's NCCL engine, which
+//! opens libnccl by path, can be pointed at [`client::Fake::path`]. Its ranks are the fake's
+//! devices in this process, one per thread (or several per thread with `ncclCommInitAll` or a
+//! group); collectives run on the streams' workers and rendezvous there, the last rank to
+//! arrive computing every rank's result through the memory model. Its contract is checked as
+//! the driver's is: a null or destroyed communicator, a stream of another device than the
+//! communicator's, ranks calling mismatched collectives, a communicator destroyed with work
+//! queued or leaked past its context are violations. A rank whose peers never come waits until
+//! `ncclCommAbort` (then its stream moves on, and the peers' async error is
+//! `ncclRemoteError`), and at most 60 s, a violation. See `src/nccl/` for what is modelled and
+//! what is not.
+//!
 //! For HIP, open the library with [`client::Fake::open`] and hand its [`client::Fake::path`]
 //! to halcyon-hip as the runtime's name (`HipDriver::with_sonames`, `Hip::load`): its devices
 //! are `hip://0` and `hip://1` (as many as on the CUDA side), each a gfx900 (compute 9.0, wavefronts of 64) with managed memory and memory
@@ -91,6 +104,7 @@ mod ffi;
 mod hip;
 mod hsaco;
 mod model;
+mod nccl;
 
 pub mod client;
 
@@ -135,4 +149,9 @@ pub struct FakeStats {
     pub captures_invalidated: u64,
     /// Contract violations so far.
     pub violations: u64,
+    /// NCCL communicators alive (initialised and not destroyed or aborted).
+    pub nccl_comms: u64,
+    /// NCCL operations that completed and wrote their results: each rank's part of a
+    /// collective, each send and each receive.
+    pub collectives_run: u64,
 }

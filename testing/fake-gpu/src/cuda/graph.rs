@@ -202,7 +202,7 @@ fn node_op(node: *mut c_void, call: &str) -> Result<Op, CUresult> {
 pub unsafe extern "C" fn cuGraphNodeGetType(node: *mut c_void, kind: *mut c_uint) -> CUresult {
     call("cuGraphNodeGetType", Needs::Context, || {
         let kind_of = match node_op(node, "cuGraphNodeGetType")? {
-            Op::Kernel(_) => CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL,
+            Op::Kernel(_) | Op::Nccl(_) => CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL,
             Op::Copy { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY,
             Op::Memset { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET,
             Op::Host { .. } | Op::Callback { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST,

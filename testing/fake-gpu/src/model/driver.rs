@@ -73,6 +73,9 @@ pub(crate) static TIMED_RECORDS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static HOST_FUNCS_RUN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CONTEXTS_DESTROYED: AtomicU64 = AtomicU64::new(0);
+/// NCCL operations that completed and wrote (each rank's part of a collective, each send
+/// and each receive): `FakeStats::collectives_run`.
+pub(crate) static COLLECTIVES_RUN: AtomicU64 = AtomicU64::new(0);
 /// Captures invalidated by a call that synchronises the context (see `cuda::sync_context`).
 pub(crate) static CAPTURES_INVALIDATED: AtomicU64 = AtomicU64::new(0);
 
@@ -106,8 +109,10 @@ pub(crate) struct Driver {
     /// The graph each executable graph was instantiated from.
     pub exec_origins: HashMap<u64, u64>,
     pub pools: HashSet<u64>,
+    /// NCCL communicators, by handle (see [`crate::nccl`]).
+    pub comms: HashMap<u64, Arc<crate::nccl::communicator::Comm>>,
     /// The device of every live handle above (streams, events, modules, functions, graphs,
-    /// executable graphs and pools).
+    /// executable graphs, pools and NCCL communicators).
     pub owners: HashMap<u64, u32>,
     /// Every handle destroyed so far, to tell "stale" from "garbage".
     pub retired: HashSet<u64>,
@@ -227,6 +232,10 @@ impl Driver {
                 count(&|h| self.graphs.contains_key(&h) || self.execs.contains_key(&h)),
             ),
             ("memory pools", count(&|h| self.pools.contains(&h))),
+            (
+                "NCCL communicators",
+                count(&|h| self.comms.contains_key(&h)),
+            ),
             ("allocations", freed.len()),
         ];
         for h in mine {
@@ -242,6 +251,9 @@ impl Driver {
             self.execs.remove(&h);
             self.exec_origins.remove(&h);
             self.pools.remove(&h);
+            if let Some(comm) = self.comms.remove(&h) {
+                comm.leave(None);
+            }
             self.retire(h);
         }
         CONTEXTS_DESTROYED.fetch_add(1, Ordering::Relaxed);

@@ -80,11 +80,13 @@ pub(crate) enum Op {
     },
     /// Free a stream-ordered allocation (`call` names the free).
     FreeAsync { ptr: u64, call: &'static str },
+    /// An NCCL collective, send or receive of one rank (see [`crate::nccl`]).
+    Nccl(Arc<crate::nccl::Task>),
 }
 
 /// An operation's device-side check failed (`why`): a contract violation, and the device
 /// faults as a GPU does on an illegal address.
-fn illegal_address(device: u32, stream: u64, what: &str, why: String) {
+pub(crate) fn illegal_address(device: u32, stream: u64, what: &str, why: String) {
     let why = format!("{what} on stream {stream:#x}, when the device got to it: {why}");
     violation(why.clone());
     fault(device, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, &why);
@@ -194,6 +196,7 @@ impl Op {
                     ));
                 }
             }
+            Op::Nccl(task) => task.run(stream),
         }
     }
 }
