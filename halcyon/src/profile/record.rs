@@ -307,6 +307,7 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
     match work {
         Work::Read { source, .. } => (OperationKind::Read, source.len()),
         Work::HostCall(_) => (OperationKind::HostCall, 0),
+        Work::PeerCopy { target, .. } => (OperationKind::Copy, target.len()),
         Work::Commands { commands, .. } => {
             let mut real = commands.iter().filter(|c| !matches!(c, Command::Barrier));
             let kind = match (real.next(), real.next()) {
@@ -338,6 +339,7 @@ pub(crate) fn name(
         Work::Commands { commands, .. } => commands,
         Work::Read { source, .. } => return text(source.buffer().label()),
         Work::HostCall(_) => return Name::default(),
+        Work::PeerCopy { target, .. } => return text(target.buffer().label()),
     };
     let target = |c: &Command| match c {
         Command::Fill { target, .. } | Command::Update { target, .. } => target.buffer().label(),

@@ -37,6 +37,7 @@ mod across;
 pub(crate) mod action;
 pub(crate) mod completion;
 pub(crate) mod ordered;
+mod peer;
 pub(crate) mod read_sink;
 pub(crate) mod submit;
 pub(crate) mod touched;

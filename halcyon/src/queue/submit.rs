@@ -385,7 +385,7 @@ impl Queue {
     }
 
     /// Submits `work` touching `touched`; the core of every operation.
-    fn submit<T: Send + 'static>(
+    pub(super) fn submit<T: Send + 'static>(
         &self,
         timepoints: Timepoints,
         touched: Touched,
@@ -465,7 +465,7 @@ impl Queue {
     }
 
     /// The error for work that needs `missing` capabilities this queue lacks.
-    fn cannot_run(&self, missing: QueueCapabilities) -> Error {
+    pub(super) fn cannot_run(&self, missing: QueueCapabilities) -> Error {
         Error::new(
             StatusCode::InvalidArgument,
             format!(
