@@ -51,6 +51,9 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             host_funcs_run: HOST_FUNCS_RUN.load(Ordering::Relaxed),
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
             captures_invalidated: CAPTURES_INVALIDATED.load(Ordering::Relaxed),
+            peer_copies: crate::model::peer::PEER_COPIES.load(Ordering::Relaxed),
+            peer_copies_unenabled: crate::model::peer::PEER_COPIES_UNENABLED
+                .load(Ordering::Relaxed),
             violations: violations().len() as u64,
         }
     };
@@ -98,4 +101,12 @@ pub extern "C" fn halcyon_fake_gpu_sticky_error() -> c_uint {
     (0..device_count())
         .find_map(sticky)
         .map_or(0, |code| code as c_uint)
+}
+
+/// Lets every pair of devices access each other's memory (non-zero, the default) or none
+/// (0): what `cuDeviceCanAccessPeer` and `hipDeviceCanAccessPeer` answer from now on. Access
+/// already enabled stays enabled.
+#[no_mangle]
+pub extern "C" fn halcyon_fake_gpu_peer_access(supported: c_int) {
+    crate::model::peer::set_supported(supported != 0);
 }

@@ -15,6 +15,7 @@ use crate::model::contract::{set_record_only, violations};
 mod contract;
 mod devices;
 mod hip;
+mod peer;
 mod streams;
 
 static SERIAL: Mutex<()> = Mutex::new(());
