@@ -372,6 +372,8 @@ driver_calls! {
     fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
     /// `cuMemcpyDtoDAsync` (`_v2`).
     fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    /// `cuMemcpyAsync` (unified addressing: any two addresses the current context reaches).
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
     /// `cuMemcpyPeerAsync`.
     fn cuMemcpyPeerAsync(
         dst: CUdeviceptr,
