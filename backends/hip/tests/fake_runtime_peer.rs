@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fake::{fake, hip};
 use halcyon::topology::{Reach, Topology};
-use halcyon::{BufferParams, Device, Driver, Fence, Timepoints};
+use halcyon::{BufferParams, Device, Fence, Timepoints};
 use halcyon_conformance::harness::{block_on, download_u32, pattern_u32, upload_u32};
 use halcyon_hip::{HipDeviceOptions, HipDriver};
 use halcyon_stream::keys;

@@ -61,7 +61,7 @@ pub(crate) mod stream;
 
 /// Every export, for the fake's own tests.
 #[cfg(test)]
-pub(crate) use self::{memory::*, module::*, peer::*, stream::*};
+pub(crate) use self::{memory::*, module::*, stream::*};
 
 /// `hipError_t`.
 type hipError_t = c_int;
