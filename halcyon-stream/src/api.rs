@@ -43,7 +43,8 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use halcyon::{EntryPoint, ExecutableSpec};
+use halcyon::backend::{ChannelBackend, CollectiveKind};
+use halcyon::{ChannelParams, ChannelProvider, EntryPoint, ExecutableSpec};
 use halcyon::{Error, Result, StatusCode};
 
 macro_rules! handle {
@@ -595,5 +596,39 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
         let _ = graph;
         Err(unimplemented(&self.info().driver, "graphs"))
+    }
+
+    /// A channel of the API's collective engine (NCCL for CUDA, RCCL for HIP) for this device,
+    /// spanning `provider`'s ranks: rank 0 makes the engine's unique id, the provider hands it
+    /// to the others ([`ChannelProvider::exchange_id`]), and every rank joins. Blocks until
+    /// every rank has joined. Optional (`Unimplemented`); `Unavailable` when the engine's
+    /// library is missing.
+    fn create_channel(
+        &self,
+        provider: &dyn ChannelProvider,
+        params: &ChannelParams,
+    ) -> Result<Box<dyn ChannelBackend>> {
+        let _ = (provider, params);
+        Err(unimplemented(&self.info().driver, "collectives"))
+    }
+
+    /// Enqueues collective `kind` of `channel` (one [`StreamApi::create_channel`] made) on
+    /// `stream`: it reads `send` and writes `recv`, each a device address and a length in
+    /// bytes (`None` where the kind has no such range). Optional.
+    ///
+    /// # Safety
+    ///
+    /// The ranges must be device memory of this device, live until the stream has passed the
+    /// collective.
+    unsafe fn enqueue_collective(
+        &self,
+        channel: &dyn ChannelBackend,
+        kind: &CollectiveKind,
+        send: Option<(DevicePtr, u64)>,
+        recv: Option<(DevicePtr, u64)>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let _ = (channel, kind, send, recv, stream);
+        Err(unimplemented(&self.info().driver, "collectives"))
     }
 }

@@ -21,6 +21,9 @@ use std::any::Any;
 pub mod reactor;
 
 pub use crate::buffer::BufferMemory;
+pub use crate::channel::{
+    ChannelBackend, Collective, CollectiveDone, CollectiveKind, HostEngine, HostJob,
+};
 pub use crate::device::{DeviceBackend, Work};
 pub use crate::executable::{find_entry_point, ExecutableBackend};
 pub use crate::profile::OperationTrace;

@@ -206,6 +206,8 @@ struct Inner {
     params: BufferParams,
     tracker: Mutex<Tracker>,
     label: crate::label::Label,
+    /// Why the buffer may no longer be used, if [`Buffer::quarantine`]d.
+    quarantined: std::sync::OnceLock<String>,
 }
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
@@ -275,6 +277,7 @@ impl Buffer {
                     host_writer: false,
                 }),
                 label: crate::label::Label::default(),
+                quarantined: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -331,6 +334,15 @@ impl Buffer {
     }
 
     fn released_error(&self) -> Error {
+        if let Some(reason) = self.inner.quarantined.get() {
+            return Error::new(
+                StatusCode::FailedPrecondition,
+                format!(
+                    "{self} was lent to {reason}, whose engine may still write it, so it can \
+                     no longer be used; allocate a new buffer"
+                ),
+            );
+        }
         Error::new(
             StatusCode::FailedPrecondition,
             format!(
@@ -338,6 +350,14 @@ impl Buffer {
                 self
             ),
         )
+    }
+
+    /// Makes the buffer unusable for good because `reason` (an abandoned collective) may still
+    /// write its memory: every later mapping and submission touching it fails, saying why. The
+    /// memory is whoever holds it's to keep.
+    pub(crate) fn quarantine(&self, reason: &str) {
+        let _ = self.inner.quarantined.set(reason.to_owned());
+        self.lock().memory = None;
     }
 
     /// Whether two handles refer to the same buffer.

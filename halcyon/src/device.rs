@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::allocator::Allocator;
 use crate::buffer::{BufferMemory, BufferParams};
+use crate::channel::Channel;
 use crate::command_buffer::{Command, Recording};
 use crate::error::{Error, Result, StatusCode};
 use crate::executable::{Executable, ExecutableBackend, ExecutableCache, ExecutableSpec};
@@ -237,6 +238,10 @@ pub enum Work {
         /// The range written, of this device's buffer.
         target: crate::buffer::BufferRef,
     },
+    /// A collective on a channel this device's backend made
+    /// ([`DeviceBackend::create_channel`]): hand it to the channel's engine, then call
+    /// [`crate::channel::Collective::issued`].
+    Collective(crate::channel::Collective),
 }
 
 impl fmt::Debug for Work {
@@ -246,6 +251,7 @@ impl fmt::Debug for Work {
             Work::Read { source, .. } => write!(f, "Read({source:?})"),
             Work::HostCall(_) => f.write_str("HostCall(..)"),
             Work::PeerCopy { source, target } => write!(f, "PeerCopy({source:?} -> {target:?})"),
+            Work::Collective(c) => write!(f, "Collective({})", c.kind()),
         }
     }
 }
@@ -321,6 +327,26 @@ pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
 
     /// Loads an executable in one of [`DeviceBackend::executable_formats`].
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>>;
+
+    /// A channel of this device's collective engine through `provider` (see
+    /// [`Device::channel`]): a backend over host memory takes the provider's own
+    /// ([`crate::channel::ChannelProvider::host_channel`]), a GPU backend makes one of its
+    /// vendor's engine with the id the provider exchanges. `Unimplemented` by default.
+    fn create_channel(
+        &self,
+        provider: &dyn crate::channel::ChannelProvider,
+        params: &crate::channel::ChannelParams,
+    ) -> Result<Box<dyn crate::channel::ChannelBackend>> {
+        let _ = (provider, params);
+        Err(Error::new(
+            StatusCode::Unimplemented,
+            format!(
+                "{} has no collective engine; copy its buffers to a device that has one \
+                 (Queue::copy_from)",
+                self.info().id
+            ),
+        ))
+    }
 
     /// Creates a semaphore; backends with native timelines return natively backed ones.
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
@@ -599,6 +625,23 @@ impl Device {
     /// How many queues the device has.
     pub fn queue_count(&self) -> u32 {
         self.inner.backend.queue_count().max(1)
+    }
+
+    /// This device's place in a communicator that `provider` brings together: a [`Channel`]
+    /// of the device's collective engine (MPI for the CPU device, NCCL for CUDA devices, RCCL
+    /// for HIP devices), spanning `provider`'s ranks. Blocks until every rank has made its
+    /// channel: call it off the async executor (`tokio::task::spawn_blocking`). See
+    /// [`crate::channel`].
+    ///
+    /// `Unimplemented` if the device has no engine (Vulkan) or the provider cannot serve it;
+    /// `Unavailable` if the engine's library is missing.
+    pub fn channel(
+        &self,
+        provider: &dyn crate::channel::ChannelProvider,
+        params: &crate::channel::ChannelParams,
+    ) -> Result<Channel> {
+        let backend = self.inner.backend.create_channel(provider, params)?;
+        Ok(Channel::new(self, backend))
     }
 
     /// Queue `index`; `OutOfRange` if the device has no such queue.

@@ -53,6 +53,7 @@ mod allocator;
 pub mod backend;
 mod block;
 mod buffer;
+pub mod channel;
 pub mod command_buffer;
 pub mod device;
 pub mod driver;
@@ -76,6 +77,7 @@ pub use buffer::{
     Access, Buffer, BufferMemory, BufferParams, BufferRef, BufferUsage, MappedRead, MappedWrite,
     MemoryType,
 };
+pub use channel::{Channel, ChannelParams, ChannelProvider, ElementType, ReduceOp};
 pub use command_buffer::{
     Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
     Recording,

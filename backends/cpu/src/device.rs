@@ -116,6 +116,16 @@ impl DeviceBackend for CpuDevice {
         &self.info
     }
 
+    /// The provider's engine over host memory (MPI's): the CPU device's buffers are host
+    /// memory.
+    fn create_channel(
+        &self,
+        provider: &dyn halcyon::ChannelProvider,
+        params: &halcyon::ChannelParams,
+    ) -> Result<Box<dyn halcyon::backend::ChannelBackend>> {
+        provider.host_channel(params)
+    }
+
     fn query(&self, key: &str) -> Option<i64> {
         match key {
             keys::names::CONCURRENCY => Some(self.concurrency as i64),

@@ -128,10 +128,10 @@ impl Drop for Issued {
 }
 
 /// A buffer range resolved to host memory, keeping the memory alive.
-struct Host {
+pub(crate) struct Host {
     _memory: Arc<dyn BufferMemory>,
-    ptr: NonNull<u8>,
-    len: usize,
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) len: usize,
 }
 
 // SAFETY: a view of buffer memory (itself Send + Sync) kept alive by `_memory`.
@@ -139,7 +139,7 @@ unsafe impl Send for Host {}
 // SAFETY: as above.
 unsafe impl Sync for Host {}
 
-fn host(range: &BufferRef) -> Result<Host> {
+pub(crate) fn host(range: &BufferRef) -> Result<Host> {
     let memory = range.buffer().memory()?;
     let base = memory.host_ptr().ok_or_else(|| {
         Error::new(
@@ -204,6 +204,7 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Workers>>, issue
                 drop(issued);
             }
         },
+        Work::Collective(collective) => crate::collective::start(collective, signal, issued),
     }
 }
 
@@ -212,7 +213,7 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Workers>>, issue
 ///
 /// Work run on the thread that issued it started at its issue (one clock read for both); a
 /// pool worker's tile reads the clock, unless an earlier tile recorded the start already.
-fn started(signal: &Fence, on_issuing_thread: bool) {
+pub(crate) fn started(signal: &Fence, on_issuing_thread: bool) {
     match OperationTrace::of(signal) {
         Some(trace) if on_issuing_thread => trace.device_started_at_issue(),
         Some(trace) => trace.device_starting(),
@@ -222,7 +223,7 @@ fn started(signal: &Fence, on_issuing_thread: bool) {
 
 /// The device ends the work of `signal`'s operation now, and [`finish`] signals it next on this
 /// thread: one clock read stands for both.
-fn ended(signal: &Fence) {
+pub(crate) fn ended(signal: &Fence) {
     if let Some(trace) = OperationTrace::of(signal) {
         trace.device_ended_completing();
     }
@@ -237,7 +238,7 @@ fn catch(call: Call) -> Result<()> {
     })
 }
 
-fn finish(signal: &Fence, result: Result<()>) {
+pub(crate) fn finish(signal: &Fence, result: Result<()>) {
     let result = result.and_then(|()| signal.signal());
     if let Err(error) = result {
         signal.fail(error);

@@ -47,6 +47,7 @@
 
 mod access;
 mod c_abi;
+mod collective;
 mod device;
 mod executor;
 mod kernel;

@@ -48,6 +48,7 @@ pub mod api;
 mod callback;
 mod capture;
 pub mod module;
+pub mod nccl;
 pub mod nvrtc;
 mod objects;
 pub mod probe;

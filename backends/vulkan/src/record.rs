@@ -332,6 +332,16 @@ impl Recording {
                     "a Vulkan device was sent a peer copy, which it does not offer",
                 ))
             }
+            Work::Collective(collective) => {
+                return Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!(
+                        "{} on a {} channel: Vulkan devices run no collectives",
+                        collective.kind(),
+                        collective.channel().engine()
+                    ),
+                ))
+            }
         }
         rec.end()?;
         Ok(rec)

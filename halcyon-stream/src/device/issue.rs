@@ -86,7 +86,7 @@ impl<A: StreamApi> Core<A> {
         index: usize,
         wait: &Fence,
         signal: &Fence,
-        work: Work,
+        mut work: Work,
     ) -> Result<()> {
         let mut events = Vec::new();
         let mut waited = Vec::new();
@@ -165,7 +165,13 @@ impl<A: StreamApi> Core<A> {
             (enqueued, span, event)
         }));
         let (enqueued, span, event) = match recorded {
-            Ok(recorded) => recorded,
+            Ok(recorded) => {
+                if let (Ok(()), Work::Collective(collective)) = (&recorded.0, &mut work) {
+                    // The engine has it: the channel's next collective may be enqueued.
+                    collective.issued();
+                }
+                recorded
+            }
             Err(panic) => {
                 if let Some(host) = timepoint.host.take() {
                     host.orphan();
@@ -304,6 +310,25 @@ impl<A: StreamApi> Core<A> {
                 StatusCode::Internal,
                 "host calls run on the host, not on a stream",
             )),
+            Work::Collective(collective) => {
+                let mut range = |r: Option<&BufferRef>| {
+                    r.map(|r| Ok((self.address(r, &mut timepoint.memory)?, r.len())))
+                        .transpose()
+                };
+                let (send, recv) = (range(collective.send())?, range(collective.recv())?);
+                // SAFETY: both ranges are this device's memory (`address` checked), which the
+                // timepoint keeps alive until the stream passed its completion event, recorded
+                // after the collective.
+                unsafe {
+                    self.api.enqueue_collective(
+                        collective.channel().backend(),
+                        &collective.kind(),
+                        send,
+                        recv,
+                        stream,
+                    )
+                }
+            }
         }
     }
 

@@ -648,6 +648,14 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         Ok(Box::new(StreamExecutable::load(&self.core, spec)?))
     }
 
+    fn create_channel(
+        &self,
+        provider: &dyn halcyon::ChannelProvider,
+        params: &halcyon::ChannelParams,
+    ) -> Result<Box<dyn halcyon::backend::ChannelBackend>> {
+        self.core.api.create_channel(provider, params)
+    }
+
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
         Ok(StreamSemaphore::create(self.core.id, initial_value))
     }

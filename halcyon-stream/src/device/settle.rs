@@ -30,6 +30,7 @@ use crate::timeline::StreamSemaphore;
 use crate::timepoint::{ReadInto, StatusWords};
 use halcyon::backend::reactor::ReactorHandle;
 use halcyon::backend::SemaphoreExt;
+use halcyon::backend::Work;
 use halcyon::backend::{fail_in_order, failure_order};
 use halcyon::Fence;
 use halcyon::{Error, Result, StatusCode};
@@ -90,7 +91,16 @@ impl<A: StreamApi> Core<A> {
             }
             _ => status,
         };
+        let enqueued = timepoint.error.is_none();
         let mut result = status.and_then(|()| timepoint.error.take().map_or(Ok(()), Err));
+        if let (true, Some(Work::Collective(collective))) = (enqueued, &timepoint.work) {
+            // The engine's verdict: its communicator may have failed (or been aborted) after
+            // the collective was enqueued, and the stream then passed it without it running.
+            let verdict = collective.channel().backend().outcome();
+            if result.is_ok() {
+                result = verdict;
+            }
+        }
         if result.is_ok() {
             // A failure after the value was reached is a later operation's: the input was whole.
             let failed = |(s, v): &(Semaphore, u64)| SemaphoreExt::failure_before(s, *v);

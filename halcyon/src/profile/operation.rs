@@ -23,11 +23,14 @@ pub enum OperationKind {
     HostCall,
     /// A barrier: a no-op that passes its waits on to its signals.
     Barrier,
+    /// A collective on a channel ([`Queue::all_reduce`](crate::Queue::all_reduce) and the
+    /// others).
+    Collective,
 }
 
 impl OperationKind {
     /// Every kind, in the order counters list them.
-    pub const ALL: [OperationKind; 8] = [
+    pub const ALL: [OperationKind; 9] = [
         OperationKind::Fill,
         OperationKind::Update,
         OperationKind::Copy,
@@ -36,6 +39,7 @@ impl OperationKind {
         OperationKind::Read,
         OperationKind::HostCall,
         OperationKind::Barrier,
+        OperationKind::Collective,
     ];
 
     /// The kind's name in traces (`"dispatch"`).
@@ -49,6 +53,7 @@ impl OperationKind {
             OperationKind::Read => "read",
             OperationKind::HostCall => "host_call",
             OperationKind::Barrier => "barrier",
+            OperationKind::Collective => "collective",
         }
     }
 

@@ -308,6 +308,10 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
         Work::Read { source, .. } => (OperationKind::Read, source.len()),
         Work::HostCall(_) => (OperationKind::HostCall, 0),
         Work::PeerCopy { target, .. } => (OperationKind::Copy, target.len()),
+        Work::Collective(c) => {
+            let bytes = c.send().map_or(0, |r| r.len()) + c.recv().map_or(0, |r| r.len());
+            (OperationKind::Collective, bytes)
+        }
         Work::Commands { commands, .. } => {
             let mut real = commands.iter().filter(|c| !matches!(c, Command::Barrier));
             let kind = match (real.next(), real.next()) {
@@ -340,6 +344,9 @@ pub(crate) fn name(
         Work::Read { source, .. } => return text(source.buffer().label()),
         Work::HostCall(_) => return Name::default(),
         Work::PeerCopy { target, .. } => return text(target.buffer().label()),
+        Work::Collective(c) => {
+            return text(Some(std::sync::Arc::from(c.kind().to_string())));
+        }
     };
     let target = |c: &Command| match c {
         Command::Fill { target, .. } | Command::Update { target, .. } => target.buffer().label(),

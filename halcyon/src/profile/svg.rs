@@ -23,6 +23,7 @@ fn colour(kind: OperationKind) -> &'static str {
         OperationKind::Execute => "#edc948",
         OperationKind::HostCall => "#b07aa1",
         OperationKind::Barrier => "#bab0ac",
+        OperationKind::Collective => "#ff9da7",
     }
 }
 

@@ -35,6 +35,7 @@
 
 mod across;
 pub(crate) mod action;
+mod collective;
 pub(crate) mod completion;
 pub(crate) mod ordered;
 mod peer;

@@ -204,7 +204,7 @@ impl Drop for TimelineStep {
     }
 }
 
-type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
+pub(super) type Output<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 
 /// A submitted queue operation: completes when its signal fence is reached, with its output
 /// (the `Vec<T>`, for a read), or with the failure. Either way every entry of the signal fence
@@ -244,7 +244,7 @@ impl<T> fmt::Debug for Submission<T> {
 impl<T> Submission<T> {
     /// The submission of an operation refused before it was submitted: completes with
     /// `error` once `signalled` (the operation's own signal, failed in order) has settled.
-    fn rejected(signalled: Submission<()>, error: Error) -> Self {
+    pub(super) fn rejected(signalled: Submission<()>, error: Error) -> Self {
         Submission {
             unsettled: signalled.unsettled,
             failed: None,

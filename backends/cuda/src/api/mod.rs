@@ -102,6 +102,7 @@
 //! [`PARAM_INFO_VERSION`]: crate::probe::PARAM_INFO_VERSION
 //! [`Code::MISSING_SYMBOL`]: crate::sys::Code::MISSING_SYMBOL
 
+mod collectives;
 mod context;
 mod copies;
 mod graphs;
@@ -633,5 +634,25 @@ unsafe impl StreamApi for CudaApi {
 
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
         CudaApi::destroy_graph(self, graph)
+    }
+
+    fn create_channel(
+        &self,
+        provider: &dyn halcyon::ChannelProvider,
+        params: &halcyon::ChannelParams,
+    ) -> Result<Box<dyn halcyon::backend::ChannelBackend>> {
+        self.nccl_channel(provider, params)
+    }
+
+    unsafe fn enqueue_collective(
+        &self,
+        channel: &dyn halcyon::backend::ChannelBackend,
+        kind: &halcyon::backend::CollectiveKind,
+        send: Option<(DevicePtr, u64)>,
+        recv: Option<(DevicePtr, u64)>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        // SAFETY: the trait's contract, passed on.
+        unsafe { self.nccl_enqueue(channel, kind, send, recv, stream) }
     }
 }
