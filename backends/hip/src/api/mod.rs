@@ -183,6 +183,7 @@ use crate::sys;
 // By concern: the device current on a thread, streams and events, host functions,
 // allocation, copies and fills (with staging), code objects and function lookup, launches.
 // The `StreamApi` impl below forwards each method to the file of its concern.
+mod collectives;
 mod context;
 mod copies;
 mod host_funcs;
@@ -194,7 +195,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 
-use context::bind_device;
+pub(crate) use context::bind_device;
 use launch::DEFAULT_MAX_GRID;
 pub use memory::HostVisibleMemory;
 use memory::{AllocKind, MemPool};
@@ -554,5 +555,25 @@ unsafe impl StreamApi for HipStreamApi {
         stream: StreamHandle,
     ) -> Result<()> {
         HipStreamApi::launch_kernel(self, function, config, params, stream)
+    }
+
+    fn create_channel(
+        &self,
+        provider: &dyn halcyon::ChannelProvider,
+        params: &halcyon::ChannelParams,
+    ) -> Result<Box<dyn halcyon::backend::ChannelBackend>> {
+        self.rccl_channel(provider, params)
+    }
+
+    unsafe fn enqueue_collective(
+        &self,
+        channel: &dyn halcyon::backend::ChannelBackend,
+        kind: &halcyon::backend::CollectiveKind,
+        send: Option<(DevicePtr, u64)>,
+        recv: Option<(DevicePtr, u64)>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        // SAFETY: the trait's contract, passed on.
+        unsafe { self.rccl_enqueue(channel, kind, send, recv, stream) }
     }
 }
