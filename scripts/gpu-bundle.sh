@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds, here, every test and benchmark executable that needs a GPU (halcyon-cuda's tests and
-# benchmark, halcyon-vulkan's tests and the Vulkan benchmark) in release mode, and gathers them
+# benchmark, halcyon-vulkan's tests and the Vulkan benchmark, and the cross-device benchmark,
+# whose cuda_peer group needs two CUDA devices) in release mode, and gathers them
 # with a runner in one folder, for a GPU machine that has the driver but no Rust toolchain.
 #
 #   scripts/gpu-bundle.sh [FOLDER] [--vulkan-loader]     # default FOLDER: .gpu (git-ignored)
@@ -43,6 +44,7 @@ executables() {
     executables bench -p halcyon-cuda --no-run | grep '/cuda-' | sed 's/^/bench /'
     executables test -p halcyon-vulkan --release --no-run | sed 's/^/test /'
     executables bench -p halcyon-vulkan --bench vulkan --no-run | sed 's/^/bench /'
+    executables bench -p halcyon-examples --bench cross_device --no-run | sed 's/^/bench /'
 } | while read -r kind path; do
     name=$(basename "$path")
     cp "$path" "$dest/bin/$name"

@@ -436,6 +436,57 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
         stream: StreamHandle,
     ) -> Result<()>;
 
+    // ---------------------------------------------------------------- peer access (optional)
+
+    /// Whether this API's streams can copy directly from `peer`'s device memory, `peer` being
+    /// the API of another device of the same driver (`cuDeviceCanAccessPeer`,
+    /// `hipDeviceCanAccessPeer`; `true` for another API over this very device, whose memory
+    /// this one addresses already). A pure question: enables nothing. The stream layer asks
+    /// once per pair and remembers the answer. Default: `false` (no peer access; copies between
+    /// devices are staged through host memory).
+    fn can_access_peer(&self, peer: &Self) -> Result<bool>
+    where
+        Self: Sized,
+    {
+        let _ = peer;
+        Ok(false)
+    }
+
+    /// Lets this API's device reach `peer`'s device memory from now on (`cuCtxEnablePeerAccess`,
+    /// `hipDeviceEnablePeerAccess`), after [`StreamApi::can_access_peer`] said it can; access
+    /// already enabled is `Ok` (the call is idempotent), as is another API over this very
+    /// device. Synchronous, not on a stream: the stream layer calls it once per pair, before
+    /// the first peer copy. Default: `Unimplemented`.
+    fn enable_peer_access(&self, peer: &Self) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let _ = peer;
+        Err(unimplemented(&self.info().driver, "peer access"))
+    }
+
+    /// Enqueues on `stream` (one of this API's) a copy of `len` bytes from `src`, device memory
+    /// of `peer`'s device, into `dst`, device memory of this API's (`cuMemcpyPeerAsync` with
+    /// both devices' contexts, `hipMemcpyPeerAsync`): one DMA between the two devices, ordered
+    /// on `stream` like any copy. Each range must lie within a live allocation of its own API
+    /// (`InvalidArgument` otherwise, before the driver is called). The stream layer calls it
+    /// only after [`StreamApi::enable_peer_access`] succeeded for `peer`, and keeps both
+    /// allocations alive until the copy completed. Default: `Unimplemented`.
+    fn copy_peer_async(
+        &self,
+        dst: DevicePtr,
+        peer: &Self,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let _ = (dst, peer, src, len, stream);
+        Err(unimplemented(&self.info().driver, "peer copies"))
+    }
+
     /// Enqueues a fill of `len` bytes at `dst` with the little-endian `pattern` of `pattern_len`
     /// bytes (1, 2 or 4: `cuMemsetD8/D16/D32Async`). `dst` and `len` must be multiples of
     /// `pattern_len` (`InvalidArgument` otherwise).

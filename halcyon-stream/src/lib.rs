@@ -62,6 +62,7 @@
 pub mod allocations;
 pub mod api;
 pub mod arguments;
+pub mod collectives;
 pub mod device;
 pub mod event_pool;
 pub mod flags;

@@ -227,6 +227,17 @@ pub enum Work {
     },
     /// Run a closure on the host in queue order.
     HostCall(Box<dyn FnOnce() -> Result<()> + Send>),
+    /// Copy `source`, a range of **another device's** buffer, into `target`, a range of this
+    /// device's, with the driver's peer DMA ([`crate::Queue::copy_from`]). The core submits it
+    /// only to a backend whose [`DeviceBackend::peer_reach`] answered
+    /// [`Reach::Direct`](crate::topology::Reach::Direct) for the source's device, with equal
+    /// lengths and the usages checked; a backend that never answers so never receives it.
+    PeerCopy {
+        /// The range read, of another device's buffer.
+        source: crate::buffer::BufferRef,
+        /// The range written, of this device's buffer.
+        target: crate::buffer::BufferRef,
+    },
     /// A collective on a channel this device's backend made
     /// ([`DeviceBackend::create_channel`]): hand it to the channel's engine, then call
     /// [`crate::channel::Collective::issued`].
@@ -239,6 +250,7 @@ impl fmt::Debug for Work {
             Work::Commands { commands, .. } => write!(f, "Commands({} commands)", commands.len()),
             Work::Read { source, .. } => write!(f, "Read({source:?})"),
             Work::HostCall(_) => f.write_str("HostCall(..)"),
+            Work::PeerCopy { source, target } => write!(f, "PeerCopy({source:?} -> {target:?})"),
             Work::Collective(c) => write!(f, "Collective({})", c.kind()),
         }
     }
@@ -253,7 +265,10 @@ impl fmt::Debug for Work {
 /// [`Fence::signal`] and [`Fence::fail`] do: the first is the core's completion marker, which
 /// the buffer mapping checks watch, and it must settle before anyone woken by the others looks. Never block the caller on the device, and keep
 /// `work` (and so every resource it references) alive until `signal` is reached or failed.
-pub trait DeviceBackend: Send + Sync + 'static {
+///
+/// It is [`Any`](std::any::Any), so that a backend can recognise another device of its own
+/// ([`DeviceBackend::peer_reach`]) by upcasting `&dyn DeviceBackend` to `&dyn Any`.
+pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
     /// Identity and features.
     fn info(&self) -> &DeviceInfo;
 
@@ -343,6 +358,20 @@ pub trait DeviceBackend: Send + Sync + 'static {
     fn queue_capabilities(&self, queue: u32) -> QueueCapabilities {
         let _ = queue;
         QueueCapabilities::all()
+    }
+
+    /// How this device's queues reach `source`'s memory, `source` being another device (the
+    /// core answers [`Reach::Same`](crate::topology::Reach::Same) itself). A backend that
+    /// answers [`Reach::Direct`](crate::topology::Reach::Direct) receives copies from that
+    /// device's buffers as [`Work::PeerCopy`] and must run them as one device operation,
+    /// ordered by the submission's fences like any other work; it recognises its own kind of
+    /// device by upcasting `source` to `&dyn Any` and downcasting. Must be cheap after the first
+    /// call for a pair (remember the driver's answer) and change nothing. The default,
+    /// [`Reach::Staged`](crate::topology::Reach::Staged), makes every copy between devices go
+    /// through host memory.
+    fn peer_reach(&self, source: &dyn DeviceBackend) -> crate::topology::Reach {
+        let _ = source;
+        crate::topology::Reach::Staged
     }
 
     /// Submits `work` on queue `queue` (see the trait docs for the contract).

@@ -38,6 +38,8 @@
 //!   queued work.
 //! * [`device`], [`driver`], [`command_buffer`]: the device model's details (query keys, URIs,
 //!   bindings).
+//! * [`topology`]: which devices reach each other's memory directly (peer DMA) and which only
+//!   through host memory.
 //! * [`backend`]: the SPI, everything a device backend implements and builds on, in one
 //!   module: the device and memory traits, native semaphores, the completion reactor
 //!   ([`backend::reactor`]) and the pending-action executor ([`backend::ActionQueue`]).
@@ -68,6 +70,7 @@ mod semaphore;
 mod semaphore_fd;
 mod spin;
 mod sync;
+pub mod topology;
 
 pub use allocator::{Allocator, AllocatorStats};
 pub use buffer::{

@@ -181,6 +181,16 @@ pub(crate) fn start(work: Work, signal: Fence, pool: Option<Arc<Workers>>, issue
             finish(&signal, result);
             drop(issued);
         }
+        // The CPU device answers `Reach::Staged` for every other device, so the core never
+        // sends it a peer copy; one arriving anyway fails, it is not run.
+        Work::PeerCopy { .. } => {
+            let error = halcyon::Error::new(
+                halcyon::StatusCode::Internal,
+                "the CPU device was sent a peer copy, which it does not offer",
+            );
+            finish(&signal, Err(error));
+            drop(issued);
+        }
         Work::HostCall(call) => match pool {
             Some(workers) => workers.pool.push(Job::new(HostCall {
                 call: Mutex::new(Some((call, issued))),

@@ -292,6 +292,10 @@ driver_calls! {
     fn cuDevicePrimaryCtxRelease_v2(device: CUdevice);
     /// `cuDevicePrimaryCtxGetState`.
     fn cuDevicePrimaryCtxGetState(device: CUdevice, flags: *mut c_uint, active: *mut c_int);
+    /// `cuDeviceCanAccessPeer`.
+    fn cuDeviceCanAccessPeer(can_access: *mut c_int, device: CUdevice, peer: CUdevice);
+    /// `cuCtxEnablePeerAccess`.
+    fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint);
     /// `cuCtxSetCurrent`.
     fn cuCtxSetCurrent(context: CUcontext);
     /// `cuCtxGetCurrent`.
@@ -368,6 +372,17 @@ driver_calls! {
     fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream);
     /// `cuMemcpyDtoDAsync` (`_v2`).
     fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    /// `cuMemcpyAsync` (unified addressing: any two addresses the current context reaches).
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    /// `cuMemcpyPeerAsync`.
+    fn cuMemcpyPeerAsync(
+        dst: CUdeviceptr,
+        dst_context: CUcontext,
+        src: CUdeviceptr,
+        src_context: CUcontext,
+        bytes: usize,
+        stream: CUstream,
+    );
     /// `cuMemsetD8Async`.
     fn cuMemsetD8Async(dst: CUdeviceptr, value: c_uchar, count: usize, stream: CUstream);
     /// `cuMemsetD16Async`.

@@ -49,6 +49,7 @@
 pub mod api;
 pub mod code_object;
 pub mod module;
+pub mod rccl;
 pub mod result;
 pub mod rtc;
 pub mod sys;

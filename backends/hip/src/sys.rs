@@ -61,6 +61,10 @@ pub const hipErrorNotReady: hipError_t = 600;
 pub const hipErrorIllegalAddress: hipError_t = 700;
 /// `hipErrorLaunchOutOfResources`.
 pub const hipErrorLaunchOutOfResources: hipError_t = 701;
+/// `hipErrorPeerAccessUnsupported`: the two devices cannot reach each other's memory.
+pub const hipErrorPeerAccessUnsupported: hipError_t = 217;
+/// `hipErrorPeerAccessAlreadyEnabled`: `hipDeviceEnablePeerAccess` made once already.
+pub const hipErrorPeerAccessAlreadyEnabled: hipError_t = 704;
 /// `hipErrorLaunchFailure`.
 pub const hipErrorLaunchFailure: hipError_t = 719;
 /// `hipErrorNotSupported`.
@@ -599,6 +603,23 @@ hip_api! {
             ptr: *mut c_void,
             value: u32,
             flags: c_uint,
+        ) -> hipError_t;
+        /// `hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int
+        /// peerDeviceId)`.
+        fn hipDeviceCanAccessPeer(can_access: *mut c_int, device: c_int, peer: c_int)
+            -> hipError_t;
+        /// `hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags)`: from
+        /// the thread's current device.
+        fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> hipError_t;
+        /// `hipError_t hipMemcpyPeerAsync(void* dst, int dstDeviceId, const void* src, int
+        /// srcDevice, size_t sizeBytes, hipStream_t stream)`.
+        fn hipMemcpyPeerAsync(
+            dst: *mut c_void,
+            dst_device: c_int,
+            src: *const c_void,
+            src_device: c_int,
+            size: usize,
+            stream: hipStream_t,
         ) -> hipError_t;
         /// `hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream)`.
         fn hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: hipStream_t) -> hipError_t;

@@ -324,6 +324,14 @@ impl Recording {
                     "host calls are not recorded into command buffers",
                 ))
             }
+            // Vulkan devices answer `Reach::Staged` for every other device, so the core never
+            // sends them a peer copy.
+            Work::PeerCopy { .. } => {
+                return Err(Error::new(
+                    StatusCode::Internal,
+                    "a Vulkan device was sent a peer copy, which it does not offer",
+                ))
+            }
             Work::Collective(collective) => {
                 return Err(Error::new(
                     StatusCode::Unimplemented,

@@ -58,6 +58,7 @@ pub(crate) struct Stats {
     pub(crate) queued_allocations: AtomicU64,
     pub(crate) status_checks: AtomicU64,
     pub(crate) pinned_leases: AtomicU64,
+    pub(crate) peer_copies: AtomicU64,
 }
 
 impl Stats {
@@ -141,6 +142,8 @@ pub(crate) struct Core<A: StreamApi> {
     pub(crate) park: Arc<ParkSignal>,
     pub(crate) probe_interval: Duration,
     pub(crate) stats: Arc<Stats>,
+    /// What this device learnt about peer devices (see `peer.rs`).
+    pub(crate) peers: crate::device::peer::Peers,
 }
 
 impl<A: StreamApi> Core<A> {
@@ -185,6 +188,7 @@ impl<A: StreamApi> Core<A> {
             park: Arc::new(ParkSignal::default()),
             probe_interval,
             stats: Arc::default(),
+            peers: Default::default(),
         }
     }
 

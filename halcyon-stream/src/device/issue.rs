@@ -303,6 +303,9 @@ impl<A: StreamApi> Core<A> {
                         .copy_device_to_host_async(dst, src, source.len(), stream)
                 }
             }
+            Work::PeerCopy { source, target } => {
+                self.enqueue_peer_copy(stream, source, target, &mut timepoint.memory)
+            }
             Work::HostCall(_) => Err(Error::new(
                 StatusCode::Internal,
                 "host calls run on the host, not on a stream",

@@ -66,6 +66,10 @@ pub const GRAPH_KERNEL_UPDATES: Key<u64> = Key::new(names::GRAPH_KERNEL_UPDATES)
 /// their binding table moved a fill, copy or update (graphs update kernels only), or the API
 /// cannot update graphs, or an update failed (the graph was dropped).
 pub const GRAPH_BYPASSES: Key<u64> = Key::new(names::GRAPH_BYPASSES);
+/// Copies from another device's buffer issued as one native peer copy
+/// ([`StreamApi::copy_peer_async`](crate::StreamApi::copy_peer_async)): `Queue::copy_from` between
+/// two devices of this driver with peer access, which is not staged through host memory.
+pub const PEER_COPIES: Key<u64> = Key::new(names::PEER_COPIES);
 /// Submissions issued as one graph launch.
 pub const GRAPH_LAUNCHES: Key<u64> = Key::new(names::GRAPH_LAUNCHES);
 /// Queue `alloca`s served by stream-ordered allocation on the queue's stream.
@@ -173,6 +177,8 @@ pub mod names {
     pub const GRAPH_KERNEL_UPDATES: &str = "stream.graph_kernel_updates";
     /// The name of [`GRAPH_BYPASSES`](super::GRAPH_BYPASSES).
     pub const GRAPH_BYPASSES: &str = "stream.graph_bypasses";
+    /// The name of [`PEER_COPIES`](super::PEER_COPIES).
+    pub const PEER_COPIES: &str = "stream.peer_copies";
     /// The name of [`GRAPH_LAUNCHES`](super::GRAPH_LAUNCHES).
     pub const GRAPH_LAUNCHES: &str = "stream.graph_launches";
     /// The name of [`QUEUED_ALLOCATIONS`](super::QUEUED_ALLOCATIONS).

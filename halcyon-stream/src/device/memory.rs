@@ -163,7 +163,8 @@ impl<A: StreamApi> Drop for IssueGuard<'_, A> {
 
 /// Device memory behind a buffer of a stream device.
 pub(crate) struct StreamMemory<A: StreamApi> {
-    api: Arc<A>,
+    /// The API that allocated it (a peer copy reads it through that API's device).
+    pub(crate) api: Arc<A>,
     /// The device that allocated it (its buffers are refused by other devices).
     pub(crate) owner: u64,
     pub(crate) ptr: DevicePtr,

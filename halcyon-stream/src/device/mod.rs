@@ -10,6 +10,7 @@
 //! | signal                                 | event recorded after the work; fence settled when it completes |
 //! | completion                             | host function posting to the reactor, or a completion thread per queue |
 //! | device fault                           | completion threads (with host callbacks: the probe) fail every fence in flight with the fault |
+//! | copy from another device's buffer (`Work::PeerCopy`) | `copy_peer_async` after `enable_peer_access` once per pair (see `peer.rs`); `peer_reach` is `can_access_peer`, asked once |
 //! | fill / update / copy                   | `memset_async` / `copy_host_to_device_async` (from the submission's pinned lease, up to 1 MiB of updates) / `copy_device_to_device_async` |
 //! | dispatch                               | `launch_kernel`: bindings as device pointers, then `u32` constants |
 //! | dispatch of a kernel with a status word | `launch_kernel` with its word (`KernelParams::status`) in the submission's lease of pinned host memory (zeroed by the host before, read by it on completion); signals made from the host after the check |
@@ -43,6 +44,7 @@ mod graphs;
 mod issue;
 pub mod keys;
 mod memory;
+mod peer;
 pub(crate) mod pinned;
 mod reclaim;
 mod settle;
@@ -59,6 +61,7 @@ use halcyon::backend::reactor::Reactor;
 use halcyon::backend::{failure_order, ActionQueue};
 use halcyon::backend::{BufferMemory, DeviceBackend, ExecutableBackend, Work};
 use halcyon::device::{keys as device_keys, DeviceFeatures, DeviceInfo};
+use halcyon::topology::Reach;
 use halcyon::ExecutableSpec;
 use halcyon::Fence;
 use halcyon::Semaphore;
@@ -567,6 +570,7 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
             keys::names::GRAPH_CAPTURE_FAILURES => stat(&stats.graph_capture_failures),
             keys::names::GRAPH_KERNEL_UPDATES => stat(&stats.graph_kernel_updates),
             keys::names::GRAPH_BYPASSES => stat(&stats.graph_bypasses),
+            keys::names::PEER_COPIES => stat(&stats.peer_copies),
             keys::names::QUEUED_ALLOCATIONS => stat(&stats.queued_allocations),
             keys::names::STATUS_CHECKS => stat(&stats.status_checks),
             keys::names::PINNED_LEASES => stat(&stats.pinned_leases),
@@ -654,6 +658,15 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
 
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
         Ok(StreamSemaphore::create(self.core.id, initial_value))
+    }
+
+    fn peer_reach(&self, source: &dyn DeviceBackend) -> Reach {
+        let source: &dyn std::any::Any = source;
+        match source.downcast_ref::<StreamDevice<A>>() {
+            Some(peer) if peer.core.id == self.core.id => Reach::Same,
+            Some(peer) if self.core.reaches(peer.core.id, &peer.core.api) => Reach::Direct,
+            _ => Reach::Staged,
+        }
     }
 
     fn submit(&self, queue: u32, wait: Fence, signal: Fence, work: Work) {

@@ -307,6 +307,7 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
     match work {
         Work::Read { source, .. } => (OperationKind::Read, source.len()),
         Work::HostCall(_) => (OperationKind::HostCall, 0),
+        Work::PeerCopy { target, .. } => (OperationKind::Copy, target.len()),
         Work::Collective(c) => {
             let bytes = c.send().map_or(0, |r| r.len()) + c.recv().map_or(0, |r| r.len());
             (OperationKind::Collective, bytes)
@@ -342,6 +343,7 @@ pub(crate) fn name(
         Work::Commands { commands, .. } => commands,
         Work::Read { source, .. } => return text(source.buffer().label()),
         Work::HostCall(_) => return Name::default(),
+        Work::PeerCopy { target, .. } => return text(target.buffer().label()),
         Work::Collective(c) => {
             return text(Some(std::sync::Arc::from(c.kind().to_string())));
         }

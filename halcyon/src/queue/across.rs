@@ -1,25 +1,36 @@
 //! Copies between buffers of two devices ([`Queue::copy_from`]).
 //!
-//! A device's queue copies only its own device's memory, so a copy between two devices (two
-//! GPUs, a GPU and the CPU device, devices of two drivers) is staged through host memory, in
-//! queue operations ordered by semaphores like any others: the source device copies the range
-//! into a host-visible staging buffer of its own; once that is reached, a host call on the
-//! target queue copies the bytes into a host-visible staging buffer of the target device and
-//! submits that device's copy of them into the target range; a barrier on the target queue,
-//! submitted with the copy, waits for that copy and signals the copy's signal fence. Each
-//! device keeps its staging for later copies (`host_staging.rs`), so a large copy does not
-//! pay for fresh memory every time. Each step waits for the one
-//! before, so a failure anywhere fails the steps after it and the signal, in order, with its
-//! error; a step that never runs (its device went away) fails them with `Aborted`. The target
-//! range's buffer is tracked (for mapping) from when its write is submitted.
+//! A device's queue copies only its own device's memory, unless its driver reaches the other
+//! device's memory directly. So a copy between two devices takes one of two paths, chosen by
+//! [`Device::peer_reach`](crate::Device::peer_reach) of the target device for the source's:
 //!
-//! Peer DMA between two GPUs of one driver (CUDA's `cuMemcpyPeerAsync`) would skip the host;
-//! halcyon does not use it yet, so every pair of distinct devices takes this path.
+//! * **Peer DMA** ([`Reach::Direct`]: two GPUs of one driver with peer access, CUDA ↔ CUDA or
+//!   HIP ↔ HIP, or two devices over one GPU): one operation on the target queue
+//!   ([`Work::PeerCopy`](crate::device::Work::PeerCopy), see `peer.rs`), which the backend
+//!   issues as one native peer copy (`cuMemcpyPeerAsync`, `hipMemcpyPeerAsync`) waiting on the
+//!   caller's wait fence and signalling its signal fence. It holds and tracks both buffers.
+//! * **Host staging** ([`Reach::Staged`]: the CPU device, Vulkan, drivers without peer access,
+//!   devices of two drivers), in queue operations ordered by semaphores like any others: the
+//!   source device copies the range into a host-visible staging buffer of its own; once that
+//!   is reached, a host call on the target queue copies the bytes into a host-visible staging
+//!   buffer of the target device and submits that device's copy of them into the target range;
+//!   a barrier on the target queue, submitted with the copy, waits for that copy and signals
+//!   the copy's signal fence. Each device keeps its staging for later copies
+//!   (`host_staging.rs`), so a large copy does not pay for fresh memory every time. Each step
+//!   waits for the one before, so a failure anywhere fails the steps after it and the signal,
+//!   in order, with its error; a step that never runs (its device went away) fails them with
+//!   `Aborted`. The target range's buffer is tracked (for mapping) from when its write is
+//!   submitted.
+//!
+//! Both paths refuse the same bad input the same way: ranges of different lengths
+//! (`InvalidArgument`, here), a source without `TRANSFER_SOURCE` or a target without
+//! `TRANSFER_TARGET` (`InvalidArgument`, failing the signal in order).
 
 use crate::buffer::BufferRef;
 use crate::error::{Error, Result, StatusCode};
 use crate::fence::Fence;
 use crate::semaphore::Semaphore;
+use crate::topology::Reach;
 
 use super::{Queue, Submission, Timepoints};
 
@@ -29,7 +40,13 @@ impl Queue {
     /// once the bytes are in `target`. The source is read in `source_queue`'s order and the
     /// target written in this queue's order. On one device it is [`Queue::copy`].
     ///
-    /// Between two devices the copy is staged through host memory: a device copy into a
+    /// Between two devices whose driver has peer DMA (this device reaches the source's memory
+    /// directly: [`Device::peer_reach`](crate::Device::peer_reach) is
+    /// [`Reach::Direct`](crate::topology::Reach::Direct), CUDA ↔ CUDA or HIP ↔ HIP with peer
+    /// access) the copy is one peer copy on this queue, waiting on `timepoints.wait` and
+    /// signalling `timepoints.signal`; it holds and tracks both buffers until it completes.
+    ///
+    /// Otherwise the copy is staged through host memory: a device copy into a
     /// host-visible staging buffer of the source device, then a host call on this queue that
     /// copies the bytes into staging of this device and submits this device's copy of them
     /// into the target, then a barrier on this queue that signals `timepoints.signal` once
@@ -76,6 +93,9 @@ impl Queue {
         if source.is_empty() {
             // Nothing to move: ordered like any operation, with both queues' checks skipped.
             return self.barrier(timepoints);
+        }
+        if self.device().peer_reach(source_queue.device()) == Reach::Direct {
+            return self.copy_peer(timepoints, source, target);
         }
         let len = source.len();
         let stage = |queue: &Queue| {

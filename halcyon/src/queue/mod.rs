@@ -38,6 +38,7 @@ pub(crate) mod action;
 mod collective;
 pub(crate) mod completion;
 pub(crate) mod ordered;
+mod peer;
 pub(crate) mod read_sink;
 pub(crate) mod submit;
 pub(crate) mod touched;

@@ -211,6 +211,7 @@ macro_rules! multi_device_tests {
             device_dropped_while_other_waits,
             random_programs_across_devices,
             copy_between_devices,
+            copy_between_devices_keeps_order,
         );
     };
     (@cases ($make_devices:expr, $kernels:expr) $($case:ident),* $(,)?) => {

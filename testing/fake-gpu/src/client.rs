@@ -176,6 +176,15 @@ impl Fake {
         f(if limit.is_zero() { 0 } else { ms.max(1) });
     }
 
+    /// Lets every pair of devices access each other's memory (`true`, the default) or none
+    /// (`false`): what `cuDeviceCanAccessPeer` and `hipDeviceCanAccessPeer` answer from now
+    /// on, so a copy between two devices takes halcyon's host-staged path. For the whole
+    /// process: set it before creating devices, in a test process of its own.
+    pub fn set_peer_access(&self, supported: bool) {
+        let f: extern "C" fn(c_int) = self.function(b"halcyon_fake_gpu_peer_access\0");
+        f(c_int::from(supported));
+    }
+
     /// The device's sticky error (0: it has not faulted).
     pub fn sticky_error(&self) -> u32 {
         let f: extern "C" fn() -> c_uint = self.function(b"halcyon_fake_gpu_sticky_error\0");

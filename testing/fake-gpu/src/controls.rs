@@ -51,6 +51,9 @@ pub unsafe extern "C" fn halcyon_fake_gpu_stats(out: *mut FakeStats) {
             host_funcs_run: HOST_FUNCS_RUN.load(Ordering::Relaxed),
             graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
             captures_invalidated: CAPTURES_INVALIDATED.load(Ordering::Relaxed),
+            peer_copies: crate::model::peer::PEER_COPIES.load(Ordering::Relaxed),
+            peer_copies_unenabled: crate::model::peer::PEER_COPIES_UNENABLED
+                .load(Ordering::Relaxed),
             violations: violations().len() as u64,
             nccl_comms: d.comms.len() as u64,
             collectives_run: COLLECTIVES_RUN.load(Ordering::Relaxed),
@@ -129,4 +132,12 @@ pub extern "C" fn halcyon_fake_gpu_fault_next_collective(code: c_uint) {
 #[no_mangle]
 pub extern "C" fn halcyon_fake_gpu_nccl_wait_limit_ms(ms: u64) {
     crate::nccl::set_wait_limit(ms);
+}
+
+/// Lets every pair of devices access each other's memory (non-zero, the default) or none
+/// (0): what `cuDeviceCanAccessPeer` and `hipDeviceCanAccessPeer` answer from now on. Access
+/// already enabled stays enabled.
+#[no_mangle]
+pub extern "C" fn halcyon_fake_gpu_peer_access(supported: c_int) {
+    crate::model::peer::set_supported(supported != 0);
 }

@@ -29,8 +29,11 @@
 //!   - a call on a thread with no current context, or with the primary context released;
 //!   - work enqueued on a stream of another device than the current context's, and a call
 //!     that combines two devices' handles (a function or an event or a pool with another
-//!     device's stream) or reaches another device's memory (there is no peer access; managed
-//!     and pinned host memory are reachable from every device);
+//!     device's stream) or reaches another device's memory without peer access enabled
+//!     (`cuCtxEnablePeerAccess`; managed and pinned host memory are reachable from every
+//!     device). Every pair of devices can access each other (`cuDeviceCanAccessPeer`) unless
+//!     a test turns it off ([`client::Fake::set_peer_access`]); `cuMemcpyPeerAsync` checks
+//!     each range against its own context's device;
 //!   - any call from inside a host function (CUDA forbids it);
 //!   - a destroyed or unknown stream, event, module, function, graph or pool handle, or the
 //!     legacy default stream (halcyon only uses its own non-blocking streams; the one exception
@@ -147,6 +150,11 @@ pub struct FakeStats {
     /// Graph captures invalidated because another call synchronised their context meanwhile
     /// (`cuMemFree`, `cuMemFreeHost`, `cuModuleUnload` while a stream of the device captured).
     pub captures_invalidated: u64,
+    /// Peer copies run (`cuMemcpyPeerAsync`, `hipMemcpyPeerAsync`).
+    pub peer_copies: u64,
+    /// Peer copies enqueued while the destination's device had no access to the source's
+    /// enabled (the driver stages those; halcyon enables access first).
+    pub peer_copies_unenabled: u64,
     /// Contract violations so far.
     pub violations: u64,
     /// NCCL communicators alive (initialised and not destroyed or aborted).

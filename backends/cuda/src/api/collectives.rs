@@ -1,12 +1,14 @@
 //! Collectives on CUDA devices: NCCL channels ([`crate::nccl`]) made and enqueued in this
-//! API's context.
+//! API's context, through the stream layer's engine ([`halcyon_stream::collectives`]).
 
 use halcyon::backend::{ChannelBackend, CollectiveKind};
 use halcyon::{ChannelParams, ChannelProvider, Error, Result, StatusCode};
+use halcyon_stream::collectives::StreamChannel;
 use halcyon_stream::{DevicePtr, StreamHandle};
 
 use super::CudaApi;
-use crate::nccl::channel::NcclChannel;
+use crate::nccl::communicator::CudaNccl;
+use crate::nccl::Nccl;
 
 impl CudaApi {
     /// An NCCL channel on this device (see [`crate::nccl`]).
@@ -15,8 +17,12 @@ impl CudaApi {
         provider: &dyn ChannelProvider,
         params: &ChannelParams,
     ) -> Result<Box<dyn ChannelBackend>> {
-        let _bound = self.bind()?;
-        let channel = NcclChannel::join(provider, params, self.id, self.device)
+        let made = Nccl::load().and_then(|nccl| {
+            let _bound = self.bind()?;
+            let table = CudaNccl::new(nccl, self.device)?;
+            StreamChannel::join(table, provider, params, self.id)
+        });
+        let channel = made
             .map_err(|e| e.context(format!("making an NCCL channel on cuda://{}", self.ordinal)))?;
         Ok(Box::new(channel))
     }
@@ -36,7 +42,7 @@ impl CudaApi {
     ) -> Result<()> {
         let nccl = channel
             .as_any()
-            .downcast_ref::<NcclChannel>()
+            .downcast_ref::<StreamChannel<CudaNccl>>()
             .filter(|c| c.belongs_to(self.id))
             .ok_or_else(|| {
                 Error::new(

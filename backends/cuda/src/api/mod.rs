@@ -29,6 +29,8 @@
 //! | `copy_host_to_device_async`         | while capturing, from a pinned copy kept until the API drops; else from a source lying within one pinned allocation, `cuMemcpyHtoDAsync` straight from it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by the staging thread into the other half of a 16 MiB buffer while the device copies the one before (host functions hand them over and wait), `cuMemcpyHtoDAsync` from the buffer after each, and a host function returning it (`halcyon_stream::staging`) |
 //! | `copy_device_to_host_async`         | refused while capturing; into a destination lying within one pinned allocation, `cuMemcpyDtoHAsync` straight into it (no staging, no host function); else through pinned staging in chunks of up to 8 MiB: `cuMemcpyDtoHAsync` into one half of the buffer, then a host function handing the chunk to the staging thread, which copies it out while the device fills the other half, the last one waiting for every chunk and returning the buffer (`halcyon_stream::staging`) |
 //! | `copy_device_to_device_async`       | `cuMemcpyDtoDAsync`                                            |
+//! | `can_access_peer` / `enable_peer_access` | `cuDeviceCanAccessPeer` / `cuCtxEnablePeerAccess(peer context, 0)` (already enabled is success); both trivially true for another `CudaApi` over the same device (`peer.rs`) |
+//! | `copy_peer_async`                   | `cuMemcpyPeerAsync` with both devices' primary contexts, each range checked in its own API's allocations |
 //! | `memset_async` (1, 2, 4 bytes)      | `cuMemsetD8Async` / `cuMemsetD16Async` / `cuMemsetD32Async`     |
 //! | `load_module`                       | `cuModuleLoadDataEx` (PTX NUL-terminated, JIT-compiled for `CU_JIT_THREADS_PER_BLOCK` of the largest workgroup; or cubin/fatbin) with a JIT error log; `cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)` refuses a workgroup larger than the kernel can launch; `cuFuncGetParamInfo` checks each kernel's signature (drivers with CUDA 12.4+ only; skipped below); status words from the PTX `.param`s (which must agree with `cuFuncGetParamInfo` where it answers), or from `cuFuncGetParamInfo` for a cubin (without it: launched with one, which a kernel without the parameter never reads); an entry point declaring dynamic shared memory ([`CudaModule::with_shared_memory`]): `cuFuncGetAttribute(SHARED_SIZE_BYTES)` plus it within `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`, and `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)` where it exceeds the kernel's default limit |
 //! | `unload_module`                     | `cuModuleUnload`                                               |
@@ -93,7 +95,7 @@
 //! the `CudaApi` method of the same name in the file of its concern: `context.rs` binds the
 //! context, `streams.rs` holds the stream and event tables and host functions, `memory.rs`
 //! allocations and the API's memory pool, `copies.rs` copies and fills with their pinned
-//! staging, `modules.rs` module loading and function lookup, `launch.rs` kernel launches, and
+//! staging, `peer.rs` peer access and peer copies, `modules.rs` module loading and function lookup, `launch.rs` kernel launches, and
 //! `graphs.rs` graph capture with the copies captured into graphs.
 //!
 //! [`CudaModule::with_shared_memory`]: crate::CudaModule::with_shared_memory
@@ -107,6 +109,7 @@ mod graphs;
 mod launch;
 mod memory;
 mod modules;
+mod peer;
 mod streams;
 #[cfg(test)]
 mod tests;
@@ -548,6 +551,27 @@ unsafe impl StreamApi for CudaApi {
         s: StreamHandle,
     ) -> Result<()> {
         CudaApi::memset_async(self, dst, pattern, pattern_len, len, s)
+    }
+
+    // ------------------------------------------------------------------ peer access (peer.rs)
+
+    fn can_access_peer(&self, peer: &Self) -> Result<bool> {
+        CudaApi::can_access_peer(self, peer)
+    }
+
+    fn enable_peer_access(&self, peer: &Self) -> Result<()> {
+        CudaApi::enable_peer_access(self, peer)
+    }
+
+    fn copy_peer_async(
+        &self,
+        dst: DevicePtr,
+        peer: &Self,
+        src: DevicePtr,
+        len: u64,
+        s: StreamHandle,
+    ) -> Result<()> {
+        CudaApi::copy_peer_async(self, dst, peer, src, len, s)
     }
 
     fn write_value32(&self, s: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {

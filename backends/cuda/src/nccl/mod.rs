@@ -16,12 +16,14 @@
 //! (MPI across processes, [`halcyon::channel::LocalGroup`] in one), and each rank joins with
 //! `ncclCommInitRank` on its device. Collectives are enqueued on the stream of the queue they
 //! are submitted to, ordered against other queues with events like any operation: submit them
-//! on a queue of their own to overlap them with compute. See [`channel`] for the watchdog
-//! that turns a stalled or failed communicator into errors instead of hangs.
+//! on a queue of their own to overlap them with compute. The engine itself (joining, the
+//! watchdog that turns a stalled or failed communicator into errors instead of hangs) is the
+//! stream layer's ([`halcyon_stream::collectives`]), shared with RCCL; [`communicator`] is
+//! NCCL's translation table for it.
 //!
 //! [NCCL's API](https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/api.html).
 
-pub mod channel;
+pub mod communicator;
 pub mod sys;
 
 use std::ffi::{c_int, CStr};

@@ -28,7 +28,7 @@ thread_local! {
 /// A device [`bind_device`] made current in place of another: dropping it makes the other
 /// current again, so other HIP code on the thread finds the device it chose.
 #[must_use = "the device is only bound while the guard lives"]
-pub(super) struct Bound {
+pub(crate) struct Bound {
     restore: Option<(Hip, i32)>,
 }
 
@@ -43,7 +43,7 @@ impl Drop for Bound {
 /// Makes `device` current on the calling thread (`hipSetDevice`) unless it is (`hipGetDevice`,
 /// a thread-local read in the runtime). The device that was current is made current again when
 /// the guard drops, unless it is one this backend left current on an adopted thread.
-pub(super) fn bind_device(hip: Hip, device: i32) -> Result<Bound> {
+pub(crate) fn bind_device(hip: Hip, device: i32) -> Result<Bound> {
     let current = hip.get_device().ok();
     if current == Some(device) {
         return Ok(Bound { restore: None });

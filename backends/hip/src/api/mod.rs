@@ -20,6 +20,7 @@
 //! | copy host → device               | through pinned staging (`hipHostMalloc`) in chunks of up to 8 MiB: the first chunk copied in at enqueue, each later one by the staging thread into the other half of a 16 MiB buffer while the device copies the one before (host functions hand them over and wait), `hipMemcpyAsync(HostToDevice)` from the buffer after each, then a host function returning it to the pool (`halcyon_stream::staging`); straight from the source (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → host               | through pinned staging in chunks of up to 8 MiB: `hipMemcpyAsync(DeviceToHost)` into one half of the buffer, then a host function handing the chunk to the staging thread, which copies it out while the device fills the other half, the last one waiting for every chunk and returning the buffer (`halcyon_stream::staging`); straight into the destination (no staging, no host function) if it lies within one of this API's host-visible or pinned allocations |
 //! | copy device → device             | `hipMemcpyAsync(DeviceToDevice)`                             |
+//! | peer access / peer copy          | `hipDeviceCanAccessPeer` / `hipDeviceEnablePeerAccess(peer, 0)` (already enabled is success) / `hipMemcpyPeerAsync`, all optional (no peer access without them); another API over the same device reaches its memory as it is (`peer.rs`) |
 //! | fills                            | `hipMemsetD8Async` / `hipMemsetD16Async` / `hipMemsetD32Async` |
 //! | module ([`FORMAT_HSACO`])        | `hipModuleLoadData` (after the checks of [`HipModule`], and each kernel's static LDS plus its declared dynamic shared memory checked against `hipDeviceAttributeMaxSharedMemoryPerBlock`; out of memory: the pool trimmed and tried once more) / `hipModuleUnload` |
 //! | function                         | `hipModuleGetFunction`                                       |
@@ -182,17 +183,19 @@ use crate::sys;
 // By concern: the device current on a thread, streams and events, host functions,
 // allocation, copies and fills (with staging), code objects and function lookup, launches.
 // The `StreamApi` impl below forwards each method to the file of its concern.
+mod collectives;
 mod context;
 mod copies;
 mod host_funcs;
 mod launch;
 mod memory;
 mod modules;
+mod peer;
 mod streams;
 #[cfg(test)]
 mod tests;
 
-use context::bind_device;
+pub(crate) use context::bind_device;
 use launch::DEFAULT_MAX_GRID;
 pub use memory::HostVisibleMemory;
 use memory::{AllocKind, MemPool};
@@ -505,6 +508,25 @@ unsafe impl StreamApi for HipStreamApi {
         HipStreamApi::memset_async(self, dst, pattern, pattern_len, len, stream)
     }
 
+    fn can_access_peer(&self, peer: &Self) -> Result<bool> {
+        HipStreamApi::can_access_peer(self, peer)
+    }
+
+    fn enable_peer_access(&self, peer: &Self) -> Result<()> {
+        HipStreamApi::enable_peer_access(self, peer)
+    }
+
+    fn copy_peer_async(
+        &self,
+        dst: DevicePtr,
+        peer: &Self,
+        src: DevicePtr,
+        len: u64,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        HipStreamApi::copy_peer_async(self, dst, peer, src, len, stream)
+    }
+
     fn write_value32(&self, stream: StreamHandle, ptr: DevicePtr, value: u32) -> Result<()> {
         HipStreamApi::write_value32(self, stream, ptr, value)
     }
@@ -533,5 +555,25 @@ unsafe impl StreamApi for HipStreamApi {
         stream: StreamHandle,
     ) -> Result<()> {
         HipStreamApi::launch_kernel(self, function, config, params, stream)
+    }
+
+    fn create_channel(
+        &self,
+        provider: &dyn halcyon::ChannelProvider,
+        params: &halcyon::ChannelParams,
+    ) -> Result<Box<dyn halcyon::backend::ChannelBackend>> {
+        self.rccl_channel(provider, params)
+    }
+
+    unsafe fn enqueue_collective(
+        &self,
+        channel: &dyn halcyon::backend::ChannelBackend,
+        kind: &halcyon::backend::CollectiveKind,
+        send: Option<(DevicePtr, u64)>,
+        recv: Option<(DevicePtr, u64)>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        // SAFETY: the trait's contract, passed on.
+        unsafe { self.rccl_enqueue(channel, kind, send, recv, stream) }
     }
 }

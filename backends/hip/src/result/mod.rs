@@ -18,6 +18,7 @@ mod device;
 mod graphs;
 mod memory;
 mod modules;
+mod peer;
 mod streams;
 
 /// The [`StatusCode`] for a HIP error.

@@ -5,8 +5,8 @@
 //! # Multi-device cases
 //!
 //! [`cross_device_wait`], [`cross_device_ping_pong`], [`cross_device_failure_propagates`],
-//! [`concurrent_devices`], [`foreign_resources`], [`device_dropped_while_other_waits`] and
-//! [`copy_between_devices`] are
+//! [`concurrent_devices`], [`foreign_resources`], [`device_dropped_while_other_waits`],
+//! [`copy_between_devices`] and [`copy_between_devices_keeps_order`] are
 //! [`crate::PairCase`]s: they take two devices of one driver (see
 //! [`crate::multi_device_tests!`]). [`random_programs_across_devices`] is one too.
 
@@ -20,6 +20,7 @@ mod failure;
 mod lifetime;
 mod mapping;
 mod ordering;
+mod peer;
 mod pool;
 mod profile;
 mod random;
@@ -38,6 +39,7 @@ pub use failure::*;
 pub use lifetime::*;
 pub use mapping::*;
 pub use ordering::*;
+pub use peer::*;
 pub use pool::*;
 pub use profile::*;
 pub use random::*;

@@ -203,7 +203,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: *mut c_void, kind: *mut c_uint
     call("cuGraphNodeGetType", Needs::Context, || {
         let kind_of = match node_op(node, "cuGraphNodeGetType")? {
             Op::Kernel(_) | Op::Nccl(_) => CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL,
-            Op::Copy { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY,
+            Op::Copy { .. } | Op::PeerCopy { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY,
             Op::Memset { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET,
             Op::Host { .. } | Op::Callback { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST,
             Op::Wait { .. } => CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT,

@@ -435,6 +435,29 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     })
 }
 
+/// `cuMemcpyAsync` (unified addressing) between two allocations of the fake's: each must be
+/// memory the stream's device reaches (its own, a peer's it enabled access to, or managed or
+/// pinned memory); pageable host memory is not modelled here (`CUDA_ERROR_INVALID_VALUE`).
+///
+/// # Safety
+/// CUDA's contract for the call.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyAsync(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+    s: *mut c_void,
+) -> CUresult {
+    const CALL: &str = "cuMemcpyAsync";
+    call(CALL, Needs::Context, || {
+        let stream = cuda_stream(s, CALL)?;
+        reachable(dst, bytes, stream.device, CALL)?;
+        reachable(src, bytes, stream.device, CALL)?;
+        enqueue_copy(&stream, dst, true, Source::Checked(src), bytes, CALL);
+        Ok(())
+    })
+}
+
 /// A `cuMemsetD*Async` call: `count` elements of `width` bytes set to `value`.
 fn memset(
     dst: CUdeviceptr,

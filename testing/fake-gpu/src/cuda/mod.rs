@@ -27,11 +27,12 @@ use crate::model::stream::{find_stream, invalidate_captures, Stream};
 pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod peer;
 pub(crate) mod stream;
 
 /// Every export, for the fake's own tests.
 #[cfg(test)]
-pub(crate) use self::{graph::*, memory::*, module::*, stream::*};
+pub(crate) use self::{graph::*, memory::*, module::*, peer::*, stream::*};
 
 /// The CUDA version the fake reports (`cuDriverGetVersion`).
 pub(crate) const DRIVER_VERSION: c_int = 13000;
@@ -98,6 +99,8 @@ static NAMES: LazyLock<Vec<(u32, &'static CStr)>> = LazyLock::new(|| {
         CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
         CUDA_ERROR_CAPTURED_EVENT,
         CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
     ]
     .into_iter()
     .map(|code| {

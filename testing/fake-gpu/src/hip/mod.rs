@@ -11,8 +11,8 @@
 //!   something on it (a stream, an event, memory, a module) on a thread that never chose a
 //!   device is a violation: it works on one GPU by luck. What a call does on a stream happens
 //!   on the stream's device, whichever is current; an event recorded on another device's
-//!   stream, a function or pool of another device, and another device's memory (no peer
-//!   access) are violations.
+//!   stream, a function or pool of another device, and another device's memory without
+//!   peer access enabled (`hipDeviceEnablePeerAccess`) are violations.
 //! * **An event's lock.** HIP serialises everything done to an event under the event's lock,
 //!   and `hipEventSynchronize` holds it for its whole wait: a `hipEventQuery`,
 //!   `hipEventRecord` or `hipStreamWaitEvent` of an event another thread is synchronising on
@@ -56,6 +56,7 @@ use CUresult::CUDA_ERROR_INVALID_VALUE as INVALID_VALUE;
 
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod peer;
 pub(crate) mod stream;
 
 /// Every export, for the fake's own tests.
@@ -109,6 +110,11 @@ const ERRORS: &[(c_int, &CStr, &CStr)] = &[
         700,
         c"hipErrorIllegalAddress",
         c"an illegal memory access was encountered",
+    ),
+    (
+        704,
+        c"hipErrorPeerAccessAlreadyEnabled",
+        c"peer access is already enabled",
     ),
     (719, c"hipErrorLaunchFailure", c"unspecified launch failure"),
     (800, c"hipErrorNotPermitted", c"operation not permitted"),

@@ -12,8 +12,8 @@ use crate::model::ops::{Op, Source};
 use crate::model::stream::Stream;
 
 /// Checks that device `device` may reach `len` bytes at `ptr` now: `CUDA_ERROR_INVALID_VALUE`
-/// otherwise (CUDA checks pointers when the call is made). Memory of another device is also
-/// a violation: the fake has no peer access, and halcyon never asks for it.
+/// otherwise (CUDA checks pointers when the call is made). Memory of another device whose
+/// access `device` was not given is also a violation (see [`crate::model::peer`]).
 pub(crate) fn reachable(ptr: u64, len: usize, device: u32, call: &str) -> Ret {
     let memory = memory();
     memory
@@ -95,6 +95,33 @@ pub(crate) fn memset_async(
         value,
         width,
         count,
+    });
+    Ok(())
+}
+
+/// Enqueues a peer copy of `len` bytes from `src` (memory device `src_device` reaches) into
+/// `dst` (memory device `dst_device` reaches) on `stream`, each range checked now against its
+/// own device and again when the stream gets there.
+pub(crate) fn peer_copy_async(
+    stream: &Stream,
+    (dst, dst_device): (u64, u32),
+    (src, src_device): (u64, u32),
+    len: usize,
+    call: &'static str,
+) -> Ret {
+    reachable(dst, len, dst_device, call)?;
+    reachable(src, len, src_device, call)?;
+    if len == 0 {
+        return Ok(());
+    }
+    crate::model::peer::count_unenabled(dst_device, src_device);
+    stream.enqueue(Op::PeerCopy {
+        dst,
+        dst_device,
+        src,
+        src_device,
+        len,
+        call,
     });
     Ok(())
 }

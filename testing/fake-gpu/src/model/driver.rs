@@ -261,6 +261,7 @@ impl Driver {
         // dropped, not run against the next one.
         EPOCHS[device as usize].fetch_add(1, Ordering::AcqRel);
         clear_fault(device);
+        crate::model::peer::forget(device);
         if !faulted && leaked.iter().any(|(_, n)| *n > 0) {
             let list: Vec<String> = leaked
                 .iter()

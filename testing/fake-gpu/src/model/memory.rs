@@ -235,15 +235,21 @@ impl Memory {
     }
 
     /// Checks that device `device` may reach `len` bytes at `ptr`: as [`Memory::check`], and
-    /// device or stream-ordered memory must be `device`'s own (the fake has no peer access).
+    /// device or stream-ordered memory must be `device`'s own, or a peer's whose memory
+    /// `device` was given access to ([`crate::model::peer`]).
     pub(crate) fn check_on(&self, ptr: u64, len: usize, device: u32) -> Result<(), String> {
         self.check(ptr, len)?;
         match self.covering(ptr, len) {
-            Some((base, a)) if a.kind.device_local() && a.device != device => Err(format!(
-                "{len} bytes at {ptr:#x} lie in device {}'s {:?} memory ({} bytes at \
-                 {base:#x}), which device {device} cannot reach (no peer access)",
-                a.device, a.kind, a.len
-            )),
+            Some((base, a))
+                if a.kind.device_local() && !crate::model::peer::reaches(device, a.device) =>
+            {
+                Err(format!(
+                    "{len} bytes at {ptr:#x} lie in device {}'s {:?} memory ({} bytes at \
+                     {base:#x}), which device {device} cannot reach (its peer access to \
+                     device {} is not enabled)",
+                    a.device, a.kind, a.len, a.device
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -13,5 +13,6 @@ pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod ops;
+pub(crate) mod peer;
 pub(crate) mod ptx;
 pub(crate) mod stream;

@@ -53,6 +53,17 @@ pub(crate) enum Op {
         len: usize,
         call: &'static str,
     },
+    /// Copy `len` bytes from `src`, memory of device `src_device`, into `dst`, memory of
+    /// device `dst_device` (a peer copy: `cuMemcpyPeerAsync`, `hipMemcpyPeerAsync`), each
+    /// checked against its own device when the stream gets there.
+    PeerCopy {
+        dst: u64,
+        dst_device: u32,
+        src: u64,
+        src_device: u32,
+        len: usize,
+        call: &'static str,
+    },
     /// Fill `count` elements of `width` bytes with `value`.
     Memset {
         dst: u64,
@@ -140,6 +151,29 @@ impl Op {
                 // SAFETY: both ranges were checked against live allocations under this lock,
                 // or are the call's own bytes, or caller memory it keeps valid while it waits.
                 unsafe { memory.copy(*dst, from, *len) };
+            }
+            Op::PeerCopy {
+                dst,
+                dst_device,
+                src,
+                src_device,
+                len,
+                call,
+            } => {
+                let mut memory = memory();
+                if sticky(device).is_some() {
+                    return; // faulted meanwhile: the host may have freed what this uses
+                }
+                let checked = memory
+                    .check_on(*dst, *len, *dst_device)
+                    .and_then(|()| memory.check_on(*src, *len, *src_device));
+                if let Err(why) = checked {
+                    drop(memory);
+                    return illegal_address(device, stream, call, why);
+                }
+                crate::model::peer::PEER_COPIES.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: both ranges were checked against live allocations under this lock.
+                unsafe { memory.copy(*dst, *src, *len) };
             }
             Op::Memset {
                 dst,

@@ -16,6 +16,7 @@ mod contract;
 mod devices;
 mod hip;
 mod nccl;
+mod peer;
 mod streams;
 
 static SERIAL: Mutex<()> = Mutex::new(());
