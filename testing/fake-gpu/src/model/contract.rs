@@ -172,6 +172,11 @@ pub(crate) fn enter(call: &str, needs: Needs) -> Ret {
 }
 
 /// Records that this thread made HIP device `device` current.
+/// The device `hipSetDevice` chose on this thread, if it did (RCCL's current device).
+pub(crate) fn hip_device() -> Option<u32> {
+    HIP_DEVICE.with(Cell::get)
+}
+
 pub(crate) fn set_hip_device(device: u32) {
     HIP_DEVICE.with(|d| d.set(Some(device)));
 }

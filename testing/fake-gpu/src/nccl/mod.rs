@@ -149,8 +149,12 @@ pub(crate) fn find_comm(comm: u64, call: &str) -> NRet<Arc<Comm>> {
 }
 
 /// The device of the calling thread's current context (the device `ncclCommInitRank` puts its
-/// rank on): none is a violation and `ncclInvalidUsage`.
+/// rank on): none is a violation and `ncclInvalidUsage`. On a thread that chose a HIP device
+/// (`hipSetDevice`), that device: RCCL puts its rank on the HIP runtime's current device.
 fn current_context_device(call: &str) -> NRet<u32> {
+    if let Some(device) = crate::model::contract::hip_device() {
+        return Ok(device);
+    }
     enter(call, Needs::Context).map_err(|code| {
         match sticky(crate::model::contract::current_device()) {
             Some(sticky) if sticky == code => fail(
