@@ -9,7 +9,8 @@
 //! Open MPI needs as root); under `mpirun` each process is one rank. Every rank fills its
 //! buffer with values of its own, all-reduces it (sum) through its device's channel, checks
 //! every element, then times the all-reduce against `MPI_Allreduce` called directly on host
-//! memory of the same size, in the same run, and prints both bus bandwidths (bytes × 2(n−1)/n
+//! memory of the same size, alternating the two in the same run (medians), and prints both
+//! bus bandwidths (bytes × 2(n−1)/n
 //! per second, as nccl-tests count them). Rank 0 prints `allreduce ok` when every rank passed.
 //!
 //! Options: `--ranks N` (2), `--devices cpu|cuda` (cpu), `--mib M` (64), `--iterations I` (10).
@@ -165,20 +166,18 @@ fn rank_main(options: &Options) -> halcyon::Result<()> {
         ));
     }
 
-    // Timing: halcyon's all-reduce, then MPI_Allreduce directly on host memory of the same
-    // size, each iteration started together on every rank.
+    // Timing: halcyon's all-reduce and MPI_Allreduce called directly on host memory of the
+    // same size, alternating, each started together on every rank, so that both see the same
+    // machine (on a small shared VM its speed drifts during a run).
     let world = mpi.world();
-    let mut halcyon_times = Vec::new();
+    let host_send = mine;
+    let mut host_recv = vec![0f32; elements];
+    let (mut halcyon_times, mut mpi_times) = (Vec::new(), Vec::new());
     for _ in 0..options.iterations + 1 {
         world.barrier();
         let start = Instant::now();
         runtime.block_on(all_reduce())?;
         halcyon_times.push(start.elapsed());
-    }
-    let host_send = mine;
-    let mut host_recv = vec![0f32; elements];
-    let mut mpi_times = Vec::new();
-    for _ in 0..options.iterations + 1 {
         world.barrier();
         let start = Instant::now();
         world.all_reduce_into(&host_send[..], &mut host_recv[..], SystemOperation::sum());
