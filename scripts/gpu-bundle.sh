@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds, here, every test and benchmark executable that needs a GPU (halcyon-cuda's tests and
 # benchmark, halcyon-vulkan's tests and the Vulkan benchmark, and the cross-device benchmark,
-# whose cuda_peer group needs two CUDA devices) in release mode, and gathers them
-# with a runner in one folder, for a GPU machine that has the driver but no Rust toolchain.
+# whose cuda_peer group needs two CUDA devices, and the NCCL benchmark) in release mode, and
+# gathers them with a runner in one folder, for a GPU machine that has the driver but no Rust
+# toolchain.
 #
-#   scripts/gpu-bundle.sh [FOLDER] [--vulkan-loader]     # default FOLDER: .gpu (git-ignored)
+#   scripts/gpu-bundle.sh [FOLDER] [--vulkan-loader] [--nccl LIBNCCL]   # default FOLDER: .gpu
 #   # copy FOLDER to the GPU machine (it needs nothing else from the checkout), then there:
 #   FOLDER/run.sh OUTPUT_DIR          # OUTPUT_DIR/log (every executable's output) and /summary
 #
@@ -17,20 +18,32 @@
 # no libvulkan.so.1). The executables load libcuda / libvulkan at run time, so they also run
 # (and skip with a reason) on a machine without a GPU: `FOLDER/run.sh /tmp/out` here is a check
 # of the bundle itself.
+#
+# `--nccl LIBNCCL` carries an NCCL library (the `nvidia-nccl-cu12` wheel's
+# `nvidia/nccl/lib/libnccl.so.2`: `pip download nvidia-nccl-cu12` and unzip it) as
+# FOLDER/lib/libnccl.so.2; run.sh points the NCCL benchmark at it (HALCYON_NCCL_LIBRARY), or at
+# an NCCL it finds on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dest=.gpu
 loader=0
-for arg in "$@"; do
-    case "$arg" in
+nccl=
+while [ $# -gt 0 ]; do
+    case "$1" in
         --vulkan-loader) loader=1 ;;
-        -*) echo "unknown option $arg" >&2; exit 2 ;;
-        *) dest=$arg ;;
+        --nccl) shift; nccl=${1:?--nccl needs the path of a libnccl.so.2} ;;
+        -*) echo "unknown option $1" >&2; exit 2 ;;
+        *) dest=$1 ;;
     esac
+    shift
 done
 rm -rf "$dest"
 mkdir -p "$dest/bin"
+if [ -n "$nccl" ]; then
+    mkdir -p "$dest/lib"
+    cp "$nccl" "$dest/lib/libnccl.so.2"
+fi
 
 # Prints the executables cargo names for `cargo "$@" --message-format=json`.
 executables() {
@@ -41,7 +54,7 @@ executables() {
 {
     # The fake-driver tests need the fake's library beside them and no GPU: they run in CI.
     executables test -p halcyon-cuda --release --no-run | grep -v '/fake_driver' | sed 's/^/test /'
-    executables bench -p halcyon-cuda --no-run | grep '/cuda-' | sed 's/^/bench /'
+    executables bench -p halcyon-cuda --no-run | grep -E '/(cuda|nccl)-' | sed 's/^/bench /'
     executables test -p halcyon-vulkan --release --no-run | sed 's/^/test /'
     executables bench -p halcyon-vulkan --bench vulkan --no-run | sed 's/^/bench /'
     executables bench -p halcyon-examples --bench cross_device --no-run | sed 's/^/bench /'
@@ -97,6 +110,17 @@ if ! command -v ptxas >/dev/null 2>&1; then
         fi
     done
 fi
+# NCCL for the NCCL benchmark: the carried one, else a wheel's on the machine.
+if [ -z "${HALCYON_NCCL_LIBRARY:-}" ]; then
+    for lib in "$here/lib/libnccl.so.2" \
+        /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2; do
+        if [ -f "$lib" ]; then
+            export HALCYON_NCCL_LIBRARY="$lib"
+            break
+        fi
+    done
+fi
+echo "HALCYON_NCCL_LIBRARY=${HALCYON_NCCL_LIBRARY:-}" >>"$out/summary"
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >>"$out/summary"
 echo "ptxas: $(command -v ptxas || echo none); fatbinary: $(command -v fatbinary || echo none)" >>"$out/summary"
 cd "$here"

@@ -149,7 +149,8 @@ impl Nccl {
         &self.name
     }
 
-    pub(crate) fn calls(&self) -> &Calls {
+    /// The raw calls (see [`sys::Calls`]).
+    pub fn calls(&self) -> &Calls {
         &self.calls
     }
 

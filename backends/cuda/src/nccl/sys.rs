@@ -28,14 +28,16 @@ impl NcclCode {
 /// cudarc's declaration.
 macro_rules! nccl_calls {
     ($( $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?); )*) => {
-        /// The NCCL functions, resolved from one library.
+        /// The NCCL functions, resolved from one library: the raw calls, each with NCCL's
+        /// contract (valid handles and pointers, a current context where NCCL needs one), for
+        /// the engine and for calling NCCL directly alongside it (benchmarks).
         #[allow(non_snake_case)]
-        pub(crate) struct Calls {
-            $( $(#[$doc])* pub(crate) $name: unsafe extern "C" fn($($ty),*) -> u32, )*
+        pub struct Calls {
+            $( $(#[$doc])* pub $name: unsafe extern "C" fn($($ty),*) -> u32, )*
             /// `ncclGetErrorString` (call it with a code cudarc's enum names only).
-            pub(crate) ncclGetErrorString: unsafe extern "C" fn(ncclResult_t) -> *const c_char,
+            pub ncclGetErrorString: unsafe extern "C" fn(ncclResult_t) -> *const c_char,
             /// `ncclGetLastError` (NCCL 2.13+): the text of the last error.
-            pub(crate) ncclGetLastError: Option<unsafe extern "C" fn(ncclComm_t) -> *const c_char>,
+            pub ncclGetLastError: Option<unsafe extern "C" fn(ncclComm_t) -> *const c_char>,
         }
 
         impl Calls {
