@@ -144,3 +144,73 @@ impl Drop for Turn {
         self.fail(error);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn order() -> Arc<Order> {
+        Order::new("channel test rank 0 of 2".into())
+    }
+
+    /// Each turn waits for the one before, and passing a turn signals its value.
+    #[test]
+    fn turns_pass_in_order() {
+        let order = order();
+        let (semaphore, before, mut first) = order.take();
+        assert_eq!((before, first.value()), (0, 1));
+        let (_, before, mut second) = order.take();
+        assert_eq!(before, 1);
+        first.pass();
+        assert_eq!(semaphore.query().unwrap(), 1);
+        second.pass();
+        second.pass(); // once only
+        assert_eq!(semaphore.query().unwrap(), 2);
+    }
+
+    /// A turn that fails while the turn before it is still waiting holds its failure until
+    /// that one passes: the earlier collective is not failed with it.
+    #[test]
+    fn a_failure_waits_for_the_turn_before() {
+        let order = order();
+        let (semaphore, _, mut first) = order.take();
+        let (_, _, mut second) = order.take();
+        let (_, _, third) = order.take();
+        second.fail(Error::new(StatusCode::DataLoss, "the input was lost"));
+        assert_eq!(semaphore.query().unwrap(), 0, "held");
+        first.pass();
+        let error = semaphore.query().unwrap_err();
+        assert_eq!(error.code(), StatusCode::DataLoss);
+        assert!(
+            semaphore.failure_before(1).is_none(),
+            "the first turn passed"
+        );
+        drop(third); // fails nothing more: the channel is already out of step
+        assert_eq!(semaphore.query().unwrap_err().code(), StatusCode::DataLoss);
+    }
+
+    /// A turn dropped unpassed fails the channel with `Aborted`, naming it, or with the error
+    /// of the wait that failed.
+    #[test]
+    fn a_dropped_turn_names_why() {
+        let order = order();
+        let (semaphore, _, turn) = order.take();
+        drop(turn);
+        let error = semaphore.query().unwrap_err();
+        assert_eq!(error.code(), StatusCode::Aborted);
+        assert!(
+            error.to_string().contains("collective #1 on channel test"),
+            "{error}"
+        );
+
+        let order = self::order();
+        let (semaphore, _, mut turn) = order.take();
+        let input = Semaphore::new(0);
+        input.fail(Error::new(StatusCode::Internal, "the producer failed"));
+        turn.waits_on(&Fence::at(&input, 1));
+        drop(turn);
+        let error = semaphore.query().unwrap_err();
+        assert_eq!(error.code(), StatusCode::Internal);
+        assert!(error.to_string().contains("the producer failed"), "{error}");
+    }
+}
