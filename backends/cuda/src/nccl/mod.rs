@@ -26,12 +26,12 @@
 pub mod communicator;
 pub mod sys;
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::path::Path;
-use std::sync::OnceLock;
 
 use cudarc::nccl::sys::{ncclComm_t, ncclResult_t};
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::collectives::{c_text, result_error, LibraryChoice};
 use libloading::Library;
 
 use sys::{Calls, NcclCode};
@@ -48,34 +48,21 @@ pub struct Nccl {
     _library: Library,
 }
 
-static NCCL: OnceLock<Result<Nccl>> = OnceLock::new();
+static NCCL: LibraryChoice<Nccl> = LibraryChoice::new();
 
 impl Nccl {
     /// The process's NCCL: the one [`Nccl::use_library`] chose, else the first of
     /// [`LIBNCCL_SONAMES`] that opens, loaded once. `Unavailable` with the reason if none is
     /// usable.
     pub fn load() -> Result<&'static Nccl> {
-        NCCL.get_or_init(|| {
-            let mut why = Vec::new();
-            for soname in LIBNCCL_SONAMES {
-                // SAFETY: opening NCCL runs its initialisers, which are sound at any time.
-                match unsafe { Nccl::open(soname) } {
-                    Ok(nccl) => return Ok(nccl),
-                    Err(e) => why.push(e.to_string()),
-                }
-            }
-            Err(Error::new(
-                StatusCode::Unavailable,
-                format!(
-                    "NCCL is not installed, so CUDA devices have no collectives ({}); install \
-                     libnccl2, or the nvidia-nccl-cu12 wheel and choose its libnccl.so.2 with \
-                     Nccl::use_library",
-                    why.join("; ")
-                ),
-            ))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+        // SAFETY: opening NCCL runs its initialisers, which are sound at any time.
+        let open = |soname: &str| unsafe { Nccl::open(soname) };
+        NCCL.load(
+            LIBNCCL_SONAMES,
+            open,
+            "NCCL is not installed, so CUDA devices have no collectives; install libnccl2, or \
+             the nvidia-nccl-cu12 wheel and choose its libnccl.so.2 with Nccl::use_library",
+        )
     }
 
     /// Makes the library at `path` the process's NCCL, before anything loaded one.
@@ -86,25 +73,9 @@ impl Nccl {
     /// `path` must be an NCCL (or a library with NCCL's ABI for the calls in [`sys`]):
     /// nothing can check what its functions do when called.
     pub unsafe fn use_library(path: impl AsRef<Path>) -> Result<&'static Nccl> {
-        let path = path.as_ref();
-        let mut opened = None;
-        let chosen = NCCL.get_or_init(|| {
-            // SAFETY: the caller's contract.
-            let nccl = unsafe { Nccl::open(path) };
-            opened = Some(nccl.is_ok());
-            nccl
-        });
-        match (opened, chosen) {
-            (Some(_), chosen) => chosen.as_ref().map_err(Clone::clone),
-            (None, _) => Err(Error::new(
-                StatusCode::FailedPrecondition,
-                format!(
-                    "an NCCL was loaded before Nccl::use_library({}); choose the library \
-                     before making any CUDA channel",
-                    path.display()
-                ),
-            )),
-        }
+        // SAFETY: the caller's contract.
+        let open = |path: &Path| unsafe { Nccl::open(path) };
+        NCCL.choose(path.as_ref(), open, "Nccl::use_library")
     }
 
     /// Opens `name` (a path or soname) and resolves every call.
@@ -168,7 +139,7 @@ impl Nccl {
         Err(self.error(code, comm, what()))
     }
 
-    /// The error for `code`, from `what` (see [`Nccl::check`]).
+    /// The error for `code`, from `what` (see [`Nccl::check`], [`result_error`]).
     pub(crate) fn error(&self, code: NcclCode, comm: Option<ncclComm_t>, what: String) -> Error {
         use ncclResult_t::*;
         const KNOWN: [ncclResult_t; 8] = [
@@ -182,27 +153,17 @@ impl Nccl {
             ncclInProgress,
         ];
         let known = KNOWN.iter().copied().find(|&r| r as u32 == code.0);
-        let status = match known {
-            Some(ncclInvalidArgument | ncclInvalidUsage) => StatusCode::InvalidArgument,
-            Some(ncclRemoteError) => StatusCode::Unavailable,
-            _ => StatusCode::Internal,
-        };
         let name = match known {
             // SAFETY: a code the enum names; the result is a static C string.
-            Some(result) => unsafe { text((self.calls.ncclGetErrorString)(result)) },
+            Some(result) => unsafe { c_text((self.calls.ncclGetErrorString)(result)) },
             None => None,
-        }
-        .unwrap_or_else(|| format!("NCCL error {}", code.0));
+        };
         let last = match (comm, self.calls.ncclGetLastError) {
             // SAFETY: a live communicator; the result is NCCL's C string (or null).
-            (Some(comm), Some(last)) => unsafe { text(last(comm)) },
+            (Some(comm), Some(last)) => unsafe { c_text(last(comm)) },
             _ => None,
         };
-        let detail = last.filter(|t| !t.is_empty()).map(|t| format!(": {t}"));
-        Error::new(
-            status,
-            format!("{what}: {name}{}", detail.unwrap_or_default()),
-        )
+        result_error(code.0, name, last, what)
     }
 }
 
@@ -213,18 +174,4 @@ impl std::fmt::Debug for Nccl {
             .field("version", &self.version)
             .finish()
     }
-}
-
-/// The C string at `ptr`, if any.
-///
-/// # Safety
-///
-/// `ptr` must be null or a valid NUL-terminated string.
-unsafe fn text(ptr: *const std::ffi::c_char) -> Option<String> {
-    (!ptr.is_null()).then(|| {
-        // SAFETY: the caller's contract, and `ptr` is not null.
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned()
-    })
 }

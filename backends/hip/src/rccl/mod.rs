@@ -15,11 +15,11 @@
 
 pub mod communicator;
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
-use std::sync::OnceLock;
 
 use halcyon::{Error, Result, StatusCode};
+use halcyon_stream::collectives::{c_text, result_error, LibraryChoice};
 use libloading::Library;
 
 /// The sonames [`Rccl::load`] tries, in order.
@@ -156,33 +156,21 @@ pub struct Rccl {
     _library: Library,
 }
 
-static RCCL: OnceLock<Result<Rccl>> = OnceLock::new();
+static RCCL: LibraryChoice<Rccl> = LibraryChoice::new();
 
 impl Rccl {
     /// The process's RCCL: the one [`Rccl::use_library`] chose, else the first of
     /// [`LIBRCCL_SONAMES`] that opens, loaded once. `Unavailable` with the reason if none is
     /// usable.
     pub fn load() -> Result<&'static Rccl> {
-        RCCL.get_or_init(|| {
-            let mut why = Vec::new();
-            for soname in LIBRCCL_SONAMES {
-                // SAFETY: opening RCCL runs its initialisers, which are sound at any time.
-                match unsafe { Rccl::open(soname) } {
-                    Ok(rccl) => return Ok(rccl),
-                    Err(e) => why.push(e.to_string()),
-                }
-            }
-            Err(Error::new(
-                StatusCode::Unavailable,
-                format!(
-                    "RCCL is not installed, so HIP devices have no collectives ({}); install \
-                     ROCm's rccl, or choose a librccl.so.1 with Rccl::use_library",
-                    why.join("; ")
-                ),
-            ))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+        // SAFETY: opening RCCL runs its initialisers, which are sound at any time.
+        let open = |soname: &str| unsafe { Rccl::open(soname) };
+        RCCL.load(
+            LIBRCCL_SONAMES,
+            open,
+            "RCCL is not installed, so HIP devices have no collectives; install ROCm's rccl, \
+             or choose a librccl.so.1 with Rccl::use_library",
+        )
     }
 
     /// Makes the library at `path` the process's RCCL, before anything loaded one.
@@ -193,24 +181,9 @@ impl Rccl {
     /// `path` must be an RCCL (or a library with its API): nothing can check what its
     /// functions do when called.
     pub unsafe fn use_library(path: impl AsRef<Path>) -> Result<&'static Rccl> {
-        let path = path.as_ref();
-        let mut opened = false;
-        let chosen = RCCL.get_or_init(|| {
-            opened = true;
-            // SAFETY: the caller's contract.
-            unsafe { Rccl::open(path) }
-        });
-        if !opened {
-            return Err(Error::new(
-                StatusCode::FailedPrecondition,
-                format!(
-                    "an RCCL was loaded before Rccl::use_library({}); choose the library before \
-                     making any HIP channel",
-                    path.display()
-                ),
-            ));
-        }
-        chosen.as_ref().map_err(Clone::clone)
+        // SAFETY: the caller's contract.
+        let open = |path: &Path| unsafe { Rccl::open(path) };
+        RCCL.choose(path.as_ref(), open, "Rccl::use_library")
     }
 
     /// # Safety
@@ -271,27 +244,16 @@ impl Rccl {
     }
 
     /// The error for `code` from `what`: RCCL's name for it and the communicator's last error
-    /// text. `ncclInvalidArgument` and `ncclInvalidUsage` are `InvalidArgument`,
-    /// `ncclRemoteError` `Unavailable`, the rest `Internal`.
+    /// text ([`result_error`]).
     pub(crate) fn error(&self, code: ncclEnum, comm: Option<ncclComm_t>, what: String) -> Error {
-        let status = match code {
-            4 | 5 => StatusCode::InvalidArgument,
-            6 => StatusCode::Unavailable,
-            _ => StatusCode::Internal,
-        };
         // SAFETY: `ncclGetErrorString` takes any int and returns a static string.
-        let name = unsafe { text((self.calls.ncclGetErrorString)(code)) }
-            .unwrap_or_else(|| format!("RCCL error {code}"));
+        let name = unsafe { c_text((self.calls.ncclGetErrorString)(code)) };
         let last = match (comm, self.calls.ncclGetLastError) {
             // SAFETY: a live communicator; the result is RCCL's C string (or null).
-            (Some(comm), Some(last)) => unsafe { text(last(comm)) },
+            (Some(comm), Some(last)) => unsafe { c_text(last(comm)) },
             _ => None,
         };
-        let detail = last.filter(|t| !t.is_empty()).map(|t| format!(": {t}"));
-        Error::new(
-            status,
-            format!("{what}: {name}{}", detail.unwrap_or_default()),
-        )
+        result_error(code as u32, name, last, what)
     }
 }
 
@@ -302,18 +264,4 @@ impl std::fmt::Debug for Rccl {
             .field("version", &self.version)
             .finish()
     }
-}
-
-/// The C string at `ptr`, if any.
-///
-/// # Safety
-///
-/// `ptr` must be null or a valid NUL-terminated string.
-unsafe fn text(ptr: *const c_char) -> Option<String> {
-    (!ptr.is_null()).then(|| {
-        // SAFETY: the caller's contract, and `ptr` is not null.
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned()
-    })
 }

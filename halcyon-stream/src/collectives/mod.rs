@@ -27,6 +27,10 @@
 //! failure was seen, but is passed after, fails too: the library cannot say which completed
 //! whole.
 
+mod library;
+
+pub use library::{c_text, result_error, LibraryChoice};
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
