@@ -36,6 +36,10 @@
 //!   of `(semaphore, value)` timepoints with `wait_all` / `wait_any`).
 //! * [`queue`]: the ordering and failure rules every queue operation keeps, and how to cancel
 //!   queued work.
+//! * [`view`]: [`BufferView`], a buffer range seen as a typed array with a shape and strides,
+//!   read back and moved between devices in one call.
+//! * [`channel`]: collectives (all-reduce and the others) across devices, processes and hosts,
+//!   as queue operations.
 //! * [`device`], [`driver`], [`command_buffer`]: the device model's details (query keys, URIs,
 //!   bindings).
 //! * [`topology`]: which devices reach each other's memory directly (peer DMA) and which only
@@ -57,6 +61,7 @@ pub mod channel;
 pub mod command_buffer;
 pub mod device;
 pub mod driver;
+mod element;
 mod error;
 mod executable;
 mod fence;
@@ -71,19 +76,21 @@ mod semaphore_fd;
 mod spin;
 mod sync;
 pub mod topology;
+pub mod view;
 
 pub use allocator::{Allocator, AllocatorStats};
 pub use buffer::{
     Access, Buffer, BufferMemory, BufferParams, BufferRef, BufferUsage, MappedRead, MappedWrite,
     MemoryType,
 };
-pub use channel::{Channel, ChannelParams, ChannelProvider, ElementType, ReduceOp};
+pub use channel::{Channel, ChannelParams, ChannelProvider, ReduceOp};
 pub use command_buffer::{
     Binding, BindingTable, Command, CommandBuffer, CommandBufferBuilder, CommandBufferMode,
     Recording,
 };
 pub use device::{Device, DeviceFeatures, DeviceInfo, QueueCapabilities};
 pub use driver::{DeviceEntry, Driver, DriverInfo, DriverRegistry};
+pub use element::{Element, ElementType};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
     EntryPoint, Executable, ExecutableCache, ExecutableSource, ExecutableSpec, Kernel, Launch,
@@ -94,3 +101,4 @@ pub use queue::{Queue, Submission, Timeline, TimelineStep, Timepoints};
 pub use semaphore::{Semaphore, Wait};
 #[cfg(all(target_os = "linux", not(loom)))]
 pub use semaphore_fd::SemaphoreFd;
+pub use view::BufferView;

@@ -49,6 +49,8 @@ pub(crate) fn datatype(element: ElementType) -> Result<ffi::MPI_Datatype> {
             ElementType::F64 => ffi::RSMPI_DOUBLE,
             ElementType::I8 => ffi::RSMPI_INT8_T,
             ElementType::U8 => ffi::RSMPI_UINT8_T,
+            ElementType::I16 => ffi::RSMPI_INT16_T,
+            ElementType::U16 => ffi::RSMPI_UINT16_T,
             ElementType::I32 => ffi::RSMPI_INT32_T,
             ElementType::U32 => ffi::RSMPI_UINT32_T,
             ElementType::I64 => ffi::RSMPI_INT64_T,

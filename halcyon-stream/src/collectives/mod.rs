@@ -303,6 +303,22 @@ impl<C: CommunicatorApi> ChannelBackend for StreamChannel<C> {
         self.watch.api.engine()
     }
 
+    /// NCCL and RCCL reduce the floats and the 8-, 32- and 64-bit integers.
+    fn check(&self, kind: &CollectiveKind) -> Result<()> {
+        match kind.reduction() {
+            Some((_, element @ (ElementType::I16 | ElementType::U16 | ElementType::Bool))) => {
+                Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!(
+                        "{} has no {element} type to reduce; widen to i32 or u32",
+                        self.watch.api.engine()
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn outcome(&self) -> Result<()> {
         let mut state = self.watch.lock();
         state.in_flight.pop_front();

@@ -29,7 +29,6 @@
 //! `DeadlineExceeded`. The engine may still write its buffers then, so they refuse any further
 //! use (the memory is kept), and the channel refuses later collectives with `Unavailable`.
 
-mod element;
 mod engine;
 mod local;
 mod op;
@@ -39,7 +38,7 @@ mod provider;
 use std::fmt;
 use std::sync::Arc;
 
-pub use element::ElementType;
+pub use crate::element::ElementType;
 pub use engine::{ChannelBackend, CollectiveDone, HostEngine, HostJob};
 pub use local::{LocalGroup, LocalRank};
 pub use op::{Collective, CollectiveKind, ReduceOp};

@@ -97,8 +97,23 @@ impl Queue {
         if self.device().peer_reach(source_queue.device()) == Reach::Direct {
             return self.copy_peer(timepoints, source, target);
         }
-        let len = source.len();
-        let stage = |queue: &Queue| {
+        self.copy_staged(timepoints, source_queue, source, target, None)
+    }
+
+    /// The staged path of [`Queue::copy_from`] (see its docs), also between queues of one
+    /// device: the host step copies the bytes across, or, with `gather`, picks the elements
+    /// of a strided view out of `source` (its layout's span) in row-major order into
+    /// `target`, which is as long as they are packed.
+    pub(crate) fn copy_staged(
+        &self,
+        timepoints: Timepoints,
+        source_queue: &Queue,
+        source: &BufferRef,
+        target: &BufferRef,
+        gather: Option<Gather>,
+    ) -> Submission {
+        let (len, out) = (source.len(), target.len());
+        let stage = |queue: &Queue, len: u64| {
             queue
                 .device()
                 .host_staging()
@@ -111,7 +126,7 @@ impl Queue {
                     ))
                 })
         };
-        let (from, to) = match (stage(source_queue), stage(self)) {
+        let (from, to) = match (stage(source_queue, len), stage(self, out)) {
             (Ok(from), Ok(to)) => (from, to),
             (Err(error), _) | (_, Err(error)) => return self.reject(timepoints, error),
         };
@@ -140,7 +155,17 @@ impl Queue {
             (self.device().downgrade(), self.index(), target.clone());
         drop(self.host_call(
             Timepoints::new(Fence::at(&read, 1), Fence::new()),
-            move || step.run(&from, &to, len, &device, index, &target_range),
+            move || {
+                step.run(
+                    &from,
+                    &to,
+                    (len, out),
+                    gather,
+                    &device,
+                    index,
+                    &target_range,
+                )
+            },
         ));
         self.barrier(Timepoints::new(Fence::at(&written, 1), signal))
     }
@@ -160,11 +185,13 @@ impl HostStep {
     /// Copies the first `len` bytes of `from` (the source device's staging, which its device
     /// copy reached) into `to` (this device's, which nothing uses yet), then submits the copy
     /// of those into `target` on the queue, signalling `written`.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         mut self,
         from: &crate::Buffer,
         to: &crate::Buffer,
-        len: u64,
+        (len, out): (u64, u64),
+        gather: Option<Gather>,
         device: &crate::device::WeakDevice,
         index: u32,
         target: &BufferRef,
@@ -175,11 +202,13 @@ impl HostStep {
             .and_then(|device| device.queue(index))
             .and_then(|queue| {
                 let source = from.map_read(..len)?;
-                let mut staging = to.map_write(..len)?;
-                staging
-                    .as_mut_slice::<u8>()?
-                    .copy_from_slice(source.as_slice::<u8>()?);
-                Ok((queue, to.slice(0..len)?))
+                let mut staging = to.map_write(..out)?;
+                let (source, staging) = (source.as_slice::<u8>()?, staging.as_mut_slice::<u8>()?);
+                match &gather {
+                    None => staging.copy_from_slice(source),
+                    Some(gather) => gather.run(source, staging),
+                }
+                Ok((queue, to.slice(0..out)?))
             });
         match staged {
             Ok((queue, staging)) => {
@@ -208,6 +237,25 @@ impl Drop for HostStep {
                 )
             });
             self.written.fail(error);
+        }
+    }
+}
+
+/// How the host step of a strided view's copy picks its elements: `element` bytes each, at
+/// the offsets `layout` gives (in elements, from its span's start), packed in row-major order.
+pub(crate) struct Gather {
+    pub(crate) layout: crate::view::Layout,
+    pub(crate) element: usize,
+}
+
+impl Gather {
+    fn run(&self, source: &[u8], target: &mut [u8]) {
+        let size = self.element;
+        let start = self.layout.span().map_or(0, |s| s.start);
+        let chunks = target.chunks_exact_mut(size);
+        for (to, at) in chunks.zip(self.layout.offsets()) {
+            let at = ((at - start) as usize) * size;
+            to.copy_from_slice(&source[at..at + size]);
         }
     }
 }

@@ -40,6 +40,7 @@ impl Queue {
     ) -> Submission {
         let kind = CollectiveKind::AllReduce { op, element };
         let check = || {
+            reducible(element)?;
             same_length(send, recv, 1)?;
             whole_elements(recv, element)?;
             in_place_or_apart(send, recv)
@@ -94,6 +95,7 @@ impl Queue {
     ) -> Submission {
         let count = u64::from(channel.count());
         let check = || {
+            reducible(element)?;
             same_length(send, recv, count)?;
             whole_elements(recv, element)?;
             apart(send, recv)
@@ -260,6 +262,17 @@ fn same_length(long: &BufferRef, short: &BufferRef, times: u64) -> Result<()> {
             ),
         )),
     }
+}
+
+/// `InvalidArgument` for `bool`, which no reduction combines.
+fn reducible(element: ElementType) -> Result<()> {
+    if element != ElementType::Bool {
+        return Ok(());
+    }
+    Err(Error::new(
+        StatusCode::InvalidArgument,
+        "bool elements are not reduced; reduce them as u8 (max for any, min for all)",
+    ))
 }
 
 /// `InvalidArgument` unless `range` holds whole elements of `element`.

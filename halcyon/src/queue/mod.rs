@@ -33,7 +33,7 @@
 //! * If the reactor shuts down (its device was dropped) before the waits are reached, the action
 //!   is dropped unissued and its signal fence fails with [`crate::StatusCode::Aborted`].
 
-mod across;
+pub(crate) mod across;
 pub(crate) mod action;
 mod collective;
 pub(crate) mod completion;

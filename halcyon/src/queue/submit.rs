@@ -256,6 +256,24 @@ impl<T> Submission<T> {
     }
 }
 
+impl<T: Send + 'static> Submission<T> {
+    /// The same submission, completing with `f` of its output: `f` runs on the thread that
+    /// polls it to completion, after every entry of its signal fence has settled, and not at
+    /// all if it fails.
+    pub fn map<U>(self, f: impl FnOnce(T) -> Result<U> + Send + 'static) -> Submission<U> {
+        Submission {
+            unsettled: self.unsettled,
+            failed: self.failed,
+            rejected: self.rejected,
+            output: self
+                .output
+                .map(|output| -> Output<U> { Box::new(move || output().and_then(f)) }),
+            spin: self.spin,
+            native: self.native,
+        }
+    }
+}
+
 impl<T> Unpin for Submission<T> {}
 
 impl<T> Future for Submission<T> {
@@ -482,7 +500,7 @@ impl Queue {
     /// work itself would (see [`crate::queue`]): after its waits, and after every earlier value
     /// on its timelines has settled with its own outcome. The submission completes with `error`
     /// once the signal fence has settled.
-    pub(super) fn reject<T>(&self, timepoints: Timepoints, error: Error) -> Submission<T> {
+    pub(crate) fn reject<T>(&self, timepoints: Timepoints, error: Error) -> Submission<T> {
         let failure = error.clone();
         let signalled = self.submit(
             timepoints,

@@ -127,6 +127,7 @@ macro_rules! conformance_tests {
             refusal_fails_in_order,
             dropped_timeline_step_does_not_stall,
             semaphore_exported_fd_follows_device_work,
+            buffer_views_read_back_and_move,
             // failure propagation
             failing_dispatch_fails_the_chain,
             failed_wait_semaphore_fails_the_chain,
@@ -212,6 +213,7 @@ macro_rules! multi_device_tests {
             random_programs_across_devices,
             copy_between_devices,
             copy_between_devices_keeps_order,
+            buffer_views_move_between_devices,
         );
     };
     (@cases ($make_devices:expr, $kernels:expr) $($case:ident),* $(,)?) => {

@@ -6,7 +6,8 @@
 //!
 //! [`cross_device_wait`], [`cross_device_ping_pong`], [`cross_device_failure_propagates`],
 //! [`concurrent_devices`], [`foreign_resources`], [`device_dropped_while_other_waits`],
-//! [`copy_between_devices`] and [`copy_between_devices_keeps_order`] are
+//! [`copy_between_devices`], [`copy_between_devices_keeps_order`] and
+//! [`buffer_views_move_between_devices`] are
 //! [`crate::PairCase`]s: they take two devices of one driver (see
 //! [`crate::multi_device_tests!`]). [`random_programs_across_devices`] is one too.
 
@@ -28,6 +29,7 @@ mod transfer;
 mod validation_dispatch;
 mod validation_resources;
 mod validation_transfer;
+mod view;
 
 pub use across::*;
 pub use binding_table::*;
@@ -47,3 +49,4 @@ pub use transfer::*;
 pub use validation_dispatch::*;
 pub use validation_resources::*;
 pub use validation_transfer::*;
+pub use view::*;

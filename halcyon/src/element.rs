@@ -1,10 +1,11 @@
-//! The element types collective reductions combine.
+//! Element types: what the bytes of a buffer view or a reduction hold.
 
 use std::fmt;
 
-/// The type of a buffer's elements, as a reduction ([`crate::Queue::all_reduce`],
-/// [`crate::Queue::reduce_scatter`]) reads and combines them. Which types an engine reduces
-/// is the engine's: NCCL and RCCL have every one, MPI has no 16-bit floats.
+/// The type of a buffer's elements: what a [`crate::BufferView`] holds, and what a reduction
+/// ([`crate::Queue::all_reduce`], [`crate::Queue::reduce_scatter`]) reads and combines. Which
+/// types an engine reduces is the engine's: NCCL and RCCL have the floats and the 8-, 32- and
+/// 64-bit integers, MPI no 16-bit floats; no engine reduces `Bool`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ElementType {
@@ -20,6 +21,10 @@ pub enum ElementType {
     I8,
     /// `u8`.
     U8,
+    /// `i16`.
+    I16,
+    /// `u16`.
+    U16,
     /// `i32`.
     I32,
     /// `u32`.
@@ -28,21 +33,26 @@ pub enum ElementType {
     I64,
     /// `u64`.
     U64,
+    /// `bool`, one byte: 0 or 1.
+    Bool,
 }
 
 impl ElementType {
     /// Every type.
-    pub const ALL: [ElementType; 10] = [
+    pub const ALL: [ElementType; 13] = [
         ElementType::F16,
         ElementType::BF16,
         ElementType::F32,
         ElementType::F64,
         ElementType::I8,
         ElementType::U8,
+        ElementType::I16,
+        ElementType::U16,
         ElementType::I32,
         ElementType::U32,
         ElementType::I64,
         ElementType::U64,
+        ElementType::Bool,
     ];
 
     /// The size of one element in bytes.
@@ -52,8 +62,8 @@ impl ElementType {
     /// ```
     pub fn size(self) -> u64 {
         match self {
-            ElementType::I8 | ElementType::U8 => 1,
-            ElementType::F16 | ElementType::BF16 => 2,
+            ElementType::I8 | ElementType::U8 | ElementType::Bool => 1,
+            ElementType::F16 | ElementType::BF16 | ElementType::I16 | ElementType::U16 => 2,
             ElementType::F32 | ElementType::I32 | ElementType::U32 => 4,
             ElementType::F64 | ElementType::I64 | ElementType::U64 => 8,
         }
@@ -68,13 +78,38 @@ impl ElementType {
             ElementType::F64 => "f64",
             ElementType::I8 => "i8",
             ElementType::U8 => "u8",
+            ElementType::I16 => "i16",
+            ElementType::U16 => "u16",
             ElementType::I32 => "i32",
             ElementType::U32 => "u32",
             ElementType::I64 => "i64",
             ElementType::U64 => "u64",
+            ElementType::Bool => "bool",
         }
     }
 }
+
+/// A Rust type whose values are elements of an [`ElementType`]: what typed transfers of views
+/// ([`crate::BufferView::from_host`], [`crate::BufferView::to_host`]) take and give. The
+/// 16-bit floats and `bool` have no such type in `std`: move their bytes as `u16` and `u8`
+/// with [`crate::BufferView::from_host_as`].
+pub trait Element: bytemuck::Pod + Send {
+    /// Its element type.
+    const TYPE: ElementType;
+}
+
+macro_rules! elements {
+    ($($t:ty => $e:ident),*) => {$(
+        impl Element for $t {
+            const TYPE: ElementType = ElementType::$e;
+        }
+    )*};
+}
+
+elements!(
+    f32 => F32, f64 => F64, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32,
+    u32 => U32, i64 => I64, u64 => U64
+);
 
 impl fmt::Display for ElementType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,249 @@
+//! A view's layout: its shape, its strides and its first element, in elements.
+
+use std::ops::Range;
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result, StatusCode};
+
+/// Dimensions or strides: four inline, which most tensors fit.
+pub(crate) type Dims = SmallVec<[u64; 4]>;
+
+/// Where a view's elements are: element `[i0, i1, ..]` is at `offset + Σ ik * strides[k]`
+/// elements from the start of the view's range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) shape: Dims,
+    pub(crate) strides: Dims,
+    pub(crate) offset: u64,
+}
+
+/// `InvalidArgument` with `message`.
+fn invalid(message: String) -> Error {
+    Error::new(StatusCode::InvalidArgument, message)
+}
+
+impl Layout {
+    /// Row-major (C order) `shape`, from element 0.
+    pub(crate) fn contiguous(shape: &[u64]) -> Layout {
+        Layout {
+            shape: shape.into(),
+            strides: row_major(shape),
+            offset: 0,
+        }
+    }
+
+    /// How many elements (the product of the shape; 1 for a scalar).
+    pub(crate) fn len(&self) -> Result<u64> {
+        self.shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "shape {:?} has more elements than a u64 counts",
+                    self.shape
+                ))
+            })
+    }
+
+    /// The elements it reaches, from the first to one past the last (empty for no elements).
+    pub(crate) fn span(&self) -> Result<Range<u64>> {
+        if self.len()? == 0 {
+            return Ok(self.offset..self.offset);
+        }
+        let last = (self.shape.iter().zip(&self.strides))
+            .try_fold(self.offset, |end, (&d, &s)| {
+                end.checked_add((d - 1).checked_mul(s)?)
+            })
+            .ok_or_else(|| invalid(format!("layout {self:?} reaches past a u64")))?;
+        Ok(self.offset..last + 1)
+    }
+
+    /// Whether its elements are the row-major run starting at `offset`, with no gaps
+    /// (dimensions of size 1 may have any stride).
+    pub(crate) fn is_contiguous(&self) -> bool {
+        let mut expected = 1u64;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != expected {
+                return false;
+            }
+            expected = expected.saturating_mul(d);
+        }
+        true
+    }
+
+    /// The view of `range` along `axis` (elements `range.start..range.end` of it).
+    pub(crate) fn slice(&self, axis: usize, range: Range<u64>) -> Result<Layout> {
+        let d = self.dim(axis)?;
+        if range.start > range.end || range.end > d {
+            return Err(Error::new(
+                StatusCode::OutOfRange,
+                format!("elements {range:?} of axis {axis}, which has {d}"),
+            ));
+        }
+        let mut layout = self.clone();
+        layout.offset += range.start * self.strides[axis];
+        layout.shape[axis] = range.end - range.start;
+        Ok(layout)
+    }
+
+    /// The axes in the order `axes` names them (a permutation of `0..rank`).
+    pub(crate) fn permute(&self, axes: &[usize]) -> Result<Layout> {
+        let rank = self.shape.len();
+        let mut seen = vec![false; rank];
+        let valid = axes.len() == rank
+            && axes
+                .iter()
+                .all(|&a| a < rank && !std::mem::replace(&mut seen[a], true));
+        if !valid {
+            return Err(invalid(format!(
+                "axes {axes:?} are not a permutation of the {rank} axes"
+            )));
+        }
+        Ok(Layout {
+            shape: axes.iter().map(|&a| self.shape[a]).collect(),
+            strides: axes.iter().map(|&a| self.strides[a]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// The same elements in row-major order as `shape`: only where they are contiguous
+    /// (`FailedPrecondition` otherwise: a copy makes them so).
+    pub(crate) fn reshape(&self, shape: &[u64]) -> Result<Layout> {
+        let to = Layout::contiguous(shape);
+        if to.len()? != self.len()? {
+            return Err(invalid(format!(
+                "shape {shape:?} holds {} elements and the view {} ({:?})",
+                to.len()?,
+                self.len()?,
+                self.shape
+            )));
+        }
+        if !self.is_contiguous() {
+            return Err(Error::new(
+                StatusCode::FailedPrecondition,
+                format!(
+                    "a view of shape {:?} with strides {:?} is not contiguous, so it cannot be \
+                     reshaped without a copy; copy it into a contiguous view first",
+                    self.shape, self.strides
+                ),
+            ));
+        }
+        Ok(Layout {
+            offset: self.offset,
+            ..to
+        })
+    }
+
+    /// The row-major position of every element, in row-major order of the shape: the
+    /// element offsets (from the range's start) a gather visits.
+    pub(crate) fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        let rank = self.shape.len();
+        let total = self.len().unwrap_or(0);
+        let mut index: Dims = smallvec::smallvec![0; rank];
+        let mut at = self.offset;
+        (0..total).map(move |n| {
+            if n > 0 {
+                // Advance the index like an odometer, moving `at` with it.
+                for k in (0..rank).rev() {
+                    index[k] += 1;
+                    at += self.strides[k];
+                    if index[k] < self.shape[k] {
+                        break;
+                    }
+                    at -= self.strides[k] * index[k];
+                    index[k] = 0;
+                }
+            }
+            at
+        })
+    }
+
+    fn dim(&self, axis: usize) -> Result<u64> {
+        self.shape.get(axis).copied().ok_or_else(|| {
+            invalid(format!(
+                "axis {axis} of a view of rank {}",
+                self.shape.len()
+            ))
+        })
+    }
+}
+
+/// The row-major strides of `shape`.
+pub(crate) fn row_major(shape: &[u64]) -> Dims {
+    let mut strides: Dims = smallvec::smallvec![1; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1].saturating_mul(shape[k + 1]);
+    }
+    strides
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_layouts_are_row_major() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert_eq!(&l.strides[..], &[12, 4, 1]);
+        assert_eq!(l.len().unwrap(), 24);
+        assert_eq!(l.span().unwrap(), 0..24);
+        assert!(l.is_contiguous());
+        assert_eq!(l.offsets().collect::<Vec<_>>(), (0..24).collect::<Vec<_>>());
+        let scalar = Layout::contiguous(&[]);
+        assert_eq!((scalar.len().unwrap(), scalar.span().unwrap()), (1, 0..1));
+    }
+
+    #[test]
+    fn slices_and_transposes_are_views() {
+        let l = Layout::contiguous(&[3, 4]);
+        let rows = l.slice(0, 1..3).unwrap();
+        assert_eq!((rows.offset, &rows.shape[..]), (4, &[2, 4][..]));
+        assert!(rows.is_contiguous());
+        let cols = l.slice(1, 1..3).unwrap();
+        assert!(!cols.is_contiguous());
+        assert_eq!(cols.offsets().collect::<Vec<_>>(), [1, 2, 5, 6, 9, 10]);
+        assert_eq!(cols.span().unwrap(), 1..11);
+        let t = l.permute(&[1, 0]).unwrap();
+        assert_eq!(&t.shape[..], &[4, 3]);
+        assert_eq!(t.offsets().take(4).collect::<Vec<_>>(), [0, 4, 8, 1]);
+        assert!(!t.is_contiguous());
+        assert!(l.slice(1, 2..5).is_err());
+        assert!(l.permute(&[0, 0]).is_err());
+        assert!(l.permute(&[0]).is_err());
+    }
+
+    #[test]
+    fn reshapes_need_contiguous_elements() {
+        let l = Layout::contiguous(&[2, 6]);
+        let r = l.slice(0, 1..2).unwrap().reshape(&[3, 2]).unwrap();
+        assert_eq!((r.offset, &r.strides[..]), (6, &[2, 1][..]));
+        assert_eq!(
+            l.permute(&[1, 0])
+                .unwrap()
+                .reshape(&[12])
+                .unwrap_err()
+                .code(),
+            StatusCode::FailedPrecondition
+        );
+        assert_eq!(
+            l.reshape(&[5]).unwrap_err().code(),
+            StatusCode::InvalidArgument
+        );
+        // Size-1 axes may have any stride.
+        let one = Layout {
+            shape: smallvec::smallvec![1, 4],
+            strides: smallvec::smallvec![99, 1],
+            offset: 0,
+        };
+        assert!(one.is_contiguous());
+    }
+
+    #[test]
+    fn empty_views_reach_nothing() {
+        let l = Layout::contiguous(&[3, 0]);
+        assert_eq!(l.len().unwrap(), 0);
+        assert!(l.span().unwrap().is_empty());
+        assert_eq!(l.offsets().count(), 0);
+    }
+}

@@ -1,0 +1,160 @@
+//! Moving a view's elements: from host memory, to host memory, to another device.
+
+use bytemuck::Pod;
+
+use crate::buffer::BufferParams;
+use crate::element::{Element, ElementType};
+use crate::error::{Error, Result, StatusCode};
+use crate::queue::across::Gather;
+use crate::queue::{Queue, Submission, Timepoints};
+
+use super::BufferView;
+
+impl BufferView {
+    /// Uploads `data` as a new contiguous view of `shape` on `queue`'s device (device-local
+    /// memory, [`BufferParams::DEVICE`]), once `timepoints.wait` is reached; the submission
+    /// completes once the elements are there. `InvalidArgument` if `data` does not hold
+    /// exactly `shape`'s elements; an allocation's failure as it comes.
+    ///
+    /// ```
+    /// use halcyon::{BufferView, Timepoints};
+    ///
+    /// # async fn demo(queue: &halcyon::Queue) -> halcyon::Result<()> {
+    /// let (x, uploaded) = BufferView::from_host(queue, Timepoints::default(), &[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// uploaded.await?;
+    /// let column: Vec<f32> = x.slice(1, 1..2)?.to_host(queue, Timepoints::default()).await?;
+    /// assert_eq!(column, [2.0, 4.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_host<T: Element>(
+        queue: &Queue,
+        timepoints: impl Into<Timepoints>,
+        data: &[T],
+        shape: &[u64],
+    ) -> Result<(BufferView, Submission)> {
+        BufferView::from_host_as(queue, timepoints, T::TYPE, data, shape)
+    }
+
+    /// [`BufferView::from_host`] of elements of `element` held as `T`s of the same size: the
+    /// 16-bit floats as `u16`, `bool` as `u8` (`InvalidArgument` if the sizes differ).
+    pub fn from_host_as<T: Pod>(
+        queue: &Queue,
+        timepoints: impl Into<Timepoints>,
+        element: ElementType,
+        data: &[T],
+        shape: &[u64],
+    ) -> Result<(BufferView, Submission)> {
+        same_size::<T>(element)?;
+        let bytes = std::mem::size_of_val(data) as u64;
+        let buffer = queue
+            .device()
+            .allocator()
+            .allocate(bytes.max(1), BufferParams::DEVICE)?;
+        let view = BufferView::new(buffer.slice(0..bytes)?, element, shape)?;
+        let written = queue.write(timepoints, data, view.range());
+        Ok((view, written))
+    }
+
+    /// Reads the view's elements back, in row-major order of its shape whatever its strides,
+    /// once `timepoints.wait` is reached. The device reads the bytes its elements lie in
+    /// ([`BufferView::byte_range`]); a strided view's elements are then picked out on the
+    /// host. `InvalidArgument` (through the submission) if `T` is not the view's element type.
+    pub fn to_host<T: Element>(
+        &self,
+        queue: &Queue,
+        timepoints: impl Into<Timepoints>,
+    ) -> Submission<Vec<T>> {
+        if T::TYPE != self.element {
+            let error = Error::new(
+                StatusCode::InvalidArgument,
+                format!(
+                    "a view of {} read as {}; read it as its own type, or with to_host_as",
+                    self.element,
+                    T::TYPE
+                ),
+            );
+            return queue.reject(timepoints.into(), error);
+        }
+        self.to_host_as(queue, timepoints)
+    }
+
+    /// [`BufferView::to_host`] as `T`s of the element's size (the 16-bit floats as `u16`,
+    /// `bool` as `u8`).
+    pub fn to_host_as<T: Pod + Send>(
+        &self,
+        queue: &Queue,
+        timepoints: impl Into<Timepoints>,
+    ) -> Submission<Vec<T>> {
+        let timepoints = timepoints.into();
+        if let Err(error) = same_size::<T>(self.element) {
+            return queue.reject(timepoints, error);
+        }
+        let read = queue.read::<T>(timepoints, &self.byte_range());
+        if self.is_contiguous() {
+            return read;
+        }
+        let layout = self.layout.clone();
+        read.map(move |span: Vec<T>| {
+            let start = layout.span()?.start;
+            Ok(layout
+                .offsets()
+                .map(|at| span[(at - start) as usize])
+                .collect())
+        })
+    }
+
+    /// Moves the view to `to`'s device as a new contiguous view of the same shape and type:
+    /// the view is read in `from`'s order (a queue of its own device) and written in `to`'s,
+    /// once `timepoints.wait` is reached; the submission completes once the elements are on
+    /// the target. A contiguous view moves with [`Queue::copy_from`] (peer DMA where the
+    /// driver has it, else staged through host memory; on one device, a device copy). A
+    /// strided view's elements are picked out on the host between the two devices' staging
+    /// copies, so even on one device it takes that round trip. The new view's buffer is
+    /// device-local ([`BufferParams::DEVICE`]).
+    pub fn to(
+        &self,
+        from: &Queue,
+        to: &Queue,
+        timepoints: impl Into<Timepoints>,
+    ) -> Result<(BufferView, Submission)> {
+        let bytes = self.byte_len();
+        let buffer = to
+            .device()
+            .allocator()
+            .allocate(bytes.max(1), BufferParams::DEVICE)?;
+        let target = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
+        let timepoints = timepoints.into();
+        let moved = if self.is_contiguous() || self.is_empty() {
+            to.copy_from(timepoints, from, &self.byte_range(), target.range())
+        } else {
+            let gather = Gather {
+                layout: self.layout.clone(),
+                element: self.element.size() as usize,
+            };
+            to.copy_staged(
+                timepoints,
+                from,
+                &self.byte_range(),
+                target.range(),
+                Some(gather),
+            )
+        };
+        Ok((target, moved))
+    }
+}
+
+/// `InvalidArgument` unless `T` is as large as an element of `element`.
+fn same_size<T>(element: ElementType) -> Result<()> {
+    let size = std::mem::size_of::<T>() as u64;
+    if size == element.size() {
+        return Ok(());
+    }
+    Err(Error::new(
+        StatusCode::InvalidArgument,
+        format!(
+            "{} is {size} bytes and {element} elements are {}",
+            std::any::type_name::<T>(),
+            element.size()
+        ),
+    ))
+}

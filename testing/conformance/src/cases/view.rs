@@ -1,0 +1,116 @@
+//! Buffer views: reading back and moving views of any layout, on one device and between two.
+
+use halcyon::{BufferView, Device, ElementType, Result, StatusCode, Timepoints};
+
+use crate::harness::block_on;
+use crate::kernels::Kernels;
+
+/// The 3 × 4 matrix `10 * row + column` as f32s.
+fn matrix() -> Vec<f32> {
+    (0..3)
+        .flat_map(|r| (0..4).map(move |c| (10 * r + c) as f32))
+        .collect()
+}
+
+/// A 3 × 4 f32 view uploaded with `BufferView::from_host` reads back whole, as a slice of
+/// rows (contiguous), a column (strided) and its transpose (strided), each in row-major order
+/// of its own shape. Moving it (`BufferView::to`) from queue 0 to the device's last queue
+/// gives new contiguous views with the same elements, for the whole view and for the
+/// transpose (whose elements are picked out on the host). Reading it as another type, and
+/// reshaping the transpose without a copy, are refused with the reason. Needs no kernels.
+pub fn buffer_views_read_back_and_move(device: &Device, _: &dyn Kernels) -> Result<()> {
+    let queue = device.queue(0)?;
+    let last = device.queue(device.queue_count() - 1)?;
+    let data = matrix();
+    block_on(async {
+        let (x, uploaded) = BufferView::from_host(&queue, Timepoints::default(), &data, &[3, 4])?;
+        uploaded.await?;
+        assert_eq!(
+            (x.element(), x.shape(), x.byte_len()),
+            (ElementType::F32, &[3u64, 4][..], 48)
+        );
+        let whole: Vec<f32> = x.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(whole, data);
+        let rows: Vec<f32> = x
+            .slice(0, 1..3)?
+            .to_host(&queue, Timepoints::default())
+            .await?;
+        assert_eq!(rows, data[4..]);
+        let column = x.slice(1, 2..3)?;
+        assert!(!column.is_contiguous());
+        let column: Vec<f32> = column.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(column, [2.0, 12.0, 22.0]);
+        let t = x.transpose(0, 1)?;
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|c| (0..3).map(move |r| (10 * r + c) as f32))
+            .collect();
+        let transposed: Vec<f32> = t.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(transposed, expected);
+
+        let (moved, done) = x.to(&queue, &last, Timepoints::default())?;
+        done.await?;
+        assert!(!moved.buffer().ptr_eq(x.buffer()));
+        let moved: Vec<f32> = moved.to_host(&last, Timepoints::default()).await?;
+        assert_eq!(moved, data);
+        let (moved, done) = t.to(&queue, &last, Timepoints::default())?;
+        done.await?;
+        assert!(moved.is_contiguous());
+        assert_eq!(moved.shape(), &[4, 3]);
+        let moved: Vec<f32> = moved.to_host(&last, Timepoints::default()).await?;
+        assert_eq!(moved, expected);
+
+        let wrong = x.to_host::<i32>(&queue, Timepoints::default()).await;
+        assert_eq!(wrong.unwrap_err().code(), StatusCode::InvalidArgument);
+        let error = t.reshape(&[12]).unwrap_err();
+        assert_eq!(error.code(), StatusCode::FailedPrecondition, "{error}");
+        let bits: Vec<u16> = vec![0x3c00; 6];
+        let (halves, done) = BufferView::from_host_as(
+            &queue,
+            Timepoints::default(),
+            ElementType::F16,
+            &bits,
+            &[2, 3],
+        )?;
+        done.await?;
+        let back: Vec<u16> = halves
+            .transpose(0, 1)?
+            .to_host_as(&queue, Timepoints::default())
+            .await?;
+        assert_eq!(back, bits);
+        Ok(())
+    })
+}
+
+/// A view moved from device A to device B (`BufferView::to`), whole and transposed, arrives
+/// with its elements in row-major order of its shape, as a contiguous view on B. Needs no
+/// kernels.
+pub fn buffer_views_move_between_devices(a: Device, b: Device, _: &dyn Kernels) -> Result<()> {
+    let (qa, qb) = (a.queue(0)?, b.queue(0)?);
+    let data: Vec<i32> = (0..24).map(|i| i * 3 - 7).collect();
+    block_on(async {
+        let (x, uploaded) = BufferView::from_host(&qa, Timepoints::default(), &data, &[2, 3, 4])?;
+        uploaded.await?;
+        let (on_b, moved) = x.to(&qa, &qb, Timepoints::default())?;
+        moved.await?;
+        let back: Vec<i32> = on_b.to_host(&qb, Timepoints::default()).await?;
+        assert_eq!(back, data);
+        let permuted = x.permute(&[2, 0, 1])?;
+        let expected: Vec<i32> = {
+            let mut v = Vec::new();
+            for k in 0..4 {
+                for i in 0..2 {
+                    for j in 0..3 {
+                        v.push(data[i * 12 + j * 4 + k]);
+                    }
+                }
+            }
+            v
+        };
+        let (on_b, moved) = permuted.to(&qa, &qb, Timepoints::default())?;
+        moved.await?;
+        assert_eq!(on_b.shape(), &[4, 2, 3]);
+        let back: Vec<i32> = on_b.to_host(&qb, Timepoints::default()).await?;
+        assert_eq!(back, expected);
+        Ok(())
+    })
+}
