@@ -1,11 +1,14 @@
 //! `cpu_to_vulkan` and `vulkan_to_cpu`: 16 MiB between the CPU device and `vulkan://0`
 //! (staged through host memory) against one queue write or read of the same bytes.
+//! `view_to_vulkan_64m`: `BufferView::to` of a 64 MiB f32 view from the CPU device to
+//! `vulkan://0` (the new view dropped each time, so its memory comes back from the pool)
+//! against the `copy_from` it issues, into a buffer allocated once.
 
 use std::sync::Arc;
 
 use criterion::Criterion;
 use futures::executor::block_on;
-use halcyon::{BufferParams, Timepoints};
+use halcyon::{BufferParams, BufferView, ElementType, Timepoints};
 
 use crate::{configured, BYTES};
 
@@ -69,6 +72,32 @@ pub fn run(c: &mut Criterion) {
             let buffer = reused.take().unwrap_or_default();
             let read = vq.read_into::<u8>(Timepoints::default(), &on_vulkan.whole(), buffer);
             reused = Some(block_on(read).unwrap());
+        })
+    });
+    group.finish();
+
+    const VIEW_BYTES: u64 = 64 << 20;
+    let source = cpu
+        .allocator()
+        .allocate(VIEW_BYTES, BufferParams::DEVICE)
+        .unwrap();
+    let target = vulkan
+        .allocator()
+        .allocate(VIEW_BYTES, BufferParams::DEVICE)
+        .unwrap();
+    let view = BufferView::new(source.whole(), ElementType::F32, &[16 << 20]).unwrap();
+    let mut group = configured(c, "view_to_vulkan_64m");
+    group.bench_function("to", |b| {
+        b.iter(|| {
+            let (moved, done) = view.to(&cq, &vq, Timepoints::default()).unwrap();
+            block_on(done).unwrap();
+            drop(moved);
+        })
+    });
+    group.bench_function("copy_from", |b| {
+        b.iter(|| {
+            let copy = vq.copy_from(Timepoints::default(), &cq, &source.whole(), &target.whole());
+            block_on(copy).unwrap()
         })
     });
     group.finish();

@@ -12,7 +12,8 @@ use super::BufferView;
 
 impl BufferView {
     /// Uploads `data` as a new contiguous view of `shape` on `queue`'s device (device-local
-    /// memory, [`BufferParams::DEVICE`]), once `timepoints.wait` is reached; the submission
+    /// memory, [`BufferParams::DEVICE`], from the allocator's pool, so that views made and
+    /// dropped in a loop reuse it), once `timepoints.wait` is reached; the submission
     /// completes once the elements are there. `InvalidArgument` if `data` does not hold
     /// exactly `shape`'s elements; an allocation's failure as it comes.
     ///
@@ -46,10 +47,8 @@ impl BufferView {
     ) -> Result<(BufferView, Submission)> {
         same_size::<T>(element)?;
         let bytes = std::mem::size_of_val(data) as u64;
-        let buffer = queue
-            .device()
-            .allocator()
-            .allocate(bytes.max(1), BufferParams::DEVICE)?;
+        let buffer =
+            (queue.device().allocator()).allocate_pooled(bytes.max(1), BufferParams::DEVICE)?;
         let view = BufferView::new(buffer.slice(0..bytes)?, element, shape)?;
         let written = queue.write(timepoints, data, view.range());
         Ok((view, written))
@@ -110,7 +109,7 @@ impl BufferView {
     /// driver has it, else staged through host memory; on one device, a device copy). A
     /// strided view's elements are picked out on the host between the two devices' staging
     /// copies, so even on one device it takes that round trip. The new view's buffer is
-    /// device-local ([`BufferParams::DEVICE`]).
+    /// device-local ([`BufferParams::DEVICE`]), from the target allocator's pool.
     pub fn to(
         &self,
         from: &Queue,
@@ -118,10 +117,8 @@ impl BufferView {
         timepoints: impl Into<Timepoints>,
     ) -> Result<(BufferView, Submission)> {
         let bytes = self.byte_len();
-        let buffer = to
-            .device()
-            .allocator()
-            .allocate(bytes.max(1), BufferParams::DEVICE)?;
+        let buffer =
+            (to.device().allocator()).allocate_pooled(bytes.max(1), BufferParams::DEVICE)?;
         let target = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
