@@ -8,7 +8,9 @@ use bytemuck::Pod;
 
 use super::{EntryPoint, Executable};
 use crate::command_buffer::{Binding, Command};
+use crate::element::ElementType;
 use crate::error::{Error, Result, StatusCode};
+use crate::view::BufferView;
 
 /// An entry point of an [`Executable`], looked up once by name ([`Executable::kernel`]) and
 /// dispatched any number of times ([`Kernel::launch`]). Cheap to clone; it keeps the executable
@@ -34,6 +36,15 @@ use crate::error::{Error, Result, StatusCode};
 pub struct Kernel {
     executable: Executable,
     index: u32,
+    /// What each binding expects of a view bound to it ([`Kernel::expecting`]), by binding.
+    expects: Arc<[Option<Expected>]>,
+}
+
+/// What a binding of a [`Kernel`] expects of a view bound to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Expected {
+    element: ElementType,
+    rank: usize,
 }
 
 impl fmt::Debug for Kernel {
@@ -50,7 +61,44 @@ impl Kernel {
     /// The kernel at `index` of `executable`; the caller checked that there is one.
     pub(super) fn new(executable: Executable, index: u32) -> Self {
         debug_assert!((index as usize) < executable.entry_points().len());
-        Kernel { executable, index }
+        Kernel {
+            executable,
+            index,
+            expects: Arc::new([]),
+        }
+    }
+
+    /// The kernel, declaring that its binding `binding` takes a contiguous array of rank
+    /// `rank` of `element`s: a [`BufferView`] bound there ([`Launch::view`]) must be one, or
+    /// the dispatch (or its recording into a command buffer) fails with `InvalidArgument`
+    /// naming the binding, what it expects and what it was given. Bindings given as plain
+    /// ranges ([`Launch::binding`]) are not checked.
+    ///
+    /// ```
+    /// use halcyon::{BufferView, ElementType, Kernel};
+    ///
+    /// # fn demo(matmul: Kernel, a: &BufferView, b: &BufferView, c: &BufferView) -> halcyon::Result<()> {
+    /// let matmul = matmul
+    ///     .expecting(0, ElementType::F32, 2)
+    ///     .expecting(1, ElementType::F32, 2)
+    ///     .expecting(2, ElementType::F32, 2);
+    /// let launch = matmul.launch([1, 1, 1]).view(a).view(b).view(c);
+    /// # Ok(()) }
+    /// ```
+    pub fn expecting(mut self, binding: u32, element: ElementType, rank: usize) -> Kernel {
+        let mut expects = self.expects.to_vec();
+        if expects.len() <= binding as usize {
+            expects.resize(binding as usize + 1, None);
+        }
+        expects[binding as usize] = Some(Expected { element, rank });
+        self.expects = expects.into();
+        self
+    }
+
+    /// What binding `binding` expects of a view: its element type and rank, if declared.
+    pub fn expected(&self, binding: u32) -> Option<(ElementType, usize)> {
+        let expected = self.expects.get(binding as usize).copied().flatten()?;
+        Some((expected.element, expected.rank))
     }
 
     /// The entry point's name.
@@ -172,6 +220,32 @@ impl Launch {
         self.one_shot = OnceLock::new();
         self.bindings.push(binding.into());
         self
+    }
+
+    /// Appends a binding of `view`'s bytes ([`BufferView::byte_range`]), checked against what
+    /// the kernel declared for this binding ([`Kernel::expecting`]): the element type, the
+    /// rank, and that the view is contiguous. A mismatch makes the dispatch fail with
+    /// `InvalidArgument` naming the binding, what it expects and what it was given.
+    pub fn view(mut self, view: &BufferView) -> Self {
+        let index = self.bindings.len() as u32;
+        if let Some((element, rank)) = self.kernel.expected(index) {
+            let fits = view.element() == element && view.rank() == rank && view.is_contiguous();
+            if !fits && self.error.is_none() {
+                self.error = Some(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "binding {index} of dispatch '{}' expects a contiguous rank-{rank} view \
+                         of {element}, and was given a {}rank-{} view of {} (shape {:?})",
+                        self.kernel.name(),
+                        if view.is_contiguous() { "" } else { "strided " },
+                        view.rank(),
+                        view.element(),
+                        view.shape()
+                    ),
+                ));
+            }
+        }
+        self.binding(view.byte_range())
     }
 
     /// Appends buffer bindings, in order.
