@@ -162,6 +162,21 @@ pub enum Command<B = BufferRef> {
     Dispatch(Dispatch<B>),
     /// Everything before completes before anything after starts.
     Barrier,
+    /// Copy the elements of a strided view out of `source` into `target`, packed in row-major
+    /// order ([`crate::Queue::copy_view`]): `layout` places element `[i0, ..]` of the view
+    /// `layout.offset() + Σ ik·stride_k` elements of `element_size` bytes into `source`.
+    /// Only a backend that says it runs gathers ([`crate::backend::DeviceBackend::gathers`])
+    /// receives one.
+    Gather {
+        /// The bytes the view's elements lie in.
+        source: B,
+        /// The packed elements (`len × element_size` bytes).
+        target: B,
+        /// Bytes per element.
+        element_size: u64,
+        /// Where the elements are in `source`.
+        layout: Arc<crate::view::Layout>,
+    },
 }
 
 impl<B> Command<B> {
@@ -171,7 +186,7 @@ impl<B> Command<B> {
             Command::Fill { target, .. } | Command::Update { target, .. } => {
                 f(target, Access::Write)
             }
-            Command::Copy { source, target } => {
+            Command::Copy { source, target } | Command::Gather { source, target, .. } => {
                 f(source, Access::Read);
                 f(target, Access::Write);
             }
@@ -207,6 +222,17 @@ impl<B> Command<B> {
                 bindings: d.bindings.iter().map(&mut f).collect::<Result<_>>()?,
             }),
             Command::Barrier => Command::Barrier,
+            Command::Gather {
+                source,
+                target,
+                element_size,
+                layout,
+            } => Command::Gather {
+                source: f(source)?,
+                target: f(target)?,
+                element_size: *element_size,
+                layout: layout.clone(),
+            },
         })
     }
 }

@@ -328,6 +328,13 @@ pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
     /// Loads an executable in one of [`DeviceBackend::executable_formats`].
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>>;
 
+    /// Whether the device runs [`Command::Gather`] (a strided view's elements packed by the
+    /// device, [`crate::Queue::copy_view`]); without it the core gathers on the host between
+    /// staging copies. `false` by default.
+    fn gathers(&self) -> bool {
+        false
+    }
+
     /// A channel of this device's collective engine through `provider` (see
     /// [`Device::channel`]): a backend over host memory takes the provider's own
     /// ([`crate::channel::ChannelProvider::host_channel`]), a GPU backend makes one of its

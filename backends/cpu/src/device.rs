@@ -116,6 +116,11 @@ impl DeviceBackend for CpuDevice {
         &self.info
     }
 
+    /// Strided views are gathered by the device's workers (`Command::Gather`).
+    fn gathers(&self) -> bool {
+        true
+    }
+
     /// The provider's engine over host memory (MPI's): the CPU device's buffers are host
     /// memory.
     fn create_channel(

@@ -345,6 +345,20 @@ impl Run {
                 };
                 self.transfer(Box::new(copy), target.len())
             }
+            Command::Gather {
+                source,
+                target,
+                element_size,
+                layout,
+            } => {
+                let gather = Gather {
+                    source: host(source)?,
+                    target: host(target)?,
+                    element: *element_size as usize,
+                    layout: layout.clone(),
+                };
+                self.transfer(Box::new(gather), target.len())
+            }
             Command::Dispatch(dispatch) => self.dispatch(dispatch),
         }
     }
@@ -727,6 +741,65 @@ impl Transfer for Copy {
             Source::Bytes(_) => None,
         };
         ((self.target.ptr.as_ptr(), self.target.len as u64), source)
+    }
+}
+
+/// Packs the elements of a strided view (`layout`, over `source`) into `target`, in
+/// row-major order; each chunk of the target is a run of elements, found from its first.
+struct Gather {
+    source: Host,
+    target: Host,
+    element: usize,
+    layout: Arc<halcyon::view::Layout>,
+}
+
+impl Chunked for Gather {
+    fn count(&self) -> u32 {
+        chunk_count(self.target.len)
+    }
+
+    fn run(&self, index: u32) -> std::result::Result<(), String> {
+        let Some(range) = chunk_range(index, self.target.len) else {
+            return Ok(());
+        };
+        let size = self.element;
+        // Chunks are a multiple of every element size (SPLIT_BYTES is).
+        let (first, count) = (range.start / size, range.len() / size);
+        let offsets = self.layout.offsets_from(first as u64).take(count);
+        for (i, at) in (first..).zip(offsets) {
+            let at = at as usize * size;
+            if at + size > self.source.len {
+                return Err(format!(
+                    "a gather's element at byte {at} lies outside its {} source bytes",
+                    self.source.len
+                ));
+            }
+            // SAFETY: `at + size` lies within the source (checked above) and `i * size + size`
+            // within the target (`i` < the target's elements); source and target are live
+            // buffer memory, disjoint (`Queue::copy_view` refuses overlapping views), and
+            // chunks write disjoint parts of the target.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.source.ptr.as_ptr().add(at),
+                    self.target.ptr.as_ptr().add(i * size),
+                    size,
+                )
+            };
+        }
+        Ok(())
+    }
+}
+
+impl Transfer for Gather {
+    fn ranges(&self) -> ((*mut u8, u64), Option<(*const u8, u64)>) {
+        let source = (
+            self.source.ptr.as_ptr().cast_const(),
+            self.source.len as u64,
+        );
+        (
+            (self.target.ptr.as_ptr(), self.target.len as u64),
+            Some(source),
+        )
     }
 }
 

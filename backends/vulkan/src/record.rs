@@ -690,6 +690,14 @@ impl Recording {
                 self.copy(from, source.offset(), to, target.offset(), target.len());
             }
             Command::Dispatch(dispatch) => self.dispatch(dispatch)?,
+            // Vulkan devices say they run no gathers (`DeviceBackend::gathers`), so the core
+            // gathers on the host instead of sending one.
+            Command::Gather { .. } => {
+                return Err(Error::new(
+                    StatusCode::Internal,
+                    "a gather reached a Vulkan device, which runs none",
+                ))
+            }
             Command::Barrier => {
                 let barrier = vk::MemoryBarrier::default()
                     .src_access_mask(vk::AccessFlags::MEMORY_WRITE)

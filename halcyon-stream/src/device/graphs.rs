@@ -378,7 +378,7 @@ enum Failed {
 fn bindings(command: &Command) -> usize {
     match command {
         Command::Fill { .. } | Command::Update { .. } => 1,
-        Command::Copy { .. } => 2,
+        Command::Copy { .. } | Command::Gather { .. } => 2,
         Command::Dispatch(d) => d.bindings.len(),
         Command::Barrier => 0,
     }

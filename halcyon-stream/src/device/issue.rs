@@ -505,6 +505,15 @@ impl<A: StreamApi> Core<A> {
         let memory = &mut timepoint.memory;
         match command {
             Command::Barrier => Ok(()), // a stream is in order already
+            // The stream layer says it runs no gathers (`DeviceBackend::gathers`), so the core
+            // gathers on the host instead of sending one.
+            Command::Gather { .. } => Err(Error::new(
+                StatusCode::Internal,
+                format!(
+                    "{}: a gather reached a stream device, which runs none",
+                    self.name
+                ),
+            )),
             Command::Fill {
                 target,
                 pattern,

@@ -299,7 +299,7 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
     fn bytes(command: &Command) -> u64 {
         match command {
             Command::Fill { target, .. } | Command::Update { target, .. } => target.len(),
-            Command::Copy { target, .. } => target.len(),
+            Command::Copy { target, .. } | Command::Gather { target, .. } => target.len(),
             Command::Dispatch(d) => d.bindings.iter().map(|b| b.len()).sum(),
             Command::Barrier => 0,
         }
@@ -319,7 +319,7 @@ pub(crate) fn classify(work: &crate::device::Work) -> (OperationKind, u64) {
                 (Some(_), Some(_)) => OperationKind::Execute,
                 (Some(Command::Fill { .. }), None) => OperationKind::Fill,
                 (Some(Command::Update { .. }), None) => OperationKind::Update,
-                (Some(Command::Copy { .. }), None) => OperationKind::Copy,
+                (Some(Command::Copy { .. } | Command::Gather { .. }), None) => OperationKind::Copy,
                 (Some(_), None) => OperationKind::Dispatch,
             };
             (kind, commands.iter().map(bytes).sum())
@@ -350,7 +350,7 @@ pub(crate) fn name(
     };
     let target = |c: &Command| match c {
         Command::Fill { target, .. } | Command::Update { target, .. } => target.buffer().label(),
-        Command::Copy { target, .. } => target.buffer().label(),
+        Command::Copy { target, .. } | Command::Gather { target, .. } => target.buffer().label(),
         _ => None,
     };
     match kind {

@@ -511,7 +511,7 @@ impl Queue {
         Submission::rejected(signalled, error)
     }
 
-    fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
+    pub(crate) fn commands(&self, timepoints: Timepoints, commands: Arc<[Command]>) -> Submission {
         self.commands_labelled(timepoints, commands, None, None)
     }
 

@@ -10,9 +10,10 @@ use crate::error::{Error, Result, StatusCode};
 pub(crate) type Dims = SmallVec<[u64; 4]>;
 
 /// Where a view's elements are: element `[i0, i1, ..]` is at `offset + Σ ik * strides[k]`
-/// elements from the start of the view's range.
+/// elements from the start of the view's range. What a backend reads to run a
+/// [`crate::Command::Gather`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Layout {
+pub struct Layout {
     pub(crate) shape: Dims,
     pub(crate) strides: Dims,
     pub(crate) offset: u64,
@@ -24,6 +25,21 @@ fn invalid(message: String) -> Error {
 }
 
 impl Layout {
+    /// The shape, one length per axis.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The strides, in elements, one per axis.
+    pub fn strides(&self) -> &[u64] {
+        &self.strides
+    }
+
+    /// The first element's offset, in elements.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
     /// Row-major (C order) `shape`, from element 0.
     pub(crate) fn contiguous(shape: &[u64]) -> Layout {
         Layout {
@@ -47,7 +63,7 @@ impl Layout {
     }
 
     /// The elements it reaches, from the first to one past the last (empty for no elements).
-    pub(crate) fn span(&self) -> Result<Range<u64>> {
+    pub fn span(&self) -> Result<Range<u64>> {
         if self.len()? == 0 {
             return Ok(self.offset..self.offset);
         }
@@ -61,7 +77,7 @@ impl Layout {
 
     /// Whether its elements are the row-major run starting at `offset`, with no gaps
     /// (dimensions of size 1 may have any stride).
-    pub(crate) fn is_contiguous(&self) -> bool {
+    pub fn is_contiguous(&self) -> bool {
         let mut expected = 1u64;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {
@@ -135,15 +151,29 @@ impl Layout {
         })
     }
 
-    /// The row-major position of every element, in row-major order of the shape: the
-    /// element offsets (from the range's start) a gather visits.
-    pub(crate) fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+    /// The offset (in elements, from the range's start) of every element, in row-major order
+    /// of the shape: what a gather visits.
+    pub fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.offsets_from(0)
+    }
+
+    /// [`Layout::offsets`] from the element `first` in row-major order on (none past the
+    /// last): where one of several workers gathering the elements starts.
+    pub fn offsets_from(&self, first: u64) -> impl Iterator<Item = u64> + '_ {
         let rank = self.shape.len();
         let total = self.len().unwrap_or(0);
+        // The index of element `first`, digit by digit, and its offset.
         let mut index: Dims = smallvec::smallvec![0; rank];
         let mut at = self.offset;
-        (0..total).map(move |n| {
-            if n > 0 {
+        let mut rest = first.min(total);
+        for k in (0..rank).rev() {
+            let d = self.shape[k].max(1);
+            index[k] = rest % d;
+            at += index[k] * self.strides[k];
+            rest /= d;
+        }
+        (first.min(total)..total).map(move |n| {
+            if n > first {
                 // Advance the index like an odometer, moving `at` with it.
                 for k in (0..rank).rev() {
                     index[k] += 1;
@@ -237,6 +267,16 @@ mod tests {
             offset: 0,
         };
         assert!(one.is_contiguous());
+    }
+
+    #[test]
+    fn offsets_start_anywhere() {
+        let t = Layout::contiguous(&[3, 4]).permute(&[1, 0]).unwrap();
+        let all: Vec<u64> = t.offsets().collect();
+        for first in 0..=12 {
+            let from: Vec<u64> = t.offsets_from(first).collect();
+            assert_eq!(from, all[first as usize..], "from {first}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! ([`crate::Queue::copy_from`]: peer DMA where the driver has it, else staged through host
 //! memory). Each is a queue operation ordered by the timepoints given.
 
+mod copy;
 mod layout;
 mod transfer;
 
@@ -29,7 +30,7 @@ use crate::buffer::{Buffer, BufferRef};
 use crate::element::ElementType;
 use crate::error::{Error, Result, StatusCode};
 
-pub(crate) use layout::Layout;
+pub use layout::Layout;
 
 /// A range of a buffer seen as an array of `element`s with a shape and strides (see the
 /// [module docs](self)). Cheap to clone: it holds its buffer.

@@ -5,8 +5,10 @@ use bytemuck::Pod;
 use crate::buffer::BufferParams;
 use crate::element::{Element, ElementType};
 use crate::error::{Error, Result, StatusCode};
+use crate::fence::Fence;
 use crate::queue::across::Gather;
 use crate::queue::{Queue, Submission, Timepoints};
+use crate::semaphore::Semaphore;
 
 use super::BufferView;
 
@@ -107,8 +109,10 @@ impl BufferView {
     /// once `timepoints.wait` is reached; the submission completes once the elements are on
     /// the target. A contiguous view moves with [`Queue::copy_from`] (peer DMA where the
     /// driver has it, else staged through host memory; on one device, a device copy). A
-    /// strided view's elements are picked out on the host between the two devices' staging
-    /// copies, so even on one device it takes that round trip. The new view's buffer is
+    /// strided view is first packed by its own device where that device gathers
+    /// ([`Queue::copy_view`]), then moved so; elsewhere its elements are picked out on the
+    /// host between the two devices' staging copies, which even on one device is a round
+    /// trip. The new view's buffer is
     /// device-local ([`BufferParams::DEVICE`]), from the target allocator's pool.
     pub fn to(
         &self,
@@ -123,6 +127,18 @@ impl BufferView {
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
             to.copy_from(timepoints, from, &self.byte_range(), target.range())
+        } else if from.device().backend().gathers() {
+            // Packed by the source device first, then moved as one contiguous range: each
+            // step waits for the one before, so a failure fails the move with its error.
+            let packed =
+                (from.device().allocator()).allocate_pooled(bytes, BufferParams::DEVICE)?;
+            let packed = BufferView::new(packed.slice(0..bytes)?, self.element, self.shape())?;
+            let Timepoints { wait, signal } = timepoints;
+            let gathered = Semaphore::new(0);
+            let step = Timepoints::new(wait, Fence::at(&gathered, 1));
+            drop(from.copy_view(step, self, &packed));
+            let step = Timepoints::new(Fence::at(&gathered, 1), signal);
+            to.copy_from(step, from, packed.range(), target.range())
         } else {
             let gather = Gather {
                 layout: self.layout.clone(),

@@ -128,6 +128,7 @@ macro_rules! conformance_tests {
             dropped_timeline_step_does_not_stall,
             semaphore_exported_fd_follows_device_work,
             buffer_views_read_back_and_move,
+            copy_view_packs_strided_views,
             // failure propagation
             failing_dispatch_fails_the_chain,
             failed_wait_semaphore_fails_the_chain,

@@ -114,3 +114,53 @@ pub fn buffer_views_move_between_devices(a: Device, b: Device, _: &dyn Kernels) 
         Ok(())
     })
 }
+
+/// `Queue::copy_view` packs a strided view (a transpose, a column, every other row) into a
+/// contiguous one of the same shape on the device, whichever way the backend does it (its
+/// own gather, or the host between staging copies); a contiguous source is one copy. Views
+/// of other types or shapes, a strided target, and views whose bytes overlap are refused
+/// with `InvalidArgument`. Needs no kernels.
+pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result<()> {
+    let queue = device.queue(0)?;
+    let data: Vec<u32> = (0..48).collect();
+    block_on(async {
+        let (x, up) = BufferView::from_host(&queue, Timepoints::default(), &data, &[4, 12])?;
+        up.await?;
+        let fresh = |shape: &[u64]| -> Result<BufferView> {
+            let bytes = 4 * shape.iter().product::<u64>();
+            let buffer = device
+                .allocator()
+                .allocate(bytes, halcyon::BufferParams::DEVICE)?;
+            BufferView::new(buffer.whole(), ElementType::U32, shape)
+        };
+        let every_other_row =
+            BufferView::with_strides(x.range().clone(), ElementType::U32, &[2, 12], &[24, 1], 12)?;
+        for (name, view) in [
+            ("transpose", x.transpose(0, 1)?),
+            ("column", x.slice(1, 5..6)?),
+            ("every other row", every_other_row),
+            ("whole", x.clone()),
+        ] {
+            let expected: Vec<u32> = view.to_host(&queue, Timepoints::default()).await?;
+            let packed = fresh(view.shape())?;
+            queue
+                .copy_view(Timepoints::default(), &view, &packed)
+                .await?;
+            let got: Vec<u32> = packed.to_host(&queue, Timepoints::default()).await?;
+            assert_eq!(got, expected, "{name}");
+        }
+        let refused = [
+            (x.transpose(0, 1)?, fresh(&[4, 12])?, "shape"),
+            (x.clone(), fresh(&[12, 4])?.transpose(0, 1)?, "strided"),
+            (x.slice(0, 0..2)?, x.slice(0, 1..3)?, "overlap"),
+        ];
+        for (source, target, why) in refused {
+            let error = queue
+                .copy_view(Timepoints::default(), &source, &target)
+                .await
+                .unwrap_err();
+            assert_eq!(error.code(), StatusCode::InvalidArgument, "{why}: {error}");
+        }
+        Ok(())
+    })
+}
