@@ -256,6 +256,9 @@ impl fmt::Debug for Work {
     }
 }
 
+/// The entry point name of a backend's gather kernel ([`DeviceBackend::gather_kernel`]).
+pub const GATHER_ENTRY_POINT: &str = "halcyon_gather";
+
 /// The backend side of a device: the one trait each backend implements.
 ///
 /// Ordering and failure contract of [`DeviceBackend::submit`]: run `work` once every entry of
@@ -327,6 +330,24 @@ pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
 
     /// Loads an executable in one of [`DeviceBackend::executable_formats`].
     fn load_executable(&self, spec: &ExecutableSpec) -> Result<Box<dyn ExecutableBackend>>;
+
+    /// A kernel that packs a strided view's elements, which the core dispatches for
+    /// [`crate::Queue::copy_view`] on a device that runs no [`Command::Gather`] itself
+    /// ([`DeviceBackend::gathers`]). `None` by default (the core then gathers on the host).
+    ///
+    /// Its entry point is named [`GATHER_ENTRY_POINT`], with 64 invocations per workgroup in
+    /// x; binding 0 is the source and binding 1 the target, both read as arrays of `u32`
+    /// words; its 16 `u32` constants are: the shape of the view padded to rank 4 with leading
+    /// 1s (4), its strides in elements, 0 for the padding (4), the source's first element in
+    /// words from binding 0's start, the target's first word from binding 1's start, the
+    /// number of elements, the words per element, the invocations per row of the grid
+    /// (`x` workgroups × 64), and three zeros (a block of two `vec4`s and five words is
+    /// sixteen words long). Invocation `i = y · row + x` copies element `i` (nothing past the
+    /// count). The core dispatches it only for elements of whole words, ranks up to 4 and
+    /// word counts below 2^32.
+    fn gather_kernel(&self) -> Option<ExecutableSpec> {
+        None
+    }
 
     /// Whether the device runs [`Command::Gather`] (a strided view's elements packed by the
     /// device, [`crate::Queue::copy_view`]); without it the core gathers on the host between
@@ -400,6 +421,9 @@ struct Inner {
     completions: Box<[crate::queue::completion::Completions]>,
     /// Staging for copies between devices ([`crate::Queue::copy_from`]).
     host_staging: crate::host_staging::HostStaging,
+    /// The backend's gather kernel ([`DeviceBackend::gather_kernel`]), loaded on first use;
+    /// `None` if it offers none or it does not load.
+    gather: std::sync::OnceLock<Option<crate::Kernel>>,
 }
 
 /// A device handle. Cheap to clone. The device lives while any handle to it does ([`Queue`]s
@@ -506,6 +530,7 @@ impl Device {
                     .map(|_| crate::queue::completion::Completions::new())
                     .collect(),
                 host_staging: Default::default(),
+                gather: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -614,6 +639,32 @@ impl Device {
     }
 
     /// The staging this device keeps for copies between devices.
+    /// Whether the device packs strided views itself ([`crate::Queue::copy_view`]): its
+    /// backend gathers natively or offers a gather kernel that loads. Where not, strided
+    /// copies are gathered on the host between staging copies.
+    pub fn gathers_on_device(&self) -> bool {
+        self.inner.backend.gathers() || self.gather_kernel().is_some()
+    }
+
+    /// The backend's gather kernel, loaded once ([`DeviceBackend::gather_kernel`]).
+    pub(crate) fn gather_kernel(&self) -> Option<&crate::Kernel> {
+        self.inner
+            .gather
+            .get_or_init(|| {
+                let spec = self.inner.backend.gather_kernel()?;
+                let loaded = self
+                    .load_executable(&spec)
+                    .and_then(|e| e.kernel(GATHER_ENTRY_POINT));
+                if let Err(error) = &loaded {
+                    let id = &self.info().id;
+                    crate::log::event!("halcyon::device", WARN, id, error = %error, "the gather kernel did not load; strided copies go through the host");
+                    let _ = (id, error);
+                }
+                loaded.ok()
+            })
+            .as_ref()
+    }
+
     pub(crate) fn host_staging(&self) -> &crate::host_staging::HostStaging {
         &self.inner.host_staging
     }

@@ -754,6 +754,14 @@ impl Drop for VulkanDevice {
 }
 
 impl DeviceBackend for VulkanDevice {
+    /// A WGSL compute shader ([`crate::gather`]), so strided copies stay on the device.
+    fn gather_kernel(&self) -> Option<halcyon::ExecutableSpec> {
+        Some(halcyon::ExecutableSpec::bytes(
+            "wgsl",
+            crate::gather::GATHER_WGSL.as_bytes(),
+        ))
+    }
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }

@@ -45,6 +45,7 @@ mod context;
 mod device;
 mod executable;
 mod external;
+mod gather;
 mod instance;
 mod memory;
 mod options;

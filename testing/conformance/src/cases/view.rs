@@ -117,7 +117,8 @@ pub fn buffer_views_move_between_devices(a: Device, b: Device, _: &dyn Kernels) 
 
 /// `Queue::copy_view` packs a strided view (a transpose, a column, every other row) into a
 /// contiguous one of the same shape on the device, whichever way the backend does it (its
-/// own gather, or the host between staging copies); a contiguous source is one copy. Views
+/// own gather, its gather kernel, or the host between staging copies: no host step takes part
+/// exactly where `Device::gathers_on_device` says so); a contiguous source is one copy. Views
 /// of other types or shapes, a strided target, and views whose bytes overlap are refused
 /// with `InvalidArgument`. Needs no kernels.
 pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result<()> {
@@ -135,6 +136,22 @@ pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result
         };
         let every_other_row =
             BufferView::with_strides(x.range().clone(), ElementType::U32, &[2, 12], &[24, 1], 12)?;
+        // Where the device packs views itself, no host step takes part.
+        let profiler = device.profiler();
+        profiler.enable();
+        let t = x.transpose(0, 1)?;
+        let packed = fresh(t.shape())?;
+        queue.copy_view(Timepoints::default(), &t, &packed).await?;
+        let host_steps = (profiler.take().operations.iter())
+            .filter(|o| o.kind == halcyon::profile::OperationKind::HostCall)
+            .count();
+        profiler.disable();
+        assert_eq!(
+            host_steps == 0,
+            device.gathers_on_device(),
+            "{host_steps} host steps, on a device that says gathers_on_device() = {}",
+            device.gathers_on_device()
+        );
         for (name, view) in [
             ("transpose", x.transpose(0, 1)?),
             ("column", x.slice(1, 5..6)?),
