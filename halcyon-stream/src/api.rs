@@ -598,6 +598,12 @@ pub unsafe trait StreamApi: Send + Sync + 'static {
         Err(unimplemented(&self.info().driver, "graphs"))
     }
 
+    /// The device's gather kernel, if the API has one
+    /// ([`halcyon::backend::DeviceBackend::gather_kernel`] states its contract). Optional.
+    fn gather_kernel(&self) -> Option<ExecutableSpec> {
+        None
+    }
+
     /// A channel of the API's collective engine (NCCL for CUDA, RCCL for HIP) for this device,
     /// spanning `provider`'s ranks: rank 0 makes the engine's unique id, the provider hands it
     /// to the others ([`ChannelProvider::exchange_id`]), and every rank joins. Blocks until

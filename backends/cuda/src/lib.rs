@@ -47,6 +47,7 @@
 pub mod api;
 mod callback;
 mod capture;
+mod gather;
 pub mod module;
 pub mod nccl;
 pub mod nvrtc;

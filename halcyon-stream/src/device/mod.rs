@@ -656,6 +656,10 @@ impl<A: StreamApi> DeviceBackend for StreamDevice<A> {
         self.core.api.create_channel(provider, params)
     }
 
+    fn gather_kernel(&self) -> Option<ExecutableSpec> {
+        self.core.api.gather_kernel()
+    }
+
     fn create_semaphore(&self, initial_value: u64) -> Result<Semaphore> {
         Ok(StreamSemaphore::create(self.core.id, initial_value))
     }

@@ -636,6 +636,10 @@ unsafe impl StreamApi for CudaApi {
         CudaApi::destroy_graph(self, graph)
     }
 
+    fn gather_kernel(&self) -> Option<ExecutableSpec> {
+        Some(crate::gather::spec())
+    }
+
     fn create_channel(
         &self,
         provider: &dyn halcyon::ChannelProvider,

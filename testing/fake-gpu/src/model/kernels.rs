@@ -52,6 +52,12 @@ pub(crate) enum Native {
     /// `u32`s of dynamic shared memory: a launch giving fewer than `4 * words` bytes (or
     /// `words < block.x`) reads outside its shared memory (`CUDA_ERROR_ILLEGAL_ADDRESS`).
     BlockSumU32,
+    /// `halcyon_gather(const u32* source, u32* target, u32 shape[4], u32 strides[4],
+    /// u32 source_first, u32 target_first, u32 count, u32 words, u32 row, u32 pad[3])`:
+    /// halcyon's gather kernel (`DeviceBackend::gather_kernel`), for every invocation `i =
+    /// y · row + x` below `count`: `words` words of the element whose place in `source` is
+    /// `source_first + (Σ index_k · strides_k) · words`, into `target_first + i · words`.
+    Gather,
 }
 
 impl Native {
@@ -64,6 +70,7 @@ impl Native {
             "empty" => Native::Empty,
             "trap" => Native::Trap,
             "block_sum_u32" => Native::BlockSumU32,
+            "halcyon_gather" => Native::Gather,
             _ => return None,
         })
     }
@@ -76,6 +83,7 @@ impl Native {
             Native::Fail => &[8],
             Native::Empty | Native::Trap => &[],
             Native::BlockSumU32 => &[8, 8, 4, 4],
+            Native::Gather => &[8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4],
         }
     }
 
@@ -257,6 +265,29 @@ pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String,
                     .filter(|&i| i < count)
                     .fold(0u32, |sum, i| sum.wrapping_add(memory.read_u32(x + 4 * i)));
                 memory.write_u32(out + 4 * block, sum);
+            }
+        }
+        Native::Gather => {
+            let (source, target) = (args[0], args[1]);
+            let c: Vec<u64> = args[2..18].to_vec();
+            let (shape, strides) = (&c[0..4], &c[4..8]);
+            let (source_first, target_first, count, words, row) = (c[8], c[9], c[10], c[11], c[12]);
+            let invocations = row * u64::from(launch.grid[1]);
+            for i in 0..count.min(invocations) {
+                let (mut rest, mut at) = (i, 0u64);
+                for k in (0..4).rev() {
+                    let d = shape[k].max(1);
+                    at += (rest % d) * strides[k];
+                    rest /= d;
+                }
+                let from = source + 4 * (source_first + at * words);
+                let to = target + 4 * (target_first + i * words);
+                check(&memory, from, 4 * words, "the gather's source")?;
+                check(&memory, to, 4 * words, "the gather's target")?;
+                for w in 0..words {
+                    let v = memory.read_u32(from + 4 * w);
+                    memory.write_u32(to + 4 * w, v);
+                }
             }
         }
         Native::Empty => {}
