@@ -48,6 +48,7 @@
 
 pub mod api;
 pub mod code_object;
+mod gather;
 pub mod module;
 pub mod rccl;
 pub mod result;

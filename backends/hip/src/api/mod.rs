@@ -557,6 +557,10 @@ unsafe impl StreamApi for HipStreamApi {
         HipStreamApi::launch_kernel(self, function, config, params, stream)
     }
 
+    fn gather_kernel(&self) -> Option<ExecutableSpec> {
+        crate::gather::spec()
+    }
+
     fn create_channel(
         &self,
         provider: &dyn halcyon::ChannelProvider,

@@ -1,0 +1,51 @@
+//! The gather kernel: HIP C++ that packs a strided view's elements, compiled for the machine's
+//! GPU with hiprtc the first time a device needs it, which the core dispatches for
+//! `Queue::copy_view` (see `halcyon::backend::DeviceBackend::gather_kernel` for its bindings
+//! and constants). Without hiprtc, or if it cannot compile for the GPU, the device offers no
+//! kernel and gathers on the host (`Device::gathers_on_device` says so).
+
+use halcyon::{EntryPoint, ExecutableSpec};
+
+use crate::rtc::{kfd_offload_arch, HipRtc};
+
+/// The kernel: one thread per element, which unravels its index over the shape (rank 4,
+/// leading axes of 1), sums index × stride, and copies the element's words.
+const GATHER_HIP: &str = r#"
+extern "C" __global__ void halcyon_gather(
+    const unsigned int* source, unsigned int* target,
+    unsigned int s0, unsigned int s1, unsigned int s2, unsigned int s3,
+    unsigned int t0, unsigned int t1, unsigned int t2, unsigned int t3,
+    unsigned int source_first, unsigned int target_first, unsigned int count,
+    unsigned int words, unsigned int row,
+    unsigned int pad0, unsigned int pad1, unsigned int pad2) {
+    unsigned int i = blockIdx.y * row + blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const unsigned int shape[4] = {s0, s1, s2, s3};
+    const unsigned int strides[4] = {t0, t1, t2, t3};
+    unsigned int rest = i, at = 0;
+    for (int k = 3; k >= 0; --k) {
+        at += (rest % shape[k]) * strides[k];
+        rest /= shape[k];
+    }
+    for (unsigned int w = 0; w < words; ++w) {
+        target[target_first + i * words + w] = source[source_first + at * words + w];
+    }
+}
+"#;
+
+/// The kernel compiled for this machine's GPU, or `None` without hiprtc or a compilation.
+pub(crate) fn spec() -> Option<ExecutableSpec> {
+    let rtc = HipRtc::load_default().ok()?;
+    let arch = kfd_offload_arch().map(|arch| format!("--offload-arch={arch}"));
+    let options: Vec<&str> = std::iter::once("-O3").chain(arch.as_deref()).collect();
+    let entry = EntryPoint {
+        name: halcyon::device::GATHER_ENTRY_POINT.into(),
+        workgroup_size: [64, 1, 1],
+        binding_count: 2,
+        constant_count: 16,
+    };
+    let module = rtc
+        .compile_module(GATHER_HIP, "halcyon_gather.hip", &options, vec![entry])
+        .ok()?;
+    Some(module.spec())
+}
