@@ -645,6 +645,11 @@ impl BufferRef {
     pub fn end(&self) -> u64 {
         self.offset + self.length
     }
+
+    /// Whether the two ranges share bytes of one buffer.
+    pub(crate) fn overlaps(&self, other: &BufferRef) -> bool {
+        self.buffer.ptr_eq(&other.buffer) && self.offset < other.end() && other.offset < self.end()
+    }
 }
 
 /// A host read mapping; derefs to the bytes. See [`Buffer::map_read`].

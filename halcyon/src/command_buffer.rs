@@ -462,7 +462,7 @@ fn slot_context(binding: &Binding) -> String {
 
 /// `InvalidArgument` if copy ranges `s` and `t` overlap within one buffer.
 fn check_no_overlap(s: &BufferRef, t: &BufferRef) -> Result<()> {
-    if s.buffer().ptr_eq(t.buffer()) && s.offset() < t.end() && t.offset() < s.end() {
+    if s.overlaps(t) {
         return Err(Error::new(
             StatusCode::InvalidArgument,
             format!(

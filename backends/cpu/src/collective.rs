@@ -39,16 +39,12 @@ pub(crate) fn start(mut collective: Collective, signal: Fence, issued: Issued) {
         }
     };
     started(&signal, true);
-    let job = |send: &Option<Host>, recv: &Option<Host>| {
-        let (send_ptr, send_len) = send.as_ref().map_or((std::ptr::null(), 0), |h| {
-            (h.ptr.as_ptr().cast_const(), h.len)
-        });
-        let (recv_ptr, recv_len) = recv
-            .as_ref()
-            .map_or((std::ptr::null_mut(), 0), |h| (h.ptr.as_ptr(), h.len));
-        (send_ptr, send_len, recv_ptr, recv_len)
-    };
-    let (send_ptr, send_len, recv_ptr, recv_len) = job(&send, &recv);
+    let (send_ptr, send_len) = send.as_ref().map_or((std::ptr::null(), 0), |h| {
+        (h.ptr.as_ptr().cast_const(), h.len)
+    });
+    let (recv_ptr, recv_len) = recv
+        .as_ref()
+        .map_or((std::ptr::null_mut(), 0), |h| (h.ptr.as_ptr(), h.len));
     let buffers = (collective.send().into_iter())
         .chain(collective.recv())
         .map(|r| r.buffer().clone())

@@ -89,3 +89,11 @@ async fn declared_bindings_take_matching_views_and_refuse_the_rest() {
         .await
         .unwrap();
 }
+
+/// The CPU device packs strided views on its workers (`Command::Gather`): one- and two-word
+/// elements, rank 4, ranges off any alignment.
+#[test]
+fn strided_views_are_gathered_by_the_workers() {
+    let device = halcyon_cpu::default_device().unwrap();
+    halcyon_conformance::cases::strided_views_gathered_on_device(&device);
+}

@@ -69,25 +69,32 @@ pub(crate) fn datatype(element: ElementType) -> Result<ffi::MPI_Datatype> {
     Ok(datatype)
 }
 
-fn op(op: ReduceOp) -> ffi::MPI_Op {
+/// The MPI operation of `op`; `Unimplemented` for a reduction this crate does not map.
+fn op(op: ReduceOp) -> Result<ffi::MPI_Op> {
     // SAFETY: as in `datatype`.
-    unsafe {
+    let mapped = unsafe {
         match op {
             ReduceOp::Sum => ffi::RSMPI_SUM,
             ReduceOp::Prod => ffi::RSMPI_PROD,
             ReduceOp::Min => ffi::RSMPI_MIN,
             ReduceOp::Max => ffi::RSMPI_MAX,
-            // `ReduceOp` is non-exhaustive; every variant it has today is above.
+            // `ReduceOp` is non-exhaustive: a reduction added later is refused, not guessed.
             #[allow(unreachable_patterns)]
-            _ => ffi::RSMPI_SUM,
+            other => {
+                return Err(Error::new(
+                    StatusCode::Unimplemented,
+                    format!("halcyon-mpi does not map the {} reduction", other.name()),
+                ))
+            }
         }
-    }
+    };
+    Ok(mapped)
 }
 
 /// Whether MPI runs `kind` (checked at submission).
 pub(crate) fn check(kind: &CollectiveKind) -> Result<()> {
     match kind.reduction() {
-        Some((_, element)) => datatype(element).map(drop),
+        Some((o, element)) => op(o).and(datatype(element)).map(drop),
         None => Ok(()),
     }
 }
@@ -111,7 +118,7 @@ pub(crate) unsafe fn run(comm: Comm, kind: &CollectiveKind, ranges: &Ranges) -> 
     let bytes = || unsafe { ffi::RSMPI_UINT8_T };
     match *kind {
         CollectiveKind::AllReduce { op: o, element } => {
-            let datatype = datatype(element)?;
+            let (datatype, op) = (datatype(element)?, op(o)?);
             let size = element.size() as usize;
             // In place: reduce a copy of the input (see the module docs).
             let copy;
@@ -135,7 +142,7 @@ pub(crate) unsafe fn run(comm: Comm, kind: &CollectiveKind, ranges: &Ranges) -> 
                         ranges.recv.add(at).cast(),
                         n as c_int,
                         datatype,
-                        op(o),
+                        op,
                         comm.0,
                     )
                 })?;
@@ -159,7 +166,7 @@ pub(crate) unsafe fn run(comm: Comm, kind: &CollectiveKind, ranges: &Ranges) -> 
             })
         }
         CollectiveKind::ReduceScatter { op: o, element } => {
-            let datatype = datatype(element)?;
+            let (datatype, op) = (datatype(element)?, op(o)?);
             let n = count(
                 ranges.recv_len / element.size() as usize,
                 "a reduce-scatter",
@@ -171,7 +178,7 @@ pub(crate) unsafe fn run(comm: Comm, kind: &CollectiveKind, ranges: &Ranges) -> 
                     ranges.recv.cast(),
                     n,
                     datatype,
-                    op(o),
+                    op,
                     comm.0,
                 )
             })

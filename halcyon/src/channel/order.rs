@@ -96,10 +96,9 @@ impl Turn {
         let state = order.lock();
         // A failed order semaphore stays failed: the channel is out of step already.
         let _ = order.semaphore.signal(self.value);
-        if let Some((at, _)) = &state.held {
+        if let Some((at, error)) = &state.held {
             if *at == self.value + 1 {
-                let (_, error) = state.held.clone().expect("checked above");
-                order.semaphore.fail(error);
+                order.semaphore.fail(error.clone());
             }
         }
     }

@@ -144,28 +144,23 @@ impl Queue {
             source,
             &from_range,
         ));
+        // Weak: the step waits in this device's own action queue, and must not keep the
+        // device alive (dropping it aborts its pending work, this step included).
         let step = HostStep {
             read: read.clone(),
             written: written.clone(),
             armed: true,
+            from,
+            to,
+            lens: (len, out),
+            gather,
+            device: self.device().downgrade(),
+            index: self.index(),
+            target: target.clone(),
         };
-        // Weak: the step waits in this device's own action queue, and must not keep the
-        // device alive (dropping it aborts its pending work, this step included).
-        let (device, index, target_range) =
-            (self.device().downgrade(), self.index(), target.clone());
         drop(self.host_call(
             Timepoints::new(Fence::at(&read, 1), Fence::new()),
-            move || {
-                step.run(
-                    &from,
-                    &to,
-                    (len, out),
-                    gather,
-                    &device,
-                    index,
-                    &target_range,
-                )
-            },
+            move || step.run(),
         ));
         self.barrier(Timepoints::new(Fence::at(&written, 1), signal))
     }
@@ -179,32 +174,32 @@ struct HostStep {
     read: Semaphore,
     written: Semaphore,
     armed: bool,
+    /// The source device's staging, which its device copy reached.
+    from: crate::Buffer,
+    /// This device's staging, which nothing uses yet.
+    to: crate::Buffer,
+    /// How many bytes `from` holds, and how many go into `to` (the same, unless gathering).
+    lens: (u64, u64),
+    gather: Option<Gather>,
+    device: crate::device::WeakDevice,
+    /// The target queue's index.
+    index: u32,
+    target: BufferRef,
 }
 
 impl HostStep {
-    /// Copies the first `len` bytes of `from` (the source device's staging, which its device
-    /// copy reached) into `to` (this device's, which nothing uses yet), then submits the copy
-    /// of those into `target` on the queue, signalling `written`.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        mut self,
-        from: &crate::Buffer,
-        to: &crate::Buffer,
-        (len, out): (u64, u64),
-        gather: Option<Gather>,
-        device: &crate::device::WeakDevice,
-        index: u32,
-        target: &BufferRef,
-    ) -> Result<()> {
-        let staged = device
-            .upgrade()
+    /// Copies the first bytes of `from` into `to` (or gathers them there), then submits the
+    /// copy of those into `target` on the queue, signalling `written`.
+    fn run(mut self) -> Result<()> {
+        let ((len, out), from, to) = (self.lens, &self.from, &self.to);
+        let staged = (self.device.upgrade())
             .ok_or_else(|| Error::new(StatusCode::Aborted, "the target device was dropped"))
-            .and_then(|device| device.queue(index))
+            .and_then(|device| device.queue(self.index))
             .and_then(|queue| {
                 let source = from.map_read(..len)?;
                 let mut staging = to.map_write(..out)?;
                 let (source, staging) = (source.as_slice::<u8>()?, staging.as_mut_slice::<u8>()?);
-                match &gather {
+                match &self.gather {
                     None => staging.copy_from_slice(source),
                     Some(gather) => gather.run(source, staging),
                 }
@@ -213,7 +208,7 @@ impl HostStep {
         match staged {
             Ok((queue, staging)) => {
                 let to = Timepoints::new(Fence::new(), Fence::at(&self.written, 1));
-                drop(queue.copy(to, &staging, target));
+                drop(queue.copy(to, &staging, &self.target));
                 // Only now: a panic above leaves the step armed, and its drop fails `written`.
                 self.armed = false;
                 Ok(())

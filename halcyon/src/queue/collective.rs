@@ -290,16 +290,9 @@ fn whole_elements(range: &BufferRef, element: ElementType) -> Result<()> {
     ))
 }
 
-/// Whether two ranges share bytes.
-fn overlap(a: &BufferRef, b: &BufferRef) -> bool {
-    a.buffer().ptr_eq(b.buffer())
-        && a.offset() < b.offset() + b.len()
-        && b.offset() < a.offset() + a.len()
-}
-
 /// `InvalidArgument` if the ranges overlap.
 fn apart(a: &BufferRef, b: &BufferRef) -> Result<()> {
-    if !overlap(a, b) {
+    if !a.overlaps(b) {
         return Ok(());
     }
     Err(Error::new(
@@ -311,7 +304,7 @@ fn apart(a: &BufferRef, b: &BufferRef) -> Result<()> {
 /// `InvalidArgument` if the ranges partly overlap (the same range is in place).
 fn in_place_or_apart(a: &BufferRef, b: &BufferRef) -> Result<()> {
     let same = a.buffer().ptr_eq(b.buffer()) && a.offset() == b.offset() && a.len() == b.len();
-    if same || !overlap(a, b) {
+    if same || !a.overlaps(b) {
         return Ok(());
     }
     Err(Error::new(

@@ -61,10 +61,7 @@ impl Queue {
             return self.reject(timepoints, Error::new(StatusCode::InvalidArgument, message));
         }
         let (from, to) = (source.byte_range(), target.byte_range());
-        let overlap = from.buffer().ptr_eq(to.buffer())
-            && from.offset() < to.offset() + to.len()
-            && to.offset() < from.offset() + from.len();
-        if overlap && !from.is_empty() && !to.is_empty() {
+        if from.overlaps(&to) && !from.is_empty() && !to.is_empty() {
             let error = Error::new(
                 StatusCode::InvalidArgument,
                 "the views' bytes overlap; copy into a view of other memory",
