@@ -179,22 +179,27 @@ impl Engine {
 
     /// Why a job queued now would not run, if it would not.
     fn refusal(&self, state: &State) -> Option<Error> {
-        if let Some(broken) = &state.broken {
-            return Some(Error::new(
-                StatusCode::Unavailable,
-                format!(
-                    "MPI channel rank {} of {} is broken by an earlier collective ({broken}); \
-                     create a new channel",
-                    self.rank, self.count
-                ),
-            ));
-        }
-        (state.closing || state.ended).then(|| {
-            Error::new(
-                StatusCode::Unavailable,
-                "the MPI channel is closed (its MPI library was finalised)",
-            )
+        self.broken(state).or_else(|| {
+            (state.closing || state.ended).then(|| {
+                Error::new(
+                    StatusCode::Unavailable,
+                    "the MPI channel is closed (its MPI library was finalised)",
+                )
+            })
         })
+    }
+
+    /// The error of a job on a broken channel, if it is broken.
+    fn broken(&self, state: &State) -> Option<Error> {
+        let broken = state.broken.as_ref()?;
+        Some(Error::new(
+            StatusCode::Unavailable,
+            format!(
+                "MPI channel rank {} of {} is broken by an earlier collective ({broken}); \
+                 create a new channel",
+                self.rank, self.count
+            ),
+        ))
     }
 
     /// Stops taking jobs once the queue is empty.
@@ -237,7 +242,7 @@ impl Engine {
                 state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
                 continue;
             };
-            if let Some(error) = self.refusal(&state).filter(|_| state.broken.is_some()) {
+            if let Some(error) = self.broken(&state) {
                 drop(state);
                 job.done.complete(Err(error));
                 state = self.lock();
@@ -312,7 +317,7 @@ impl Engine {
             state.broken = Some(error.clone());
             state.stuck = true;
             let queued: Vec<Queued> = state.queue.drain(..).collect();
-            let refusal = self.refusal(&state).expect("broken above");
+            let refusal = self.broken(&state).expect("broken above");
             drop(state);
             done.abandon(error);
             for job in queued {
