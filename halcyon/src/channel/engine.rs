@@ -151,9 +151,8 @@ impl CollectiveDone {
 
 impl Drop for CollectiveDone {
     fn drop(&mut self) {
-        if self.report.is_some() {
+        if let Some(report) = self.report.take() {
             drop(self.hold.take());
-            let report = self.report.take().expect("checked above");
             report(Err(Error::new(
                 StatusCode::Aborted,
                 "the collective engine dropped a collective without reporting it",
