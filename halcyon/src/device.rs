@@ -336,15 +336,27 @@ pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
     /// ([`DeviceBackend::gathers`]). `None` by default (the core then gathers on the host).
     ///
     /// Its entry point is named [`GATHER_ENTRY_POINT`], with 64 invocations per workgroup in
-    /// x; binding 0 is the source and binding 1 the target, both read as arrays of `u32`
-    /// words; its 16 `u32` constants are: the shape of the view padded to rank 4 with leading
-    /// 1s (4), its strides in elements, 0 for the padding (4), the source's first element in
-    /// words from binding 0's start, the target's first word from binding 1's start, the
-    /// number of elements, the words per element, the invocations per row of the grid
-    /// (`x` workgroups × 64), and three zeros (a block of two `vec4`s and five words is
-    /// sixteen words long). Invocation `i = y · row + x` copies element `i` (nothing past the
-    /// count). The core dispatches it only for elements of whole words, ranks up to 4 and
-    /// word counts below 2^32.
+    /// x; binding 0 is the source and binding 1 the target, both `u32` words (each binding
+    /// starts and ends on a word); its 16 `u32` constants are:
+    ///
+    /// | constants | meaning |
+    /// |---|---|
+    /// | 0–3 | the shape, padded to rank 4 with leading 1s |
+    /// | 4–7 | the strides, in elements (0 for the padding) |
+    /// | 8, 9 | the word of binding 0 where the first element starts, and of binding 1 |
+    /// | 10 | the number of elements |
+    /// | 11 | the element's size in bytes: 1, 2, or a multiple of 4 |
+    /// | 12 | the invocations per row of the grid (`x` workgroups × 64) |
+    /// | 13, 14 | the byte within word 8 (of binding 0) and word 9 (of binding 1) where the elements start: 0 for elements of whole words |
+    /// | 15 | zero |
+    ///
+    /// Invocation `i = y · row + x` (nothing at or past the count) copies the element at
+    /// `(Σ index_k · stride_k)` elements from the source's start to element `i` of the
+    /// target, where `index` is `i` unravelled over the shape in row-major order. Elements of
+    /// 1 or 2 bytes share target words with their neighbours, and the first and last word
+    /// with bytes outside the target: the kernel writes only the element's own bytes (byte
+    /// stores, or atomic and/or on the word). The core dispatches it for ranks up to 4 (one
+    /// launch per index of any leading axes past those) and indices below 2^32.
     fn gather_kernel(&self) -> Option<ExecutableSpec> {
         None
     }

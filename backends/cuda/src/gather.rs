@@ -6,7 +6,8 @@
 //! Hand-written (there is no CUDA C source to keep in step), in PTX ISA 8.0 for `sm_52`, the
 //! oldest every supported driver JITs: one thread per element, which unravels its index over
 //! the shape (rank 4, leading axes of 1) with `div`/`rem`, sums index × stride, and copies the
-//! element's words. If a driver refused it, loading fails and the device gathers on the host
+//! element: word by word, or with one byte or halfword load and store for 1- and 2-byte
+//! elements (PTX addresses bytes, so neighbours sharing a word never touch each other's). If a driver refused it, loading fails and the device gathers on the host
 //! instead (`Device::gathers_on_device` says so).
 
 use halcyon::{EntryPoint, ExecutableSpec};
@@ -55,7 +56,8 @@ const GATHER_PTX: &str = r#"
 	.param .u32 halcyon_gather_param_17
 )
 {
-	.reg .pred 	%p<3>;
+	.reg .pred 	%p<5>;
+	.reg .b16 	%rs<2>;
 	.reg .b32 	%r<40>;
 	.reg .b64 	%rd<10>;
 
@@ -92,30 +94,50 @@ const GATHER_PTX: &str = r#"
 	rem.u32 	%r25, %r22, %r23;
 	mad.lo.s32 	%r14, %r25, %r24, %r14;
 
-	// source word = source_first + at * words; target word = target_first + i * words
+	// Byte addresses: binding + 4 * first word + first byte + place * size.
 	ld.param.u32 	%r26, [halcyon_gather_param_13];
 	ld.param.u32 	%r27, [halcyon_gather_param_10];
 	ld.param.u32 	%r28, [halcyon_gather_param_11];
-	mad.lo.s32 	%r29, %r14, %r26, %r27;
-	mad.lo.s32 	%r30, %r7, %r26, %r28;
+	ld.param.u32 	%r29, [halcyon_gather_param_15];
+	ld.param.u32 	%r30, [halcyon_gather_param_16];
 	ld.param.u64 	%rd1, [halcyon_gather_param_0];
 	ld.param.u64 	%rd2, [halcyon_gather_param_1];
 	cvta.to.global.u64 	%rd3, %rd1;
 	cvta.to.global.u64 	%rd4, %rd2;
+	mul.wide.u32 	%rd5, %r27, 4;
+	add.s64 	%rd3, %rd3, %rd5;
+	cvt.u64.u32 	%rd5, %r29;
+	add.s64 	%rd3, %rd3, %rd5;
+	mul.wide.u32 	%rd5, %r14, %r26;
+	add.s64 	%rd3, %rd3, %rd5;
+	mul.wide.u32 	%rd5, %r28, 4;
+	add.s64 	%rd4, %rd4, %rd5;
+	cvt.u64.u32 	%rd5, %r30;
+	add.s64 	%rd4, %rd4, %rd5;
+	mul.wide.u32 	%rd5, %r7, %r26;
+	add.s64 	%rd4, %rd4, %rd5;
+	setp.eq.u32 	%p2, %r26, 1;
+	@%p2 bra 	$L_byte;
+	setp.eq.u32 	%p3, %r26, 2;
+	@%p3 bra 	$L_half;
 	mov.u32 	%r31, 0;
 $L_word:
-	setp.ge.u32 	%p2, %r31, %r26;
-	@%p2 bra 	$L_done;
-	add.s32 	%r32, %r29, %r31;
-	mul.wide.u32 	%rd5, %r32, 4;
-	add.s64 	%rd6, %rd3, %rd5;
-	ld.global.u32 	%r33, [%rd6];
-	add.s32 	%r34, %r30, %r31;
-	mul.wide.u32 	%rd7, %r34, 4;
-	add.s64 	%rd8, %rd4, %rd7;
+	setp.ge.u32 	%p4, %r31, %r26;
+	@%p4 bra 	$L_done;
+	cvt.u64.u32 	%rd6, %r31;
+	add.s64 	%rd7, %rd3, %rd6;
+	ld.global.u32 	%r33, [%rd7];
+	add.s64 	%rd8, %rd4, %rd6;
 	st.global.u32 	[%rd8], %r33;
-	add.s32 	%r31, %r31, 1;
+	add.s32 	%r31, %r31, 4;
 	bra.uni 	$L_word;
+$L_byte:
+	ld.global.u8 	%rs1, [%rd3];
+	st.global.u8 	[%rd4], %rs1;
+	bra.uni 	$L_done;
+$L_half:
+	ld.global.u16 	%rs1, [%rd3];
+	st.global.u16 	[%rd4], %rs1;
 
 $L_done:
 	ret;

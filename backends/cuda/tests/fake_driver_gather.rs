@@ -1,6 +1,6 @@
 //! The gather kernel on the fake CUDA driver: `Queue::copy_view` dispatches halcyon-cuda's PTX
-//! gather (which the fake runs natively by its name and signature) for one- and two-word
-//! elements, ranks up to 4 and ranges off the binding alignment.
+//! gather (which the fake runs natively by its name and signature) for elements of 1, 2, 4
+//! and 8 bytes, ranks up to 6 (several launches past 4) and ranges off the binding alignment.
 
 // Shared with the other fake-driver processes; this one does not use all of it.
 #[allow(dead_code)]

@@ -1,23 +1,25 @@
 //! The gather kernel: HIP C++ that packs a strided view's elements, compiled for the machine's
 //! GPU with hiprtc the first time a device needs it, which the core dispatches for
 //! `Queue::copy_view` (see `halcyon::backend::DeviceBackend::gather_kernel` for its bindings
-//! and constants). Without hiprtc, or if it cannot compile for the GPU, the device offers no
-//! kernel and gathers on the host (`Device::gathers_on_device` says so).
+//! and constants), for the architecture `HipDeviceOptions::offload_arch` names or else the one
+//! the kernel driver reports. Without hiprtc, or if it cannot compile for the GPU, the device
+//! offers no kernel and gathers on the host (`Device::gathers_on_device` says so).
 
 use halcyon::{EntryPoint, ExecutableSpec};
 
-use crate::rtc::{kfd_offload_arch, HipRtc};
+use crate::rtc::HipRtc;
 
 /// The kernel: one thread per element, which unravels its index over the shape (rank 4,
-/// leading axes of 1), sums index × stride, and copies the element's words.
+/// leading axes of 1), sums index × stride, and copies the element: word by word, or as one
+/// byte or halfword (neighbours sharing a word never touch each other's bytes).
 const GATHER_HIP: &str = r#"
 extern "C" __global__ void halcyon_gather(
     const unsigned int* source, unsigned int* target,
     unsigned int s0, unsigned int s1, unsigned int s2, unsigned int s3,
     unsigned int t0, unsigned int t1, unsigned int t2, unsigned int t3,
     unsigned int source_first, unsigned int target_first, unsigned int count,
-    unsigned int words, unsigned int row,
-    unsigned int pad0, unsigned int pad1, unsigned int pad2) {
+    unsigned int size, unsigned int row, unsigned int source_byte, unsigned int target_byte,
+    unsigned int pad) {
     unsigned int i = blockIdx.y * row + blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     const unsigned int shape[4] = {s0, s1, s2, s3};
@@ -27,16 +29,27 @@ extern "C" __global__ void halcyon_gather(
         at += (rest % shape[k]) * strides[k];
         rest /= shape[k];
     }
-    for (unsigned int w = 0; w < words; ++w) {
-        target[target_first + i * words + w] = source[source_first + at * words + w];
+    const unsigned char* from = (const unsigned char*)(source + source_first) + source_byte
+        + (unsigned long long)at * size;
+    unsigned char* to = (unsigned char*)(target + target_first) + target_byte
+        + (unsigned long long)i * size;
+    if (size == 1) {
+        *to = *from;
+    } else if (size == 2) {
+        *(unsigned short*)to = *(const unsigned short*)from;
+    } else {
+        for (unsigned int w = 0; w < size / 4; ++w) {
+            ((unsigned int*)to)[w] = ((const unsigned int*)from)[w];
+        }
     }
 }
 "#;
 
-/// The kernel compiled for this machine's GPU, or `None` without hiprtc or a compilation.
-pub(crate) fn spec() -> Option<ExecutableSpec> {
+/// The kernel compiled for architecture `arch` (else the GPU hiprtc finds current), or `None`
+/// without hiprtc or a compilation.
+pub(crate) fn spec(arch: Option<&str>) -> Option<ExecutableSpec> {
     let rtc = HipRtc::load_default().ok()?;
-    let arch = kfd_offload_arch().map(|arch| format!("--offload-arch={arch}"));
+    let arch = arch.map(|arch| format!("--offload-arch={arch}"));
     let options: Vec<&str> = std::iter::once("-O3").chain(arch.as_deref()).collect();
     let entry = EntryPoint {
         name: halcyon::device::GATHER_ENTRY_POINT.into(),

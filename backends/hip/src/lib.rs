@@ -239,7 +239,7 @@ impl Driver for HipDriver {
 }
 
 /// How [`HipDriver::create_device_with`] creates a device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HipDeviceOptions {
     /// Queues, each with its own HIP stream (at least 1).
@@ -296,6 +296,12 @@ pub struct HipDeviceOptions {
     /// new one. Default 1 s. See
     /// [`halcyon_stream::StreamDeviceOptions::timestamp_recalibration`].
     pub timestamp_recalibration: Duration,
+    /// The GPU architecture (`gfx90a`, `gfx942:sramecc+:xnack-`) halcyon's own kernels (the
+    /// gather kernel of `Queue::copy_view`) are compiled for with hiprtc. Default `None`: the
+    /// architecture the kernel driver (KFD) reports for this machine's GPUs, where they all
+    /// have one ([`rtc::kfd_offload_arch`]); with none, or GPUs of several, strided copies
+    /// are gathered on the host unless this names the device's.
+    pub offload_arch: Option<String>,
 }
 
 impl HipDeviceOptions {
@@ -352,6 +358,12 @@ impl HipDeviceOptions {
         self.timestamp_recalibration = interval;
         self
     }
+
+    /// Sets [`HipDeviceOptions::offload_arch`].
+    pub fn with_offload_arch(mut self, arch: impl Into<String>) -> Self {
+        self.offload_arch = Some(arch.into());
+        self
+    }
 }
 
 /// The first HIP runtime whose `hipEventSynchronize` honours an event's
@@ -370,6 +382,7 @@ impl Default for HipDeviceOptions {
             pool_release_threshold: u64::MAX,
             blocking_sync: true,
             timestamp_recalibration: Duration::from_secs(1),
+            offload_arch: None,
         }
     }
 }
@@ -390,7 +403,8 @@ impl HipDriver {
                 format!("{DRIVER_ID}://{index} does not exist: hipGetDeviceCount reports {count} devices"),
             ));
         }
-        let api = HipStreamApi::new(hip, index as i32, options.host_visible_memory)?;
+        let api = HipStreamApi::new(hip, index as i32, options.host_visible_memory)?
+            .with_offload_arch(options.offload_arch.clone());
         api.set_pool_release_threshold(options.pool_release_threshold)?;
         if options.blocking_sync
             && options.completion == CompletionStrategy::CompletionThread

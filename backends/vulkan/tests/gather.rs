@@ -1,6 +1,7 @@
 //! The gather kernel on a Vulkan device: strided views packed by a compute shader, for
-//! elements of one and two words, ranks up to 4, and ranges that start off the device's
-//! binding alignment. Skipped (and says why) without a Vulkan device.
+//! elements of 1, 2, 4 and 8 bytes (the smaller ones with atomics on shared words), ranks up
+//! to 6, and ranges that start off the device's binding alignment. Skipped (and says why)
+//! without a Vulkan device.
 
 #[test]
 fn strided_views_are_gathered_by_the_device() {

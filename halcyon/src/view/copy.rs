@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::command_buffer::Command;
+use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::error::{Error, StatusCode};
 use crate::queue::across::Gather;
 use crate::queue::{Queue, Submission, Timepoints};
@@ -13,10 +13,16 @@ impl Queue {
     /// Copies the elements of `source` (any layout) into `target`, a contiguous view of the
     /// same element type and shape on this queue's device, in row-major order of the shape,
     /// once `timepoints.wait` is reached; signals `timepoints.signal` once they are there.
-    /// A contiguous source is one device copy. A strided one is gathered by the device
-    /// where the backend runs gathers (the CPU device: a loop over the elements on its
-    /// workers); elsewhere, for now, its elements are picked out on the host between two
-    /// staging copies (a host round trip). `InvalidArgument` (through the submission) for
+    /// A contiguous source is one device copy. A strided one is gathered by the device:
+    /// by a command of the backend's own where it has one (the CPU device: a loop over the
+    /// elements on its workers), else by the backend's gather kernel (Vulkan, CUDA, and HIP
+    /// where hiprtc compiles it): one launch, or one per index of the leading axes of a
+    /// layout still over rank 4 once its mergeable axes are merged. Only a copy the kernel
+    /// cannot take is gathered on the host between two staging copies (a host round trip):
+    /// on a device without one ([`crate::Device::gathers_on_device`]), over 1024 launches,
+    /// past 32-bit indices (16 GiB of whole-word elements, 4 GiB of smaller ones), or a
+    /// range of 1- or 2-byte elements whose last word runs past its buffer's end (views this
+    /// crate allocates never do). `InvalidArgument` (through the submission) for
     /// different element types or shapes, a strided target, or views whose bytes overlap;
     /// both views' buffers are held and tracked like any copy's.
     ///
@@ -85,8 +91,19 @@ impl Queue {
         }
         let element = source.element().size();
         if let Some(kernel) = self.device().gather_kernel() {
-            if let Some(launch) = gather_launch(self, kernel, &layout, element, &from, &to) {
-                return self.dispatch(timepoints, &launch);
+            if let Some(launches) = gather_launches(self, kernel, &layout, element, &from, &to) {
+                // Launches write apart, so no barrier between them.
+                let built = (|| {
+                    let mut builder = CommandBuffer::builder(CommandBufferMode::OneShot);
+                    for launch in &launches {
+                        builder.dispatch(launch)?;
+                    }
+                    builder.finish().resolve(None)
+                })();
+                return match built {
+                    Ok(commands) => self.commands(timepoints, commands),
+                    Err(error) => self.reject(timepoints, error),
+                };
             }
         }
         let gather = Gather {
@@ -97,28 +114,38 @@ impl Queue {
     }
 }
 
-/// The launch of the device's gather kernel ([`crate::backend::DeviceBackend::gather_kernel`])
+/// The most launches of the gather kernel one copy takes: a layout of rank over 4 (after
+/// coalescing) is one launch per index of its leading axes, and past this many it is
+/// gathered on the host.
+const MAX_LAUNCHES: u64 = 1024;
+
+/// The launches of the device's gather kernel ([`crate::backend::DeviceBackend::gather_kernel`])
 /// packing `layout`'s elements (of `element` bytes, relative to `from`) into `to`, or `None`
-/// where the kernel's contract does not cover the copy (elements of part words, a rank over
-/// 4, counts past 32 bits).
-fn gather_launch(
+/// where its contract does not cover the copy: over [`MAX_LAUNCHES`] launches, bytes past
+/// 32-bit word (or, for elements under a word, byte) indices, or elements under a word in a
+/// range whose last word runs past its buffer's end.
+fn gather_launches(
     queue: &Queue,
     kernel: &crate::Kernel,
     layout: &super::Layout,
     element: u64,
     from: &crate::BufferRef,
     to: &crate::BufferRef,
-) -> Option<crate::Launch> {
+) -> Option<Vec<crate::Launch>> {
     const RANK: usize = 4;
     const WORKGROUP: u64 = 64;
+    let layout = layout.coalesced();
     let rank = layout.shape().len();
-    if !element.is_multiple_of(4) || rank > RANK {
+    let (outer, inner) = layout.shape().split_at(rank.saturating_sub(RANK));
+    let outer_strides = &layout.strides()[..outer.len()];
+    let inner_strides = &layout.strides()[outer.len()..];
+    let launches: u64 = outer.iter().product();
+    let count: u64 = inner.iter().product();
+    if launches > MAX_LAUNCHES || !(element.is_multiple_of(4) || element < 4) {
         return None;
     }
-    let words = element / 4;
-    let count = to.len() / element;
-    // Bindings start where the device allows (its binding alignment, a multiple of 4); the
-    // kernel is told where in them the elements start.
+    // Bindings start where the device allows (its binding alignment, a multiple of 4) and end
+    // on a whole word; the kernel is told where in them the elements start.
     let align = queue
         .device()
         .query(crate::device::keys::BINDING_ALIGNMENT)
@@ -126,36 +153,52 @@ fn gather_launch(
         .max(4);
     let bind = |range: &crate::BufferRef| {
         let start = range.offset() / align * align;
-        let bound = range
-            .buffer()
-            .slice(start..range.offset() + range.len())
-            .ok()?;
-        Some((bound, (range.offset() - start) / 4))
+        let end = (range.offset() + range.len()).next_multiple_of(4);
+        let bound = range.buffer().slice(start..end).ok()?;
+        Some((bound, range.offset() - start))
     };
-    let ((source, source_word), (target, target_word)) = (bind(from)?, bind(to)?);
+    let ((source, source_byte), (target, target_byte)) = (bind(from)?, bind(to)?);
     let u32_of = |v: u64| u32::try_from(v).ok();
+    // Every word, and for elements under a word every byte, the kernel reaches is indexed
+    // in 32 bits.
+    let reach = if element < 4 { 1 } else { 4 };
+    u32_of(source.len() / reach)?;
+    u32_of(target.len() / reach)?;
     let mut constants = [0u32; 16];
     for k in 0..RANK {
-        let axis = (k + rank).checked_sub(RANK);
-        let (d, s) = axis.map_or((1, 0), |a| (layout.shape()[a], layout.strides()[a]));
+        let axis = (k + inner.len()).checked_sub(RANK);
+        let (d, s) = axis.map_or((1, 0), |a| (inner[a], inner_strides[a]));
         constants[k] = u32_of(d)?;
         constants[RANK + k] = u32_of(s)?;
     }
-    // Every word the kernel reaches must be addressable in 32 bits.
-    u32_of(source.len() / 4)?;
-    u32_of(target.len() / 4)?;
     let groups = count.div_ceil(WORKGROUP);
     let max_x = u64::from(queue.device().max_workgroup_count()[0]).max(1);
     let (x, y) = (groups.min(max_x), groups.div_ceil(max_x).max(1));
-    constants[8] = u32_of(source_word + layout.offset() * words)?;
-    constants[9] = u32_of(target_word)?;
     constants[10] = u32_of(count)?;
-    constants[11] = u32_of(words)?;
+    constants[11] = u32_of(element)?;
     constants[12] = u32_of(x * WORKGROUP)?;
-    let launch = kernel
-        .launch([u32_of(x)?, u32_of(y)?, 1])
-        .constants(&constants)
-        .binding(source)
-        .binding(target);
-    Some(launch)
+    let mut index = vec![0u64; outer.len()];
+    let mut launched = Vec::with_capacity(launches as usize);
+    for n in 0..launches {
+        // The leading axes' index of launch `n`, and where its elements start.
+        let mut rest = n;
+        for k in (0..outer.len()).rev() {
+            index[k] = rest % outer[k];
+            rest /= outer[k];
+        }
+        let at: u64 = (index.iter().zip(outer_strides)).map(|(i, s)| i * s).sum();
+        let first = source_byte + (layout.offset() + at) * element;
+        let packed = target_byte + n * count * element;
+        constants[8] = u32_of(first / 4)?;
+        constants[9] = u32_of(packed / 4)?;
+        constants[13] = u32_of(first % 4)?;
+        constants[14] = u32_of(packed % 4)?;
+        let launch = kernel
+            .launch([u32_of(x)?, u32_of(y)?, 1])
+            .constants(&constants)
+            .binding(source.clone())
+            .binding(target.clone());
+        launched.push(launch);
+    }
+    Some(launched)
 }

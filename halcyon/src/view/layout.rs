@@ -189,6 +189,42 @@ impl Layout {
         })
     }
 
+    /// The same elements in the same order with the fewest axes: axes of length 1 dropped,
+    /// and each axis merged into the one before it where stepping over it whole is one step
+    /// of that one (`strides[k] == shape[k + 1] * strides[k + 1]`). What a gather unravels.
+    pub(crate) fn coalesced(&self) -> Layout {
+        let mut shape = Dims::new();
+        let mut strides = Dims::new();
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            if d == 0 {
+                // No elements: one empty axis says so.
+                return Layout {
+                    shape: smallvec::smallvec![0],
+                    strides: smallvec::smallvec![1],
+                    offset: self.offset,
+                };
+            }
+            if d == 1 {
+                continue;
+            }
+            match (shape.last_mut(), strides.last_mut()) {
+                (Some(outer), Some(step)) if *step == d.saturating_mul(s) => {
+                    *outer *= d;
+                    *step = s;
+                }
+                _ => {
+                    shape.push(d);
+                    strides.push(s);
+                }
+            }
+        }
+        Layout {
+            shape,
+            strides,
+            offset: self.offset,
+        }
+    }
+
     fn dim(&self, axis: usize) -> Result<u64> {
         self.shape.get(axis).copied().ok_or_else(|| {
             invalid(format!(
@@ -277,6 +313,38 @@ mod tests {
             let from: Vec<u64> = t.offsets_from(first).collect();
             assert_eq!(from, all[first as usize..], "from {first}");
         }
+    }
+
+    #[test]
+    fn coalescing_keeps_the_order_with_fewer_axes() {
+        let l = Layout::contiguous(&[2, 3, 4, 5]);
+        let c = l.coalesced();
+        assert_eq!((&c.shape[..], &c.strides[..]), (&[120][..], &[1][..]));
+        // A transpose of the last two axes of [2, 3, 4, 5] merges the first two.
+        let t = l.permute(&[0, 1, 3, 2]).unwrap();
+        let c = t.coalesced();
+        assert_eq!(
+            (&c.shape[..], &c.strides[..]),
+            (&[6, 5, 4][..], &[20, 1, 5][..])
+        );
+        assert_eq!(
+            c.offsets().collect::<Vec<_>>(),
+            t.offsets().collect::<Vec<_>>()
+        );
+        // Size-1 axes go; a column slice keeps its row stride.
+        let s = Layout::contiguous(&[1, 4, 1, 6]).slice(3, 1..3).unwrap();
+        let c = s.coalesced();
+        assert_eq!(
+            (&c.shape[..], &c.strides[..], c.offset),
+            (&[4, 2][..], &[6, 1][..], 1)
+        );
+        assert_eq!(
+            c.offsets().collect::<Vec<_>>(),
+            s.offsets().collect::<Vec<_>>()
+        );
+        // A scalar has no axes; an empty view keeps one empty axis.
+        assert!(Layout::contiguous(&[1, 1]).coalesced().shape.is_empty());
+        assert_eq!(Layout::contiguous(&[3, 0, 2]).coalesced().len().unwrap(), 0);
     }
 
     #[test]

@@ -136,6 +136,11 @@ impl BufferView {
         })
     }
 
+    /// The layout: shape, strides, and the first element's offset in the range.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// The element type.
     pub fn element(&self) -> ElementType {
         self.element

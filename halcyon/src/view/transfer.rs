@@ -49,8 +49,7 @@ impl BufferView {
     ) -> Result<(BufferView, Submission)> {
         same_size::<T>(element)?;
         let bytes = std::mem::size_of_val(data) as u64;
-        let buffer =
-            (queue.device().allocator()).allocate_pooled(bytes.max(1), BufferParams::DEVICE)?;
+        let buffer = view_buffer(queue.device(), bytes)?;
         let view = BufferView::new(buffer.slice(0..bytes)?, element, shape)?;
         let written = queue.write(timepoints, data, view.range());
         Ok((view, written))
@@ -121,17 +120,15 @@ impl BufferView {
         timepoints: impl Into<Timepoints>,
     ) -> Result<(BufferView, Submission)> {
         let bytes = self.byte_len();
-        let buffer =
-            (to.device().allocator()).allocate_pooled(bytes.max(1), BufferParams::DEVICE)?;
+        let buffer = view_buffer(to.device(), bytes)?;
         let target = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
             to.copy_from(timepoints, from, &self.byte_range(), target.range())
-        } else if from.device().backend().gathers() {
+        } else if from.device().gathers_on_device() {
             // Packed by the source device first, then moved as one contiguous range: each
             // step waits for the one before, so a failure fails the move with its error.
-            let packed =
-                (from.device().allocator()).allocate_pooled(bytes, BufferParams::DEVICE)?;
+            let packed = view_buffer(from.device(), bytes)?;
             let packed = BufferView::new(packed.slice(0..bytes)?, self.element, self.shape())?;
             let Timepoints { wait, signal } = timepoints;
             let gathered = Semaphore::new(0);
@@ -154,6 +151,16 @@ impl BufferView {
         };
         Ok((target, moved))
     }
+}
+
+/// A device-local buffer from `device`'s pool for a new view of `bytes`, rounded up to a whole
+/// word (at least one), so that a gather kernel may bind the view's last word
+/// ([`Queue::copy_view`]).
+fn view_buffer(device: &crate::Device, bytes: u64) -> Result<crate::Buffer> {
+    let size = bytes.checked_next_multiple_of(4).unwrap_or(bytes).max(4);
+    device
+        .allocator()
+        .allocate_pooled(size, BufferParams::DEVICE)
 }
 
 /// `InvalidArgument` unless `T` is as large as an element of `element`.

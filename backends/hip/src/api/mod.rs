@@ -234,6 +234,9 @@ pub struct HipStreamApi {
     /// [`HipStreamApi::set_pool_release_threshold`]. `None`: `hipMallocAsync` on the device's
     /// default pool.
     pool: Option<MemPool>,
+    /// The architecture halcyon's own kernels are compiled for
+    /// ([`crate::HipDeviceOptions::offload_arch`]); `None`: the kernel driver's.
+    offload_arch: Option<String>,
 }
 
 impl std::fmt::Debug for HipStreamApi {
@@ -334,6 +337,7 @@ impl HipStreamApi {
             max_grid,
             max_shared_memory,
             pool: None,
+            offload_arch: None,
         };
         if capabilities.contains(Capabilities::STREAM_ORDERED_ALLOC) && hip.has_mem_pools() {
             // Without its own pool (older runtimes, or a refused hipMemPoolCreate) the API
@@ -342,6 +346,13 @@ impl HipStreamApi {
             api.pool = MemPool::create(hip, device, u64::MAX).ok();
         }
         Ok(api)
+    }
+
+    /// This API with its own kernels (the gather kernel) compiled for `arch` (see
+    /// [`crate::HipDeviceOptions::offload_arch`]); `None`: the kernel driver's architecture.
+    pub fn with_offload_arch(mut self, arch: Option<String>) -> Self {
+        self.offload_arch = arch;
+        self
     }
 
     /// The HIP runtime.
@@ -558,7 +569,8 @@ unsafe impl StreamApi for HipStreamApi {
     }
 
     fn gather_kernel(&self) -> Option<ExecutableSpec> {
-        crate::gather::spec()
+        let arch = self.offload_arch.clone();
+        crate::gather::spec(arch.or_else(crate::rtc::kfd_offload_arch).as_deref())
     }
 
     fn create_channel(

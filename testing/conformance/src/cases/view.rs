@@ -183,88 +183,182 @@ pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result
 }
 
 /// On a device that packs views itself (`Device::gathers_on_device`, which must say so), a
-/// strided view's elements are gathered right for elements of one and two words, ranks up to
-/// 4, and ranges that start off the device's binding alignment. For backends with a gather
-/// kernel or native gathers; not in the generic lists, since others gather on the host.
+/// strided view's elements are gathered right, by the device: elements of 1, 2, 4 and 8
+/// bytes; ranks 2 to 6 (over 4 once merged takes several launches of a kernel); ranges that
+/// start off the device's binding alignment and off a word; 1- and 2-byte targets whose
+/// first and last words they share with bytes around them, which keep their values. Each
+/// copy must be one operation of the device (a host round trip is three). A range of 2-byte
+/// elements ending off a word at its buffer's end is still copied right (on the host). For
+/// backends with a gather kernel or native gathers; not in the generic lists, since others
+/// gather on the host.
 pub fn strided_views_gathered_on_device(device: &Device) {
     assert!(device.gathers_on_device(), "the gather kernel did not load");
     let queue = device.queue(0).unwrap();
     block_on(async {
         // u64 elements (two words each), rank 3, a view starting 8 bytes into its buffer.
         let data: Vec<u64> = (0..60).map(|i| i * 1_000_000_007).collect();
-        let buffer = device
-            .allocator()
-            .allocate(8 + 480, BufferParams::HOST)
-            .unwrap();
-        let range = buffer.slice(8..488).unwrap();
-        queue
-            .write(Timepoints::default(), &data, &range)
-            .await
-            .unwrap();
-        let x = BufferView::new(range, ElementType::U64, &[3, 4, 5]).unwrap();
-        for (name, view) in [
-            ("permuted", x.permute(&[2, 0, 1]).unwrap()),
-            ("sliced", x.slice(2, 1..4).unwrap().transpose(0, 1).unwrap()),
-            (
-                "rank 4",
-                x.reshape(&[3, 2, 2, 5])
-                    .unwrap()
-                    .permute(&[3, 2, 1, 0])
-                    .unwrap(),
-            ),
-        ] {
-            let expected: Vec<u64> = view.to_host(&queue, Timepoints::default()).await.unwrap();
-            let bytes = 8 * view.len();
-            let out = device
-                .allocator()
-                .allocate(bytes + 4, BufferParams::DEVICE)
-                .unwrap();
-            // A target starting one word in: also off the binding alignment.
-            let target = BufferView::new(
-                out.slice(4..4 + bytes).unwrap(),
-                ElementType::U64,
-                view.shape(),
-            );
-            // u64 views must start at a multiple of 8: this one is refused, then one at 0.
-            assert!(target.is_err());
-            let target =
-                BufferView::new(out.slice(0..bytes).unwrap(), ElementType::U64, view.shape())
-                    .unwrap();
-            queue
-                .copy_view(Timepoints::default(), &view, &target)
-                .await
-                .unwrap();
-            let got: Vec<u64> = target.to_host(&queue, Timepoints::default()).await.unwrap();
-            assert_eq!(got, expected, "{name}");
-        }
+        let x = uploaded(device, &queue, &data, 8, ElementType::U64, &[3, 4, 5]).await;
+        gather_checked(
+            device,
+            &queue,
+            &x.permute(&[2, 0, 1])?,
+            &data,
+            0,
+            "u64 permuted",
+        )
+        .await;
+        let sliced = x.slice(2, 1..4)?.transpose(0, 1)?;
+        gather_checked(device, &queue, &sliced, &data, 8, "u64 sliced").await;
+        let rank4 = x.reshape(&[3, 2, 2, 5])?.permute(&[3, 2, 1, 0])?;
+        gather_checked(device, &queue, &rank4, &data, 0, "u64 rank 4").await;
+        // u64 views must start at a multiple of 8.
+        let out = device.allocator().allocate(64, BufferParams::DEVICE)?;
+        assert!(BufferView::new(out.slice(4..36)?, ElementType::U64, &[4]).is_err());
+
         // f32 (one word) from a range off the alignment, into one off it too.
         let floats: Vec<f32> = (0..24).map(|i| i as f32).collect();
-        let buffer = device
-            .allocator()
-            .allocate(4 + 96, BufferParams::HOST)
-            .unwrap();
-        let range = buffer.slice(4..100).unwrap();
+        let x = uploaded(device, &queue, &floats, 4, ElementType::F32, &[4, 6]).await;
+        gather_checked(device, &queue, &x.transpose(0, 1)?, &floats, 4, "f32").await;
+
+        // Halfwords (u16, and f16 as its bits): an odd count from byte 2, into byte 2 on.
+        let halves: Vec<u16> = (0..35).map(|i| 0x8000 | (i * 37)).collect();
+        let x = uploaded(device, &queue, &halves, 2, ElementType::U16, &[5, 7]).await;
+        gather_checked(device, &queue, &x.transpose(0, 1)?, &halves, 2, "u16").await;
+        let x = uploaded(device, &queue, &halves, 6, ElementType::U16, &[7, 5]).await;
+        gather_checked(device, &queue, &x.slice(1, 1..4)?, &halves, 6, "u16 sliced").await;
+
+        // Bytes (u8; bool and i8 are the same size): rank 3 from byte 1, into byte 3 on.
+        let bytes: Vec<u8> = (0..105).map(|i| (i * 7 + 3) as u8).collect();
+        let x = uploaded(device, &queue, &bytes, 1, ElementType::U8, &[3, 5, 7]).await;
+        gather_checked(device, &queue, &x.permute(&[2, 0, 1])?, &bytes, 3, "u8").await;
+
+        // Ranks past 4 that no axes merge away: 2 launches of u32, 9 of u16.
+        let words: Vec<u32> = (0..72).map(|i| i * 3 + 1).collect();
+        let x = uploaded(
+            device,
+            &queue,
+            &words,
+            0,
+            ElementType::U32,
+            &[2, 3, 2, 3, 2],
+        )
+        .await;
+        let rank5 = x.permute(&[4, 2, 0, 3, 1])?;
+        gather_checked(device, &queue, &rank5, &words, 0, "u32 rank 5").await;
+        let halves: Vec<u16> = (0..144).map(|i| i * 5 + 1).collect();
+        let x = uploaded(
+            device,
+            &queue,
+            &halves,
+            2,
+            ElementType::U16,
+            &[2, 2, 2, 2, 3, 3],
+        )
+        .await;
+        let rank6 = x.permute(&[5, 4, 3, 2, 1, 0])?;
+        gather_checked(device, &queue, &rank6, &halves, 2, "u16 rank 6").await;
+
+        // 2-byte elements ending off a word at the buffer's end: gathered on the host, right.
+        let buffer = device.allocator().allocate(30, BufferParams::HOST)?;
+        let range = buffer.slice(0..30)?;
         queue
-            .write(Timepoints::default(), &floats, &range)
-            .await
-            .unwrap();
-        let x = BufferView::new(range, ElementType::F32, &[4, 6]).unwrap();
-        let out = device
-            .allocator()
-            .allocate(4 + 96, BufferParams::DEVICE)
-            .unwrap();
-        let target =
-            BufferView::new(out.slice(4..100).unwrap(), ElementType::F32, &[6, 4]).unwrap();
-        queue
-            .copy_view(Timepoints::default(), &x.transpose(0, 1).unwrap(), &target)
-            .await
-            .unwrap();
-        let got: Vec<f32> = target.to_host(&queue, Timepoints::default()).await.unwrap();
-        let expected: Vec<f32> = (0..6)
-            .flat_map(|c| (0..4).map(move |r| (r * 6 + c) as f32))
-            .collect();
-        assert_eq!(got, expected);
-        Ok(())
+            .write(Timepoints::default(), &halves[..15], &range)
+            .await?;
+        let x = BufferView::new(range, ElementType::U16, &[3, 5])?.transpose(0, 1)?;
+        let out = device.allocator().allocate(30, BufferParams::DEVICE)?;
+        let target = BufferView::new(out.slice(0..30)?, ElementType::U16, &[5, 3])?;
+        queue.copy_view(Timepoints::default(), &x, &target).await?;
+        let got: Vec<u16> = target.to_host(&queue, Timepoints::default()).await?;
+        let expected: Vec<u16> = x.layout().offsets().map(|o| halves[o as usize]).collect();
+        assert_eq!(got, expected, "u16 at the buffer's end");
+        Ok::<_, halcyon::Error>(())
     })
     .expect("the gathers ran");
+}
+
+/// `data` written `at` bytes into a new host-visible buffer (which ends on a word), as a
+/// contiguous view of `shape`.
+async fn uploaded<T: bytemuck::Pod>(
+    device: &Device,
+    queue: &halcyon::Queue,
+    data: &[T],
+    at: u64,
+    element: ElementType,
+    shape: &[u64],
+) -> BufferView {
+    let bytes = std::mem::size_of_val(data) as u64;
+    let buffer = device
+        .allocator()
+        .allocate((at + bytes).next_multiple_of(4), BufferParams::HOST)
+        .unwrap();
+    let range = buffer.slice(at..at + bytes).unwrap();
+    queue
+        .write(Timepoints::default(), data, &range)
+        .await
+        .unwrap();
+    BufferView::new(range, element, shape).unwrap()
+}
+
+/// Copies `view` (whose range holds `data`) into a contiguous view `at` bytes into a buffer
+/// of 0xA5 bytes, and checks: the elements are `data`'s at the view's offsets in row-major
+/// order; every byte around the target is still 0xA5; and the profile holds one operation
+/// for the copy (a host round trip is a copy, a host step and a barrier).
+async fn gather_checked<T>(
+    device: &Device,
+    queue: &halcyon::Queue,
+    view: &BufferView,
+    data: &[T],
+    at: u64,
+    name: &str,
+) where
+    T: halcyon::Element + PartialEq + std::fmt::Debug,
+{
+    let size = view.element().size();
+    let bytes = size * view.len();
+    let len = (at + bytes + 4).next_multiple_of(4);
+    let out = device
+        .allocator()
+        .allocate(len, BufferParams::DEVICE)
+        .unwrap();
+    let whole = out.slice(0..len).unwrap();
+    queue
+        .fill(Timepoints::default(), 0xA5A5_A5A5u32, &whole)
+        .await
+        .unwrap();
+    let target = BufferView::new(
+        out.slice(at..at + bytes).unwrap(),
+        view.element(),
+        view.shape(),
+    )
+    .unwrap();
+    let profiler = device.profiler();
+    profiler.enable();
+    drop(profiler.take());
+    queue
+        .copy_view(Timepoints::default(), view, &target)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let operations = profiler.take().operations;
+    profiler.disable();
+    assert_eq!(
+        operations.len(),
+        1,
+        "{name}: the copy took {:?}, not one operation of the device",
+        operations.iter().map(|o| &o.name).collect::<Vec<_>>()
+    );
+    let got: Vec<T> = target.to_host(queue, Timepoints::default()).await.unwrap();
+    let expected: Vec<T> = view.layout().offsets().map(|o| data[o as usize]).collect();
+    assert_eq!(got, expected, "{name}");
+    let around: Vec<u8> = BufferView::new(whole, ElementType::U8, &[len])
+        .unwrap()
+        .to_host(queue, Timepoints::default())
+        .await
+        .unwrap();
+    let outside = (0..len as usize).filter(|&b| (b as u64) < at || b as u64 >= at + bytes);
+    for b in outside {
+        assert_eq!(
+            around[b], 0xA5,
+            "{name}: byte {b}, outside the target, changed"
+        );
+    }
 }

@@ -53,10 +53,11 @@ pub(crate) enum Native {
     /// `words < block.x`) reads outside its shared memory (`CUDA_ERROR_ILLEGAL_ADDRESS`).
     BlockSumU32,
     /// `halcyon_gather(const u32* source, u32* target, u32 shape[4], u32 strides[4],
-    /// u32 source_first, u32 target_first, u32 count, u32 words, u32 row, u32 pad[3])`:
-    /// halcyon's gather kernel (`DeviceBackend::gather_kernel`), for every invocation `i =
-    /// y · row + x` below `count`: `words` words of the element whose place in `source` is
-    /// `source_first + (Σ index_k · strides_k) · words`, into `target_first + i · words`.
+    /// u32 source_first, u32 target_first, u32 count, u32 size, u32 row, u32 source_byte,
+    /// u32 target_byte, u32 pad)`: halcyon's gather kernel (`DeviceBackend::gather_kernel`),
+    /// for every invocation `i = y · row + x` below `count`: the `size` bytes of the element
+    /// at byte `4 · source_first + source_byte + (Σ index_k · strides_k) · size` of `source`,
+    /// into byte `4 · target_first + target_byte + i · size` of `target`.
     Gather,
 }
 
@@ -271,7 +272,8 @@ pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String,
             let (source, target) = (args[0], args[1]);
             let c: Vec<u64> = args[2..18].to_vec();
             let (shape, strides) = (&c[0..4], &c[4..8]);
-            let (source_first, target_first, count, words, row) = (c[8], c[9], c[10], c[11], c[12]);
+            let (source_first, target_first, count, size, row) = (c[8], c[9], c[10], c[11], c[12]);
+            let (source_byte, target_byte) = (c[13], c[14]);
             let invocations = row * u64::from(launch.grid[1]);
             for i in 0..count.min(invocations) {
                 let (mut rest, mut at) = (i, 0u64);
@@ -280,14 +282,12 @@ pub(crate) fn run(launch: &Launch, device: u32) -> Result<(), (CUresult, String,
                     at += (rest % d) * strides[k];
                     rest /= d;
                 }
-                let from = source + 4 * (source_first + at * words);
-                let to = target + 4 * (target_first + i * words);
-                check(&memory, from, 4 * words, "the gather's source")?;
-                check(&memory, to, 4 * words, "the gather's target")?;
-                for w in 0..words {
-                    let v = memory.read_u32(from + 4 * w);
-                    memory.write_u32(to + 4 * w, v);
-                }
+                let from = source + 4 * source_first + source_byte + at * size;
+                let to = target + 4 * target_first + target_byte + i * size;
+                check(&memory, from, size, "the gather's source")?;
+                check(&memory, to, size, "the gather's target")?;
+                // SAFETY: both ranges were just checked to lie in live allocations.
+                unsafe { memory.copy(to, from, size as usize) };
             }
         }
         Native::Empty => {}
