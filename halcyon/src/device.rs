@@ -350,9 +350,13 @@ pub trait DeviceBackend: std::any::Any + Send + Sync + 'static {
     /// | 13, 14 | the byte within word 8 (of binding 0) and word 9 (of binding 1) where the elements start: 0 for elements of whole words |
     /// | 15 | zero |
     ///
-    /// Invocation `i = y · row + x` (nothing at or past the count) copies the element at
-    /// `(Σ index_k · stride_k)` elements from the source's start to element `i` of the
-    /// target, where `index` is `i` unravelled over the shape in row-major order. Elements of
+    /// Invocations `i = y · row + x` below the count copy one element each, every element
+    /// once (nothing at or past the count): element `e`, where `index` is `e` unravelled
+    /// over the shape in row-major order, goes from `(Σ index_k · stride_k)` elements past
+    /// the source's start to element `e` of the target. The kernel chooses which `e` each
+    /// invocation takes: `i` itself, or any one-to-one map of `0..count` such as tiles of
+    /// the last two axes (Vulkan's and HIP's kernels take 8 × 8 tiles where both are
+    /// multiples of 8, so that a transpose reads and writes runs of 8). Elements of
     /// 1 or 2 bytes share target words with their neighbours, and the first and last word
     /// with bytes outside the target: the kernel writes only the element's own bytes (byte
     /// stores, or atomic and/or on the word). The core dispatches it for ranks up to 4 (one

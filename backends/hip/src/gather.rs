@@ -11,7 +11,8 @@ use crate::rtc::HipRtc;
 
 /// The kernel: one thread per element, which unravels its index over the shape (rank 4,
 /// leading axes of 1), sums index × stride, and copies the element: word by word, or as one
-/// byte or halfword (neighbours sharing a word never touch each other's bytes).
+/// byte or halfword (neighbours sharing a word never touch each other's bytes). A block
+/// takes an 8 × 8 tile of the last two axes where both are multiples of 8.
 const GATHER_HIP: &str = r#"
 extern "C" __global__ void halcyon_gather(
     const unsigned int* source, unsigned int* target,
@@ -24,15 +25,26 @@ extern "C" __global__ void halcyon_gather(
     if (i >= count) return;
     const unsigned int shape[4] = {s0, s1, s2, s3};
     const unsigned int strides[4] = {t0, t1, t2, t3};
-    unsigned int rest = i, at = 0;
-    for (int k = 3; k >= 0; --k) {
-        at += (rest % shape[k]) * strides[k];
-        rest /= shape[k];
+    // 8 x 8 tiles of the last two axes where both are multiples of 8, so that a transpose
+    // reads and writes runs of 8 elements; e is the element's index.
+    unsigned int e = i;
+    if ((s2 & 7u) == 0 && (s3 & 7u) == 0) {
+        unsigned int tile = i >> 6, across = s3 >> 3, rows = s2 >> 3;
+        unsigned int plane_row = tile / across, plane = plane_row / rows;
+        unsigned int row = (plane_row - plane * rows) * 8 + ((i >> 3) & 7);
+        unsigned int column = (tile - plane_row * across) * 8 + (i & 7);
+        e = (plane * s2 + row) * s3 + column;
+    }
+    unsigned int rest = e, at = 0;
+    for (int k = 3; k >= 0 && rest != 0; --k) {
+        unsigned int q = rest / shape[k];
+        at += (rest - q * shape[k]) * strides[k];
+        rest = q;
     }
     const unsigned char* from = (const unsigned char*)(source + source_first) + source_byte
         + (unsigned long long)at * size;
     unsigned char* to = (unsigned char*)(target + target_first) + target_byte
-        + (unsigned long long)i * size;
+        + (unsigned long long)e * size;
     if (size == 1) {
         *to = *from;
     } else if (size == 2) {

@@ -3,6 +3,10 @@
 //! `view_to_vulkan_64m`: `BufferView::to` of a 64 MiB f32 view from the CPU device to
 //! `vulkan://0` (the new view dropped each time, so its memory comes back from the pool)
 //! against the `copy_from` it issues, into a buffer allocated once.
+//! `transpose_on_vulkan_16m`: `Queue::copy_view` of a transposed 16 MiB view on `vulkan://0`
+//! (the gather shader), f32 and f16, against a device copy of the same bytes (the floor) and
+//! the host round trip the copy took before the shader covered it (read back, picked out on
+//! the host, written).
 
 use std::sync::Arc;
 
@@ -98,6 +102,48 @@ pub fn run(c: &mut Criterion) {
         b.iter(|| {
             let copy = vq.copy_from(Timepoints::default(), &cq, &source.whole(), &target.whole());
             block_on(copy).unwrap()
+        })
+    });
+    group.finish();
+    transpose(c, &vulkan);
+}
+
+/// `transpose_on_vulkan_16m` (see the module docs).
+fn transpose(c: &mut Criterion, vulkan: &halcyon::Device) {
+    let vq = vulkan.queue(0).unwrap();
+    let allocate = || {
+        (vulkan.allocator())
+            .allocate(BYTES, BufferParams::DEVICE)
+            .unwrap()
+    };
+    let (source, target) = (allocate(), allocate());
+    block_on(vq.fill(Timepoints::default(), 0x3c00_4000u32, &source.whole())).unwrap();
+    let mut group = configured(c, "transpose_on_vulkan_16m");
+    group.bench_function("copy", |b| {
+        b.iter(|| {
+            block_on(vq.copy(Timepoints::default(), &source.whole(), &target.whole())).unwrap()
+        })
+    });
+    let side = |element: ElementType| {
+        let n = BYTES / element.size();
+        let rows = 1u64 << (n.ilog2() / 2);
+        [rows, n / rows]
+    };
+    for element in [ElementType::F32, ElementType::F16] {
+        let shape = side(element);
+        let x = BufferView::new(source.whole(), element, &shape).unwrap();
+        let xt = x.transpose(0, 1).unwrap();
+        let packed = BufferView::new(target.whole(), element, &[shape[1], shape[0]]).unwrap();
+        group.bench_function(format!("copy_view_{element}"), |b| {
+            b.iter(|| block_on(vq.copy_view(Timepoints::default(), &xt, &packed)).unwrap())
+        });
+    }
+    let x = BufferView::new(source.whole(), ElementType::F16, &side(ElementType::F16)).unwrap();
+    let xt = x.transpose(0, 1).unwrap();
+    group.bench_function("host_round_trip_f16", |b| {
+        b.iter(|| {
+            let picked: Vec<u16> = block_on(xt.to_host_as(&vq, Timepoints::default())).unwrap();
+            block_on(vq.write(Timepoints::default(), &picked, &target.whole())).unwrap()
         })
     });
     group.finish();

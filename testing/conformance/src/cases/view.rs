@@ -232,6 +232,23 @@ pub fn strided_views_gathered_on_device(device: &Device) {
         let x = uploaded(device, &queue, &bytes, 1, ElementType::U8, &[3, 5, 7]).await;
         gather_checked(device, &queue, &x.permute(&[2, 0, 1])?, &bytes, 3, "u8").await;
 
+        // Last two axes multiples of 8 (kernels may take them in 8 × 8 tiles): transposes of
+        // u32 and u16, and of the last two axes of a rank-3 u8 view.
+        let square: Vec<u32> = (0..64).map(|i| i * 11 + 2).collect();
+        let x = uploaded(device, &queue, &square, 0, ElementType::U32, &[8, 8]).await;
+        gather_checked(device, &queue, &x.transpose(0, 1)?, &square, 4, "u32 8 × 8").await;
+        let tiles: Vec<u16> = (0..384).map(|i| i * 3 + 7).collect();
+        let x = uploaded(device, &queue, &tiles, 2, ElementType::U16, &[16, 24]).await;
+        let xt = x.transpose(0, 1)?;
+        gather_checked(device, &queue, &xt, &tiles, 0, "u16 24 × 16").await;
+        gather_checked(device, &queue, &xt, &tiles, 2, "u16 24 × 16 off a word").await;
+        let tiles: Vec<u8> = (0..768).map(|i| (i * 5 + 1) as u8).collect();
+        let x = uploaded(device, &queue, &tiles, 3, ElementType::U8, &[3, 16, 16]).await;
+        let permuted = x.permute(&[0, 2, 1])?;
+        gather_checked(device, &queue, &permuted, &tiles, 4, "u8 3 × 16 × 16").await;
+        let name = "u8 3 × 16 × 16 off a word";
+        gather_checked(device, &queue, &permuted, &tiles, 1, name).await;
+
         // Ranks past 4 that no axes merge away: 2 launches of u32, 9 of u16.
         let words: Vec<u32> = (0..72).map(|i| i * 3 + 1).collect();
         let x = uploaded(
