@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
+use crate::device::QueueCapabilities;
 use crate::error::{Error, StatusCode};
 use crate::queue::across::Gather;
 use crate::queue::{Queue, Submission, Timepoints};
@@ -19,7 +20,8 @@ impl Queue {
     /// where hiprtc compiles it): one launch, or one per index of the leading axes of a
     /// layout still over rank 4 once its mergeable axes are merged. Only a copy the kernel
     /// cannot take is gathered on the host between two staging copies (a host round trip):
-    /// on a device without one ([`crate::Device::gathers_on_device`]), over 1024 launches,
+    /// on a device without one ([`crate::Device::gathers_on_device`]) or a queue that cannot
+    /// dispatch, over 1024 launches,
     /// past 32-bit indices (16 GiB of whole-word elements, 4 GiB of smaller ones), or a
     /// range of 1- or 2-byte elements whose last word runs past its buffer's end (views this
     /// crate allocates never do). `InvalidArgument` (through the submission) for
@@ -90,7 +92,8 @@ impl Queue {
             return self.commands(timepoints, Arc::new([gather]));
         }
         let element = source.element().size();
-        if let Some(kernel) = self.device().gather_kernel() {
+        let dispatches = self.capabilities().contains(QueueCapabilities::DISPATCH);
+        if let Some(kernel) = self.device().gather_kernel().filter(|_| dispatches) {
             if let Some(launches) = gather_launches(self, kernel, &layout, element, &from, &to) {
                 // Launches write apart, so no barrier between them.
                 let built = (|| {
@@ -111,6 +114,17 @@ impl Queue {
             element: element as usize,
         };
         self.copy_staged(timepoints, self, &from, &to, Some(gather))
+    }
+}
+
+impl Queue {
+    /// Whether this queue packs strided views on its device ([`Queue::copy_view`]): the
+    /// backend gathers natively, or offers a gather kernel that loads and this queue can
+    /// dispatch.
+    pub(crate) fn gathers(&self) -> bool {
+        self.device().backend().gathers()
+            || (self.capabilities().contains(QueueCapabilities::DISPATCH)
+                && self.device().gather_kernel().is_some())
     }
 }
 

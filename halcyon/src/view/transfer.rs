@@ -57,8 +57,10 @@ impl BufferView {
 
     /// Reads the view's elements back, in row-major order of its shape whatever its strides,
     /// once `timepoints.wait` is reached. The device reads the bytes its elements lie in
-    /// ([`BufferView::byte_range`]); a strided view's elements are then picked out on the
-    /// host. `InvalidArgument` (through the submission) if `T` is not the view's element type.
+    /// ([`BufferView::byte_range`]) and a strided view's elements are then picked out on the
+    /// host; but where those bytes are at least twice the elements' and the queue packs views
+    /// on its device ([`Queue::copy_view`]), the device packs them first into memory of its
+    /// own and only they are read. `InvalidArgument` (through the submission) if `T` is not the view's element type.
     pub fn to_host<T: Element>(
         &self,
         queue: &Queue,
@@ -89,10 +91,26 @@ impl BufferView {
         if let Err(error) = same_size::<T>(self.element) {
             return queue.reject(timepoints, error);
         }
-        let read = queue.read::<T>(timepoints, &self.byte_range());
         if self.is_contiguous() {
-            return read;
+            return queue.read::<T>(timepoints, &self.byte_range());
         }
+        let (packed, span) = (self.byte_len(), self.byte_range().len());
+        if span >= 2 * packed && queue.gathers() {
+            // Packed on the device first, so that only the elements cross to the host: each
+            // step waits for the one before, so a failure fails the read with its error.
+            let target = view_buffer(queue.device(), packed).and_then(|buffer| {
+                BufferView::new(buffer.slice(0..packed)?, self.element, self.shape())
+            });
+            if let Ok(target) = target {
+                let Timepoints { wait, signal } = timepoints;
+                let gathered = Semaphore::new(0);
+                let step = Timepoints::new(wait, Fence::at(&gathered, 1));
+                drop(queue.copy_view(step, self, &target));
+                let step = Timepoints::new(Fence::at(&gathered, 1), signal);
+                return queue.read::<T>(step, target.range());
+            }
+        }
+        let read = queue.read::<T>(timepoints, &self.byte_range());
         let layout = self.layout.clone();
         read.map(move |span: Vec<T>| {
             let start = layout.span()?.start;
@@ -125,7 +143,7 @@ impl BufferView {
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
             to.copy_from(timepoints, from, &self.byte_range(), target.range())
-        } else if from.device().gathers_on_device() {
+        } else if from.gathers() {
             // Packed by the source device first, then moved as one contiguous range: each
             // step waits for the one before, so a failure fails the move with its error.
             let packed = view_buffer(from.device(), bytes)?;

@@ -188,7 +188,8 @@ pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result
 /// start off the device's binding alignment and off a word; 1- and 2-byte targets whose
 /// first and last words they share with bytes around them, which keep their values. Each
 /// copy must be one operation of the device (a host round trip is three). A range of 2-byte
-/// elements ending off a word at its buffer's end is still copied right (on the host). For
+/// elements ending off a word at its buffer's end is still copied right (on the host). A
+/// column read back is packed on the device first, and only its bytes read. For
 /// backends with a gather kernel or native gathers; not in the generic lists, since others
 /// gather on the host.
 pub fn strided_views_gathered_on_device(device: &Device) {
@@ -242,6 +243,21 @@ pub fn strided_views_gathered_on_device(device: &Device) {
         let xt = x.transpose(0, 1)?;
         gather_checked(device, &queue, &xt, &tiles, 0, "u16 24 × 16").await;
         gather_checked(device, &queue, &xt, &tiles, 2, "u16 24 × 16 off a word").await;
+        // A column spans 361 elements for 16: `to_host` packs it on the device, then reads
+        // only it (two operations; the host path reads the span in one).
+        let column = x.slice(1, 3..4)?;
+        let profiler = device.profiler();
+        profiler.enable();
+        drop(profiler.take());
+        let got: Vec<u16> = column.to_host(&queue, Timepoints::default()).await?;
+        let operations = profiler.take().operations;
+        profiler.disable();
+        let expected: Vec<u16> = (0..16).map(|r| tiles[r * 24 + 3]).collect();
+        assert_eq!(got, expected, "a column read back");
+        let kinds: Vec<_> = operations.iter().map(|o| o.kind).collect();
+        assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert_eq!(kinds[1], halcyon::profile::OperationKind::Read, "{kinds:?}");
+        assert_eq!(operations[1].bytes, 32, "only the column is read");
         let tiles: Vec<u8> = (0..768).map(|i| (i * 5 + 1) as u8).collect();
         let x = uploaded(device, &queue, &tiles, 3, ElementType::U8, &[3, 16, 16]).await;
         let permuted = x.permute(&[0, 2, 1])?;
