@@ -143,3 +143,42 @@ $L_done:
 	ret;
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::GATHER_PTX;
+
+    /// The PTX assembles with NVIDIA's `ptxas` (named by `HALCYON_PTXAS`; `scripts/ptxas.sh`
+    /// fetches one) for `sm_52`, the target it declares, and `sm_90`: what a driver's JIT
+    /// checks, without a GPU. Skipped, saying so, without `HALCYON_PTXAS`.
+    #[test]
+    fn the_gather_ptx_assembles_with_ptxas() {
+        let Some(ptxas) = std::env::var_os("HALCYON_PTXAS") else {
+            return eprintln!("skipped: HALCYON_PTXAS names no ptxas (scripts/ptxas.sh sets it)");
+        };
+        let dir = std::env::temp_dir().join(format!("halcyon-ptxas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("gather.ptx");
+        std::fs::write(&source, GATHER_PTX).unwrap();
+        for arch in ["sm_52", "sm_90"] {
+            let out = std::process::Command::new(&ptxas)
+                .arg(format!("-arch={arch}"))
+                .arg("-v")
+                .arg(&source)
+                .arg("-o")
+                .arg(dir.join(format!("gather-{arch}.cubin")))
+                .output()
+                .expect("ptxas runs");
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "ptxas -arch={arch} refused the gather PTX:\n{log}"
+            );
+            eprintln!(
+                "ptxas -arch={arch}: {}",
+                log.lines().last().unwrap_or_default()
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
