@@ -170,6 +170,10 @@ pub mod keys {
     pub const MAX_WORKGROUP_COUNT_Y: Key<u32> = Key::new(names::MAX_WORKGROUP_COUNT_Y);
     /// As [`MAX_WORKGROUP_COUNT_X`], in z.
     pub const MAX_WORKGROUP_COUNT_Z: Key<u32> = Key::new(names::MAX_WORKGROUP_COUNT_Z);
+    /// The most bytes one dispatch binding may cover (Vulkan's `maxStorageBufferRange`); a
+    /// device that does not answer has no limit. Dispatches beyond it are refused at
+    /// submission.
+    pub const MAX_BINDING_RANGE: Key<u64> = Key::new(names::MAX_BINDING_RANGE);
     /// The memory the device's buffers draw on, in bytes: device-local heaps on a GPU, the
     /// machine's physical memory on the CPU device. Not answered where the backend cannot
     /// tell.
@@ -199,6 +203,8 @@ pub mod keys {
         pub const MAX_WORKGROUP_COUNT_Z: &str = "dispatch.max_workgroup_count.z";
         /// The name of [`MEMORY_BYTES`](super::MEMORY_BYTES).
         pub const MEMORY_BYTES: &str = "device.memory_bytes";
+        /// The name of [`MAX_BINDING_RANGE`](super::MAX_BINDING_RANGE).
+        pub const MAX_BINDING_RANGE: &str = "dispatch.max_binding_range";
         /// The name of [`PENDING_ACTIONS`](super::PENDING_ACTIONS).
         pub const PENDING_ACTIONS: &str = "queue.pending_actions";
         /// The name of [`REACTOR_WAKEUPS`](super::REACTOR_WAKEUPS).
@@ -428,6 +434,9 @@ struct Inner {
     executables: ExecutableCache,
     /// The device's workgroup-count limits ([`keys::MAX_WORKGROUP_COUNT_X`] ..), read once.
     max_workgroup_count: [u32; 3],
+    /// The most bytes a dispatch binding may cover ([`keys::MAX_BINDING_RANGE`]), read once;
+    /// `u64::MAX` where the device has no limit.
+    max_binding_range: u64,
     profiler: Profiler,
     /// Each queue's label ([`Queue::set_label`]), shared with the profiler.
     queue_labels: Arc<[crate::label::Label]>,
@@ -494,6 +503,9 @@ impl Device {
             limit(keys::names::MAX_WORKGROUP_COUNT_Y),
             limit(keys::names::MAX_WORKGROUP_COUNT_Z),
         ];
+        let max_binding_range = backend
+            .query(keys::names::MAX_BINDING_RANGE)
+            .map_or(u64::MAX, |v| v.max(0) as u64);
         let info = backend.info();
         let spin = backend.completion_spin();
         let queue_count = backend.queue_count().max(1);
@@ -534,6 +546,7 @@ impl Device {
         Device {
             inner: Arc::new(Inner {
                 max_workgroup_count,
+                max_binding_range,
                 profiler,
                 queue_labels,
                 allocator,
@@ -603,6 +616,12 @@ impl Device {
     /// [`keys::MAX_WORKGROUP_COUNT_X`] .. answers; `u32::MAX` where it has no limit).
     pub fn max_workgroup_count(&self) -> [u32; 3] {
         self.inner.max_workgroup_count
+    }
+
+    /// The most bytes one dispatch binding may cover on this device (its
+    /// [`keys::MAX_BINDING_RANGE`] answer; `u64::MAX` where it has no limit).
+    pub fn max_binding_range(&self) -> u64 {
+        self.inner.max_binding_range
     }
 
     /// Sets how long an awaited [`Submission`](crate::Submission) of this device watches for

@@ -299,8 +299,12 @@ pub struct HipDeviceOptions {
     /// The GPU architecture (`gfx90a`, `gfx942:sramecc+:xnack-`) halcyon's own kernels (the
     /// gather kernel of `Queue::copy_view`) are compiled for with hiprtc. Default `None`: the
     /// architecture the kernel driver (KFD) reports for this machine's GPUs, where they all
-    /// have one ([`rtc::kfd_offload_arch`]); with none, or GPUs of several, strided copies
-    /// are gathered on the host unless this names the device's.
+    /// have one ([`rtc::kfd_offload_arch`]). With none, or GPUs of several, hiprtc chooses: a
+    /// runtime that contains it (HIP 5.x, 6.x) compiles for the GPU current on the calling
+    /// thread, and a stand-alone one refuses. A kernel that does not compile, or was compiled
+    /// for another GPU and does not load, leaves the device gathering strided copies on the
+    /// host (`Device::gathers_on_device` says so); naming the device's architecture here
+    /// avoids that.
     pub offload_arch: Option<String>,
 }
 

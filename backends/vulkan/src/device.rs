@@ -810,6 +810,7 @@ impl DeviceBackend for VulkanDevice {
                 context.limits.min_storage_buffer_offset_alignment as i64
             }
             keys::names::MEMORY_BYTES => physical_query(context, "vulkan.device_local_bytes")?,
+            keys::names::MAX_BINDING_RANGE => i64::from(context.limits.max_storage_buffer_range),
             keys::names::MAX_WORKGROUP_COUNT_X => {
                 i64::from(context.limits.max_compute_work_group_count[0])
             }

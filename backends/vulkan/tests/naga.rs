@@ -302,6 +302,51 @@ fn workgroup_counts_beyond_the_device_limit_are_refused() {
     over_limit_dispatches_fail(&device);
 }
 
+/// A dispatch binding longer than `maxStorageBufferRange` is refused at submission, naming the
+/// binding and the limit (the driver would get a descriptor range past the limit,
+/// VUID-VkDescriptorBufferInfo-range-00342). Skipped, saying so, where the limit is over
+/// 256 MiB (lavapipe's is 128 MiB), not to allocate gigabytes.
+#[test]
+fn bindings_beyond_the_device_range_are_refused() {
+    let Some(device) = device_or_skip("bindings_beyond_the_device_range_are_refused") else {
+        return;
+    };
+    let limit = device.max_binding_range();
+    assert_eq!(
+        i64::try_from(limit).unwrap(),
+        device.query_raw("vulkan.max_storage_buffer_range").unwrap()
+    );
+    if limit > 256 << 20 {
+        return eprintln!("skipped: maxStorageBufferRange is {limit} bytes");
+    }
+    block_on(async {
+        let kernels = common::standard_module()?;
+        let add_one = device
+            .load_executable(&kernels.spec())?
+            .kernel("add_one_u32")?;
+        let queue = device.queue(0)?;
+        let x = device
+            .allocator()
+            .allocate(limit + 256, BufferParams::DEVICE)?;
+        let launch = add_one.launch([1, 1, 1]).constant(0u32);
+        let error = queue
+            .dispatch(Timepoints::default(), &launch.clone().binding(x.whole()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+        assert!(
+            error
+                .message()
+                .contains(&format!("binds at most {limit} bytes")),
+            "{error}"
+        );
+        // At the limit is fine.
+        let at_limit = launch.binding(x.slice(0..limit)?);
+        queue.dispatch(Timepoints::default(), &at_limit).await
+    })
+    .expect("the dispatch at the limit runs");
+}
+
 fn over_limit_dispatches_fail(device: &Device) {
     block_on(async {
         let kernels = common::standard_module()?;

@@ -562,13 +562,31 @@ impl Queue {
     /// allows ([`Device::max_workgroup_count`]), before the driver sees it.
     fn check_limits(&self, commands: &[Command]) -> Result<()> {
         let limits = self.device.max_workgroup_count();
-        if limits == [u32::MAX; 3] {
+        let range = self.device.max_binding_range();
+        if limits == [u32::MAX; 3] && range == u64::MAX {
             return Ok(());
         }
         for command in commands {
             let Command::Dispatch(dispatch) = command else {
                 continue;
             };
+            if let Some((index, binding)) =
+                (dispatch.bindings.iter().enumerate()).find(|(_, binding)| binding.len() > range)
+            {
+                let name = dispatch
+                    .executable
+                    .entry_point(dispatch.entry_point)
+                    .map_or("?", |e| e.name.as_str());
+                return Err(Error::new(
+                    StatusCode::InvalidArgument,
+                    format!(
+                        "binding {index} of dispatch '{name}' covers {} bytes, but {} binds at \
+                         most {range} bytes at once; split the work into smaller ranges",
+                        binding.len(),
+                        self.device.info().id,
+                    ),
+                ));
+            }
             for (axis, (&count, &limit)) in dispatch.workgroups.iter().zip(&limits).enumerate() {
                 if count > limit {
                     let name = dispatch

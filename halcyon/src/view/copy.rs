@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::buffer::BufferUsage;
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::QueueCapabilities;
 use crate::error::{Error, StatusCode};
@@ -21,7 +22,8 @@ impl Queue {
     /// layout still over rank 4 once its mergeable axes are merged. Only a copy the kernel
     /// cannot take is gathered on the host between two staging copies (a host round trip):
     /// on a device without one ([`crate::Device::gathers_on_device`]) or a queue that cannot
-    /// dispatch, over 1024 launches,
+    /// dispatch, for a buffer without [`crate::BufferUsage::DISPATCH_STORAGE`] or a range past
+    /// the device's binding range ([`crate::Device::max_binding_range`]), over 1024 launches,
     /// past 32-bit indices (16 GiB of whole-word elements, 4 GiB of smaller ones), or a
     /// range of 1- or 2-byte elements whose last word runs past its buffer's end (views this
     /// crate allocates never do). `InvalidArgument` (through the submission) for
@@ -118,14 +120,39 @@ impl Queue {
 }
 
 impl Queue {
-    /// Whether this queue packs strided views on its device ([`Queue::copy_view`]): the
-    /// backend gathers natively, or offers a gather kernel that loads and this queue can
-    /// dispatch.
-    pub(crate) fn gathers(&self) -> bool {
+    /// Whether this queue packs `view` on its device ([`Queue::copy_view`]): the backend
+    /// gathers natively, or offers a gather kernel that loads, this queue can dispatch, and
+    /// the view's bytes may be bound (its buffer has [`BufferUsage::DISPATCH_STORAGE`], and
+    /// they fit the device's binding range). The kernel may still not take a copy its
+    /// contract does not cover (see [`gather_launches`]), which then goes through the host.
+    pub(crate) fn gathers(&self, view: &BufferView) -> bool {
         self.device().backend().gathers()
             || (self.capabilities().contains(QueueCapabilities::DISPATCH)
+                && bindable(self, &view.byte_range())
                 && self.device().gather_kernel().is_some())
     }
+}
+
+/// Whether `range` (with its first word and last word whole) may be a dispatch binding on
+/// `queue`'s device: its buffer has [`BufferUsage::DISPATCH_STORAGE`] and the range fits the
+/// device's binding range, from the binding alignment on.
+fn bindable(queue: &Queue, range: &crate::BufferRef) -> bool {
+    let align = binding_alignment(queue);
+    let bound = range.offset() + range.len() - range.offset() / align * align;
+    range
+        .buffer()
+        .usage()
+        .contains(BufferUsage::DISPATCH_STORAGE)
+        && bound.next_multiple_of(4) <= queue.device().max_binding_range()
+}
+
+/// The device's binding alignment: a multiple of 4 (256 where it does not say).
+fn binding_alignment(queue: &Queue) -> u64 {
+    queue
+        .device()
+        .query(crate::device::keys::BINDING_ALIGNMENT)
+        .unwrap_or(256)
+        .max(4)
 }
 
 /// The most launches of the gather kernel one copy takes: a layout of rank over 4 (after
@@ -135,7 +162,8 @@ const MAX_LAUNCHES: u64 = 1024;
 
 /// The launches of the device's gather kernel ([`crate::backend::DeviceBackend::gather_kernel`])
 /// packing `layout`'s elements (of `element` bytes, relative to `from`) into `to`, or `None`
-/// where its contract does not cover the copy: over [`MAX_LAUNCHES`] launches, bytes past
+/// where its contract does not cover the copy: a range that may not be bound ([`bindable`]),
+/// over [`MAX_LAUNCHES`] launches, bytes past
 /// 32-bit word (or, for elements under a word, byte) indices, or elements under a word in a
 /// range whose last word runs past its buffer's end.
 fn gather_launches(
@@ -158,13 +186,12 @@ fn gather_launches(
     if launches > MAX_LAUNCHES || !(element.is_multiple_of(4) || element < 4) {
         return None;
     }
+    if !bindable(queue, from) || !bindable(queue, to) {
+        return None;
+    }
     // Bindings start where the device allows (its binding alignment, a multiple of 4) and end
     // on a whole word; the kernel is told where in them the elements start.
-    let align = queue
-        .device()
-        .query(crate::device::keys::BINDING_ALIGNMENT)
-        .unwrap_or(256)
-        .max(4);
+    let align = binding_alignment(queue);
     let bind = |range: &crate::BufferRef| {
         let start = range.offset() / align * align;
         let end = (range.offset() + range.len()).next_multiple_of(4);

@@ -95,7 +95,7 @@ impl BufferView {
             return queue.read::<T>(timepoints, &self.byte_range());
         }
         let (packed, span) = (self.byte_len(), self.byte_range().len());
-        if span >= 2 * packed && queue.gathers() {
+        if span >= 2 * packed && queue.gathers(self) {
             // Packed on the device first, so that only the elements cross to the host: each
             // step waits for the one before, so a failure fails the read with its error.
             let target = view_buffer(queue.device(), packed).and_then(|buffer| {
@@ -143,7 +143,7 @@ impl BufferView {
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
             to.copy_from(timepoints, from, &self.byte_range(), target.range())
-        } else if from.gathers() {
+        } else if from.gathers(self) {
             // Packed by the source device first, then moved as one contiguous range: each
             // step waits for the one before, so a failure fails the move with its error.
             let packed = view_buffer(from.device(), bytes)?;

@@ -304,6 +304,32 @@ pub fn strided_views_gathered_on_device(device: &Device) {
         let got: Vec<u16> = target.to_host(&queue, Timepoints::default()).await?;
         let expected: Vec<u16> = x.layout().offsets().map(|o| halves[o as usize]).collect();
         assert_eq!(got, expected, "u16 at the buffer's end");
+
+        // Buffers a kernel may not bind (no DISPATCH_STORAGE): copied, read and moved right
+        // all the same (on the host where a kernel would gather).
+        let transfer_only = BufferParams {
+            usage: halcyon::BufferUsage::TRANSFER,
+            ..BufferParams::DEVICE
+        };
+        let buffer = device.allocator().allocate(256, transfer_only)?;
+        queue
+            .write(Timepoints::default(), &square, &buffer.whole())
+            .await?;
+        let x = BufferView::new(buffer.whole(), ElementType::U32, &[8, 8])?;
+        let (xt, column) = (x.transpose(0, 1)?, x.slice(1, 5..6)?);
+        let expected: Vec<u32> = xt.layout().offsets().map(|o| square[o as usize]).collect();
+        let out = device.allocator().allocate(256, transfer_only)?;
+        let target = BufferView::new(out.whole(), ElementType::U32, &[8, 8])?;
+        queue.copy_view(Timepoints::default(), &xt, &target).await?;
+        let got: Vec<u32> = target.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(got, expected, "a transpose without DISPATCH_STORAGE");
+        let (moved, done) = xt.to(&queue, &queue, Timepoints::default())?;
+        done.await?;
+        let got: Vec<u32> = moved.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(got, expected, "a transpose without DISPATCH_STORAGE, moved");
+        let got: Vec<u32> = column.to_host(&queue, Timepoints::default()).await?;
+        let expected: Vec<u32> = (0..8).map(|r| square[r * 8 + 5]).collect();
+        assert_eq!(got, expected, "a column without DISPATCH_STORAGE");
         Ok::<_, halcyon::Error>(())
     })
     .expect("the gathers ran");
