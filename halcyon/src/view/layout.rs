@@ -8,6 +8,8 @@ use crate::error::{Error, Result, StatusCode};
 
 /// Dimensions or strides: four inline, which most tensors fit.
 pub(crate) type Dims = SmallVec<[u64; 4]>;
+/// `(length, stride)` pairs of axes.
+type Dims2 = SmallVec<[(u64, u64); 4]>;
 
 /// Where a view's elements are: element `[i0, i1, ..]` is at `offset + Σ ik * strides[k]`
 /// elements from the start of the view's range. What a backend reads to run a
@@ -123,8 +125,11 @@ impl Layout {
         })
     }
 
-    /// The same elements in row-major order as `shape`: only where they are contiguous
-    /// (`FailedPrecondition` otherwise: a copy makes them so).
+    /// The same elements in row-major order as `shape`, over the same memory: wherever
+    /// strides can say it, which is where each run of axes that steps through memory as one
+    /// (`strides[k] == shape[k + 1] * strides[k + 1]`) is split or merged into new axes on
+    /// its own, never across two runs (`FailedPrecondition` otherwise: a copy makes them
+    /// contiguous). A contiguous layout always can be.
     pub(crate) fn reshape(&self, shape: &[u64]) -> Result<Layout> {
         let to = Layout::contiguous(shape);
         if to.len()? != self.len()? {
@@ -135,20 +140,65 @@ impl Layout {
                 self.shape
             )));
         }
-        if !self.is_contiguous() {
-            return Err(Error::new(
+        if self.len()? == 0 || self.is_contiguous() {
+            return Ok(Layout {
+                offset: self.offset,
+                ..to
+            });
+        }
+        let strides = self.strides_as(shape).ok_or_else(|| {
+            Error::new(
                 StatusCode::FailedPrecondition,
                 format!(
-                    "a view of shape {:?} with strides {:?} is not contiguous, so it cannot be \
-                     reshaped without a copy; copy it into a contiguous view first",
+                    "a view of shape {:?} with strides {:?} cannot be seen as shape {shape:?} \
+                     without a copy: a new axis would span elements that are not evenly \
+                     spaced in memory; copy it into a contiguous view first \
+                     (BufferView::reshaped does)",
                     self.shape, self.strides
                 ),
-            ));
-        }
+            )
+        })?;
         Ok(Layout {
+            shape: shape.into(),
+            strides,
             offset: self.offset,
-            ..to
         })
+    }
+
+    /// The strides that give `shape` (as many elements, none of them 0) this layout's
+    /// elements in the same order, if strides can: see [`Layout::reshape`].
+    fn strides_as(&self, shape: &[u64]) -> Option<Dims> {
+        // Axes of length 1 place nothing; the rest, from the innermost, form runs.
+        let old: Dims2 = (self.shape.iter().zip(&self.strides))
+            .filter(|(&d, _)| d != 1)
+            .map(|(&d, &s)| (d, s))
+            .collect();
+        let mut strides: Dims = smallvec::smallvec![1; shape.len()];
+        let mut new = shape.len();
+        let mut end = old.len();
+        while end > 0 {
+            // The run old[start..end]: its length in elements and its innermost stride.
+            let mut start = end - 1;
+            let mut run = old[start].0;
+            while start > 0 && old[start - 1].1 == old[start].0.checked_mul(old[start].1)? {
+                start -= 1;
+                run = run.checked_mul(old[start].0)?;
+            }
+            let mut stride = old[end - 1].1;
+            let mut covered = 1u64;
+            while covered < run {
+                new = new.checked_sub(1)?;
+                strides[new] = stride;
+                stride = stride.checked_mul(shape[new])?;
+                covered = covered.checked_mul(shape[new])?;
+            }
+            if covered != run {
+                return None;
+            }
+            end = start;
+        }
+        // What is left of the new shape is axes of length 1 (the products matched).
+        shape[..new].iter().all(|&d| d == 1).then_some(strides)
     }
 
     /// The offset (in elements, from the range's start) of every element, in row-major order
@@ -303,6 +353,93 @@ mod tests {
             offset: 0,
         };
         assert!(one.is_contiguous());
+    }
+
+    #[test]
+    fn strided_reshapes_split_and_merge_within_runs() {
+        // [2, 3, 4] with its first two axes swapped: [3, 2, 4], strides [4, 12, 1].
+        let t = Layout::contiguous(&[2, 3, 4]).permute(&[1, 0, 2]).unwrap();
+        // Splitting the last axis, or adding axes of 1, needs no copy.
+        let split = t.reshape(&[3, 2, 2, 2]).unwrap();
+        assert_eq!(&split.strides[..], &[4, 12, 2, 1]);
+        let ones = t.reshape(&[1, 3, 1, 2, 4, 1]).unwrap();
+        for r in [&split, &ones] {
+            assert_eq!(
+                r.offsets().collect::<Vec<_>>(),
+                t.offsets().collect::<Vec<_>>()
+            );
+        }
+        // Merging the last two axes would span two runs.
+        let e = t.reshape(&[3, 8]).unwrap_err();
+        assert_eq!(e.code(), StatusCode::FailedPrecondition, "{e}");
+        assert!(e.message().contains("BufferView::reshaped"), "{e}");
+        // A column slice of a matrix merges its rows only if they are adjacent: not here.
+        let cols = Layout::contiguous(&[4, 6]).slice(1, 0..3).unwrap();
+        assert!(cols.reshape(&[12]).is_err());
+        assert_eq!(&cols.reshape(&[2, 2, 3]).unwrap().strides[..], &[12, 6, 1]);
+    }
+
+    /// Every reshape of permuted and sliced layouts that succeeds visits the same elements in
+    /// the same order; every reshape of a contiguous layout succeeds.
+    #[test]
+    fn reshapes_keep_the_order_or_refuse() {
+        let mut state = 0x2545_f491u32;
+        let mut next = |n: u32| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state % n
+        };
+        let shapes: [&[u64]; 12] = [
+            &[24],
+            &[2, 12],
+            &[4, 6],
+            &[2, 3, 4],
+            &[2, 2, 3, 2],
+            &[24, 1],
+            &[12],
+            &[3, 4],
+            &[2, 2, 3],
+            &[1, 6, 2],
+            &[4, 3],
+            &[2, 6],
+        ];
+        let (mut done, mut refused) = (0, 0);
+        for _ in 0..if cfg!(miri) { 40 } else { 400 } {
+            let mut l = Layout::contiguous(&[2, 3, 4]);
+            if next(2) == 0 {
+                // Half the time, half of the last axis (12 elements).
+                l = l.slice(2, 0..2).unwrap();
+            }
+            let mut axes: Vec<usize> = (0..3).collect();
+            for k in (1..3).rev() {
+                axes.swap(k, next(k as u32 + 1) as usize);
+            }
+            l = l.permute(&axes).unwrap();
+            let contiguous = l.is_contiguous();
+            let count = l.len().unwrap();
+            let fits: Vec<&[u64]> = (shapes.iter().copied())
+                .filter(|s| s.iter().product::<u64>() == count)
+                .collect();
+            let target = fits[next(fits.len() as u32) as usize];
+            match l.reshape(target) {
+                Ok(r) => {
+                    assert_eq!(
+                        r.offsets().collect::<Vec<_>>(),
+                        l.offsets().collect::<Vec<_>>()
+                    );
+                    done += 1;
+                }
+                Err(e) => {
+                    assert!(!contiguous, "{l:?} as {target:?}: {e}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(
+            done > 0 && refused > 0,
+            "{done} reshaped, {refused} refused"
+        );
     }
 
     #[test]

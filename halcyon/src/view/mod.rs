@@ -7,8 +7,9 @@
 //! layout: element `[i0, i1, ..]` is `offset + Σ ik·stride_k` elements into the range. A view
 //! made with [`BufferView::new`] is contiguous (row-major). [`BufferView::slice`],
 //! [`BufferView::permute`] and [`BufferView::transpose`] make views of the same memory with
-//! other strides; [`BufferView::reshape`] does too where the elements are contiguous, and
-//! says a copy is needed where they are not. Creating or deriving a view checks that every
+//! other strides; [`BufferView::reshape`] does too wherever strides can express the new shape,
+//! and says a copy is needed where they cannot; [`BufferView::reshaped`] then makes the copy
+//! on a queue. Creating or deriving a view checks that every
 //! element it reaches lies within its range, and that the range is aligned to the element
 //! size.
 //!
@@ -225,9 +226,12 @@ impl BufferView {
         self.permute(&axes)
     }
 
-    /// The same elements as `shape` (row-major), over the same memory: only where they are
-    /// contiguous (`FailedPrecondition` otherwise, saying a copy is needed; `InvalidArgument`
-    /// if `shape` holds another number of elements).
+    /// The same elements as `shape` (row-major), over the same memory, where strides can say
+    /// it: a contiguous view always; a strided one where each new axis lies within one run of
+    /// axes that steps through memory evenly (splitting a transposed matrix's axes, adding
+    /// axes of length 1; not merging a transpose's two axes). `FailedPrecondition` otherwise,
+    /// saying a copy is needed ([`BufferView::reshaped`] makes it); `InvalidArgument` if
+    /// `shape` holds another number of elements.
     pub fn reshape(&self, shape: &[u64]) -> Result<BufferView> {
         self.derive(self.layout.reshape(shape)?)
     }

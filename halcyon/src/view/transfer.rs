@@ -171,6 +171,46 @@ impl BufferView {
     }
 }
 
+impl BufferView {
+    /// The view as `shape`, copying only where it must: the same memory where strides can
+    /// express it ([`BufferView::reshape`]), with a barrier as the submission (signalling
+    /// `timepoints.signal` once `timepoints.wait` is reached); otherwise its elements packed
+    /// by `queue` ([`Queue::copy_view`], into device-local memory from its device's pool)
+    /// and that contiguous view reshaped, the submission completing once they are there.
+    /// `InvalidArgument` now if `shape` holds another number of elements.
+    ///
+    /// ```
+    /// use halcyon::{BufferView, Queue, Timepoints};
+    ///
+    /// /// `[batch, heads, seq, dim]` attention output as `[batch, seq, heads * dim]`.
+    /// async fn merge_heads(queue: &Queue, x: &BufferView) -> halcyon::Result<BufferView> {
+    ///     let [b, h, s, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    ///     let swapped = x.transpose(1, 2)?; // a view: strides only
+    ///     let (merged, done) = swapped.reshaped(queue, Timepoints::default(), &[b, s, h * d])?;
+    ///     done.await?; // the transpose needed a copy
+    ///     Ok(merged)
+    /// }
+    /// ```
+    pub fn reshaped(
+        &self,
+        queue: &Queue,
+        timepoints: impl Into<Timepoints>,
+        shape: &[u64],
+    ) -> Result<(BufferView, Submission)> {
+        match self.reshape(shape) {
+            Ok(view) => Ok((view, queue.barrier(timepoints))),
+            Err(e) if e.code() == StatusCode::FailedPrecondition => {
+                let bytes = self.byte_len();
+                let buffer = view_buffer(queue.device(), bytes)?;
+                let packed = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
+                let copied = queue.copy_view(timepoints, self, &packed);
+                Ok((packed.reshape(shape)?, copied))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// A device-local buffer from `device`'s pool for a new view of `bytes`, rounded up to a whole
 /// word (at least one), so that a gather kernel may bind the view's last word
 /// ([`Queue::copy_view`]).

@@ -17,7 +17,9 @@ fn matrix() -> Vec<f32> {
 /// of its own shape. Moving it (`BufferView::to`) from queue 0 to the device's last queue
 /// gives new contiguous views with the same elements, for the whole view and for the
 /// transpose (whose elements are picked out on the host). Reading it as another type, and
-/// reshaping the transpose without a copy, are refused with the reason. Needs no kernels.
+/// reshaping the transpose without a copy, are refused with the reason; `reshaped` copies the
+/// transpose where merging its axes needs it, and not where splitting one does not. Needs no
+/// kernels.
 pub fn buffer_views_read_back_and_move(device: &Device, _: &dyn Kernels) -> Result<()> {
     let queue = device.queue(0)?;
     let last = device.queue(device.queue_count() - 1)?;
@@ -63,6 +65,28 @@ pub fn buffer_views_read_back_and_move(device: &Device, _: &dyn Kernels) -> Resu
         assert_eq!(wrong.unwrap_err().code(), StatusCode::InvalidArgument);
         let error = t.reshape(&[12]).unwrap_err();
         assert_eq!(error.code(), StatusCode::FailedPrecondition, "{error}");
+        // `reshaped` copies the transpose, and only it.
+        let (flat, copied) = t.reshaped(&queue, Timepoints::default(), &[12])?;
+        copied.await?;
+        assert!(flat.is_contiguous() && !flat.buffer().ptr_eq(t.buffer()));
+        let got: Vec<f32> = flat.to_host(&queue, Timepoints::default()).await?;
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|c| (0..3).map(move |r| (10 * r + c) as f32))
+            .collect();
+        assert_eq!(got, expected);
+        let (split, ready) = t.reshaped(&queue, Timepoints::default(), &[2, 2, 3])?;
+        ready.await?;
+        assert!(
+            split.buffer().ptr_eq(t.buffer()),
+            "splitting an axis needs no copy"
+        );
+        let got: Vec<f32> = split.to_host(&queue, Timepoints::default()).await?;
+        assert_eq!(got, expected);
+        let wrong = t.reshaped(&queue, Timepoints::default(), &[5]);
+        assert_eq!(
+            wrong.err().map(|e| e.code()),
+            Some(StatusCode::InvalidArgument)
+        );
         let bits: Vec<u16> = vec![0x3c00; 6];
         let (halves, done) = BufferView::from_host_as(
             &queue,
