@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Assembles halcyon's hand-written PTX (the CUDA gather kernel) with NVIDIA's ptxas, for the
-# oldest and newest architectures halcyon targets: the check a driver's JIT would make,
-# without a GPU. ptxas comes from NVIDIA's nvcc wheel on PyPI (nvidia-cuda-nvcc-cu12), fetched
-# into $CARGO_TARGET_DIR (default target/)/ptxas; HALCYON_PTXAS names another ptxas instead.
+# Assembles halcyon-cuda's PTX with NVIDIA's ptxas for the oldest and newest architectures
+# halcyon targets, the check a driver's JIT would make, without a GPU: the hand-written gather
+# kernel (src/gather.rs) and the checked-in test PTX (tests/cuda.rs,
+# checked_in_ptx_assembles_with_ptxas). ptxas comes from NVIDIA's nvcc wheel on PyPI
+# (nvidia-cuda-nvcc-cu12), fetched into $CARGO_TARGET_DIR (default target/)/ptxas; PTXAS names
+# another ptxas instead.
 #
 # Exit 2 (and PTXAS DID NOT RUN) when no ptxas can be had; any other failure is the PTX's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target=${CARGO_TARGET_DIR:-target}
-ptxas=${HALCYON_PTXAS:-}
+ptxas=${PTXAS:-}
 if [ -z "$ptxas" ]; then
     dir="$target/ptxas"
     ptxas=$(find "$dir" -name ptxas -type f 2>/dev/null | head -1 || true)
@@ -27,4 +29,6 @@ if [ -z "$ptxas" ]; then
 fi
 ptxas=$(realpath "$ptxas")
 "$ptxas" --version | tail -1
-HALCYON_PTXAS="$ptxas" cargo test -p halcyon-cuda --lib gather::tests -- --nocapture
+export PTXAS="$ptxas"
+cargo test -p halcyon-cuda --lib gather::tests -- --nocapture
+cargo test -p halcyon-cuda --test cuda checked_in_ptx_assembles_with_ptxas -- --nocapture

@@ -148,18 +148,19 @@ $L_done:
 mod tests {
     use super::GATHER_PTX;
 
-    /// The PTX assembles with NVIDIA's `ptxas` (named by `HALCYON_PTXAS`; `scripts/ptxas.sh`
-    /// fetches one) for `sm_52`, the target it declares, and `sm_90`: what a driver's JIT
-    /// checks, without a GPU. Skipped, saying so, without `HALCYON_PTXAS`.
+    /// The PTX assembles with NVIDIA's `ptxas` (`$PTXAS`, or on `PATH`, as the checked-in
+    /// PTX's test in `tests/cuda.rs` finds it; `scripts/ptxas.sh` fetches one and runs both)
+    /// for `sm_52`, the target it declares, and `sm_90`: what a driver's JIT checks, without
+    /// a GPU. An architecture this ptxas no longer targets (CUDA 13 dropped `sm_52`) is
+    /// skipped, but one must assemble. Skipped, saying so, without ptxas.
     #[test]
     fn the_gather_ptx_assembles_with_ptxas() {
-        let Some(ptxas) = std::env::var_os("HALCYON_PTXAS") else {
-            return eprintln!("skipped: HALCYON_PTXAS names no ptxas (scripts/ptxas.sh sets it)");
-        };
+        let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
         let dir = std::env::temp_dir().join(format!("halcyon-ptxas-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let source = dir.join("gather.ptx");
         std::fs::write(&source, GATHER_PTX).unwrap();
+        let mut assembled = 0;
         for arch in ["sm_52", "sm_90"] {
             let out = std::process::Command::new(&ptxas)
                 .arg(format!("-arch={arch}"))
@@ -167,9 +168,19 @@ mod tests {
                 .arg(&source)
                 .arg("-o")
                 .arg(dir.join(format!("gather-{arch}.cubin")))
-                .output()
-                .expect("ptxas runs");
+                .output();
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    std::fs::remove_dir_all(&dir).unwrap();
+                    return eprintln!("skipped: cannot run {ptxas}: {e}");
+                }
+            };
             let log = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() && log.contains("is not defined for option 'gpu-name'") {
+                eprintln!("skipped {arch}: this ptxas no longer targets it");
+                continue;
+            }
             assert!(
                 out.status.success(),
                 "ptxas -arch={arch} refused the gather PTX:\n{log}"
@@ -178,7 +189,12 @@ mod tests {
                 "ptxas -arch={arch}: {}",
                 log.lines().last().unwrap_or_default()
             );
+            assembled += 1;
         }
         std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            assembled > 0,
+            "{ptxas} assembled the gather PTX for no architecture"
+        );
     }
 }
