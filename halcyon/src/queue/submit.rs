@@ -570,13 +570,14 @@ impl Queue {
             let Command::Dispatch(dispatch) = command else {
                 continue;
             };
+            let name = || {
+                (dispatch.executable.entry_point(dispatch.entry_point))
+                    .map_or("?", |e| e.name.as_str())
+            };
             if let Some((index, binding)) =
                 (dispatch.bindings.iter().enumerate()).find(|(_, binding)| binding.len() > range)
             {
-                let name = dispatch
-                    .executable
-                    .entry_point(dispatch.entry_point)
-                    .map_or("?", |e| e.name.as_str());
+                let name = name();
                 return Err(Error::new(
                     StatusCode::InvalidArgument,
                     format!(
@@ -589,10 +590,7 @@ impl Queue {
             }
             for (axis, (&count, &limit)) in dispatch.workgroups.iter().zip(&limits).enumerate() {
                 if count > limit {
-                    let name = dispatch
-                        .executable
-                        .entry_point(dispatch.entry_point)
-                        .map_or("?", |e| e.name.as_str());
+                    let name = name();
                     return Err(Error::new(
                         StatusCode::InvalidArgument,
                         format!(

@@ -94,8 +94,7 @@ impl Queue {
             return self.commands(timepoints, Arc::new([gather]));
         }
         let element = source.element().size();
-        let dispatches = self.capabilities().contains(QueueCapabilities::DISPATCH);
-        if let Some(kernel) = self.device().gather_kernel().filter(|_| dispatches) {
+        if let Some(kernel) = self.gather_kernel() {
             if let Some(launches) = gather_launches(self, kernel, &layout, element, &from, &to) {
                 // Launches write apart, so no barrier between them.
                 let built = (|| {
@@ -127,9 +126,13 @@ impl Queue {
     /// contract does not cover (see [`gather_launches`]), which then goes through the host.
     pub(crate) fn gathers(&self, view: &BufferView) -> bool {
         self.device().backend().gathers()
-            || (self.capabilities().contains(QueueCapabilities::DISPATCH)
-                && bindable(self, &view.byte_range())
-                && self.device().gather_kernel().is_some())
+            || (bindable(self, &view.byte_range()) && self.gather_kernel().is_some())
+    }
+
+    /// The device's gather kernel, if it has one that loads and this queue can dispatch.
+    fn gather_kernel(&self) -> Option<&crate::Kernel> {
+        let dispatches = self.capabilities().contains(QueueCapabilities::DISPATCH);
+        self.device().gather_kernel().filter(|_| dispatches)
     }
 }
 

@@ -8,8 +8,8 @@ use crate::error::{Error, Result, StatusCode};
 
 /// Dimensions or strides: four inline, which most tensors fit.
 pub(crate) type Dims = SmallVec<[u64; 4]>;
-/// `(length, stride)` pairs of axes.
-type Dims2 = SmallVec<[(u64, u64); 4]>;
+/// Axes as `(length, stride)` pairs.
+type Axes = SmallVec<[(u64, u64); 4]>;
 
 /// Where a view's elements are: element `[i0, i1, ..]` is at `offset + Σ ik * strides[k]`
 /// elements from the start of the view's range. What a backend reads to run a
@@ -169,7 +169,7 @@ impl Layout {
     /// elements in the same order, if strides can: see [`Layout::reshape`].
     fn strides_as(&self, shape: &[u64]) -> Option<Dims> {
         // Axes of length 1 place nothing; the rest, from the innermost, form runs.
-        let old: Dims2 = (self.shape.iter().zip(&self.strides))
+        let old: Axes = (self.shape.iter().zip(&self.strides))
             .filter(|(&d, _)| d != 1)
             .map(|(&d, &s)| (d, s))
             .collect();

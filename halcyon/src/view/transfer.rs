@@ -60,7 +60,8 @@ impl BufferView {
     /// ([`BufferView::byte_range`]) and a strided view's elements are then picked out on the
     /// host; but where those bytes are at least twice the elements' and the queue packs views
     /// on its device ([`Queue::copy_view`]), the device packs them first into memory of its
-    /// own and only they are read. `InvalidArgument` (through the submission) if `T` is not the view's element type.
+    /// own and only they are read. `InvalidArgument` (through the submission) if `T` is not
+    /// the view's element type.
     pub fn to_host<T: Element>(
         &self,
         queue: &Queue,
@@ -96,18 +97,10 @@ impl BufferView {
         }
         let (packed, span) = (self.byte_len(), self.byte_range().len());
         if span >= 2 * packed && queue.gathers(self) {
-            // Packed on the device first, so that only the elements cross to the host: each
-            // step waits for the one before, so a failure fails the read with its error.
-            let target = view_buffer(queue.device(), packed).and_then(|buffer| {
-                BufferView::new(buffer.slice(0..packed)?, self.element, self.shape())
-            });
-            if let Ok(target) = target {
-                let Timepoints { wait, signal } = timepoints;
-                let gathered = Semaphore::new(0);
-                let step = Timepoints::new(wait, Fence::at(&gathered, 1));
-                drop(queue.copy_view(step, self, &target));
-                let step = Timepoints::new(Fence::at(&gathered, 1), signal);
-                return queue.read::<T>(step, target.range());
+            // Packed on the device first, so that only the elements cross to the host.
+            if let Ok(packed) = self.new_packed(queue.device()) {
+                let next = self.pack_into(queue, &packed, timepoints);
+                return queue.read::<T>(next, packed.range());
             }
         }
         let read = queue.read::<T>(timepoints, &self.byte_range());
@@ -137,23 +130,15 @@ impl BufferView {
         to: &Queue,
         timepoints: impl Into<Timepoints>,
     ) -> Result<(BufferView, Submission)> {
-        let bytes = self.byte_len();
-        let buffer = view_buffer(to.device(), bytes)?;
-        let target = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
+        let target = self.new_packed(to.device())?;
         let timepoints = timepoints.into();
         let moved = if self.is_contiguous() || self.is_empty() {
             to.copy_from(timepoints, from, &self.byte_range(), target.range())
         } else if from.gathers(self) {
-            // Packed by the source device first, then moved as one contiguous range: each
-            // step waits for the one before, so a failure fails the move with its error.
-            let packed = view_buffer(from.device(), bytes)?;
-            let packed = BufferView::new(packed.slice(0..bytes)?, self.element, self.shape())?;
-            let Timepoints { wait, signal } = timepoints;
-            let gathered = Semaphore::new(0);
-            let step = Timepoints::new(wait, Fence::at(&gathered, 1));
-            drop(from.copy_view(step, self, &packed));
-            let step = Timepoints::new(Fence::at(&gathered, 1), signal);
-            to.copy_from(step, from, packed.range(), target.range())
+            // Packed by the source device first, then moved as one contiguous range.
+            let packed = self.new_packed(from.device())?;
+            let next = self.pack_into(from, &packed, timepoints);
+            to.copy_from(next, from, packed.range(), target.range())
         } else {
             let gather = Gather {
                 layout: self.layout.clone(),
@@ -200,14 +185,34 @@ impl BufferView {
         match self.reshape(shape) {
             Ok(view) => Ok((view, queue.barrier(timepoints))),
             Err(e) if e.code() == StatusCode::FailedPrecondition => {
-                let bytes = self.byte_len();
-                let buffer = view_buffer(queue.device(), bytes)?;
-                let packed = BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())?;
+                let packed = self.new_packed(queue.device())?;
                 let copied = queue.copy_view(timepoints, self, &packed);
                 Ok((packed.reshape(shape)?, copied))
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl BufferView {
+    /// A new contiguous view of this one's shape and type on `device`, in memory from
+    /// [`view_buffer`].
+    fn new_packed(&self, device: &crate::Device) -> Result<BufferView> {
+        let bytes = self.byte_len();
+        let buffer = view_buffer(device, bytes)?;
+        BufferView::new(buffer.slice(0..bytes)?, self.element, self.shape())
+    }
+
+    /// Submits `queue`'s [`Queue::copy_view`] of this view into `packed` once
+    /// `timepoints.wait` is reached, and returns the timepoints of the step after it: waiting
+    /// for the copy (whose failure fails that step with its error) and signalling
+    /// `timepoints.signal`.
+    fn pack_into(&self, queue: &Queue, packed: &BufferView, timepoints: Timepoints) -> Timepoints {
+        let Timepoints { wait, signal } = timepoints;
+        let gathered = Semaphore::new(0);
+        let step = Timepoints::new(wait, Fence::at(&gathered, 1));
+        drop(queue.copy_view(step, self, packed));
+        Timepoints::new(Fence::at(&gathered, 1), signal)
     }
 }
 

@@ -161,15 +161,16 @@ pub fn copy_view_packs_strided_views(device: &Device, _: &dyn Kernels) -> Result
         let every_other_row =
             BufferView::with_strides(x.range().clone(), ElementType::U32, &[2, 12], &[24, 1], 12)?;
         // Where the device packs views itself, no host step takes part.
-        let profiler = device.profiler();
-        profiler.enable();
         let t = x.transpose(0, 1)?;
         let packed = fresh(t.shape())?;
-        queue.copy_view(Timepoints::default(), &t, &packed).await?;
-        let host_steps = (profiler.take().operations.iter())
+        let (copied, operations) = profiled(device, || {
+            queue.copy_view(Timepoints::default(), &t, &packed)
+        })
+        .await;
+        copied?;
+        let host_steps = (operations.iter())
             .filter(|o| o.kind == halcyon::profile::OperationKind::HostCall)
             .count();
-        profiler.disable();
         assert_eq!(
             host_steps == 0,
             device.gathers_on_device(),
@@ -270,12 +271,11 @@ pub fn strided_views_gathered_on_device(device: &Device) {
         // A column spans 361 elements for 16: `to_host` packs it on the device, then reads
         // only it (two operations; the host path reads the span in one).
         let column = x.slice(1, 3..4)?;
-        let profiler = device.profiler();
-        profiler.enable();
-        drop(profiler.take());
-        let got: Vec<u16> = column.to_host(&queue, Timepoints::default()).await?;
-        let operations = profiler.take().operations;
-        profiler.disable();
+        let (got, operations) = profiled(device, || {
+            column.to_host::<u16>(&queue, Timepoints::default())
+        })
+        .await;
+        let got = got?;
         let expected: Vec<u16> = (0..16).map(|r| tiles[r * 24 + 3]).collect();
         assert_eq!(got, expected, "a column read back");
         let kinds: Vec<_> = operations.iter().map(|o| o.kind).collect();
@@ -359,6 +359,21 @@ pub fn strided_views_gathered_on_device(device: &Device) {
     .expect("the gathers ran");
 }
 
+/// Submits `work` with `device`'s profiler on, awaits it, and returns its output with the
+/// operations submitted meanwhile.
+async fn profiled<F: std::future::Future>(
+    device: &Device,
+    work: impl FnOnce() -> F,
+) -> (F::Output, Vec<halcyon::profile::Operation>) {
+    let profiler = device.profiler();
+    profiler.enable();
+    drop(profiler.take());
+    let output = work().await;
+    let operations = profiler.take().operations;
+    profiler.disable();
+    (output, operations)
+}
+
 /// `data` written `at` bytes into a new host-visible buffer (which ends on a word), as a
 /// contiguous view of `shape`.
 async fn uploaded<T: bytemuck::Pod>(
@@ -414,15 +429,11 @@ async fn gather_checked<T>(
         view.shape(),
     )
     .unwrap();
-    let profiler = device.profiler();
-    profiler.enable();
-    drop(profiler.take());
-    queue
-        .copy_view(Timepoints::default(), view, &target)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let operations = profiler.take().operations;
-    profiler.disable();
+    let (copied, operations) = profiled(device, || {
+        queue.copy_view(Timepoints::default(), view, &target)
+    })
+    .await;
+    copied.unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(
         operations.len(),
         1,
